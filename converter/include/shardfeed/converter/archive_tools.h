@@ -1,0 +1,45 @@
+// verify, inspect and extract: what a data pipeline runs on an archive already on disk.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "shardfeed/format/archive.h"
+#include "shardfeed/format/status.h"
+
+namespace shardfeed::converter {
+
+struct VerifyOptions {
+  bool decode = false;  // also decode every record (JPEG fully, zstd decompressed, sizes checked)
+  int workers = 0;      // 0: all cores
+};
+
+struct BadSample {
+  uint64_t index = 0;
+  std::string reason;
+};
+
+struct VerifyReport {
+  std::string archive;
+  uint64_t samples = 0, checked = 0;
+  std::vector<BadSample> bad_samples;
+  std::vector<std::string> bad_shards;  // one message per shard whose hash does not match
+  bool ok() const { return bad_samples.empty() && bad_shards.empty(); }
+  std::string ToJson() const;
+};
+
+// Checks every record checksum and every shard hash (and, with `decode`, every payload).
+VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options,
+                    const std::function<void(uint64_t done, uint64_t total)>& progress = nullptr);
+
+// Human-readable and JSON summaries: samples, classes with counts, encoding, shapes, sizes.
+std::string InspectText(const format::Archive& archive);
+std::string InspectJson(const format::Archive& archive);
+
+// Writes every sample to DIR/<class>/<index>.jpg (JPEG records, their exact bytes) or .png
+// (pixel records). DIR must not exist or be empty. Returns the number of files written.
+Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir);
+
+}  // namespace shardfeed::converter

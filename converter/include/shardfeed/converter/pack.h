@@ -1,0 +1,98 @@
+// Packing: image folder or list file -> archive.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "shardfeed/format/archive.h"
+#include "shardfeed/format/status.h"
+#include "shardfeed/imaging/image.h"
+
+namespace shardfeed::converter {
+
+struct SourceItem {
+  std::string path;
+  int32_t label = 0;
+};
+
+struct SkippedFile {
+  std::string path;
+  std::string reason;
+};
+
+struct SourceList {
+  std::string root;
+  std::vector<SourceItem> items;
+  std::vector<std::string> class_names;
+  std::vector<SkippedFile> ignored;  // not candidates at all (hidden files, files outside classes)
+};
+
+// An ImageFolder tree: each sub-directory of `root` is a class (labels by sorted name, as
+// torchvision's ImageFolder assigns them); every non-hidden file below it, recursively, is a
+// candidate sample, in torchvision's order. Symlinks are followed; directory cycles are cut.
+Result<SourceList> ScanImageFolder(const std::string& root);
+
+// A list file: "path label" per line (Caffe convert_imageset; the label is the last
+// whitespace-separated field, so paths may hold spaces) or "index<TAB>label<TAB>path" (MXNet
+// .lst). Relative paths are taken from `root`. Blank lines and lines starting with '#' are
+// skipped. Class names are "0".."max label".
+Result<SourceList> ReadListFile(const std::string& list_file, const std::string& root);
+
+enum class Validation {
+  kNone,    // JPEG passthrough: only the file signature is checked
+  kHeader,  // JPEG passthrough: markers parsed, end-of-image marker present (default)
+  kFull,    // every image fully decoded; any corrupt data is a skip
+};
+
+struct PackOptions {
+  format::Encoding encoding = format::Encoding::kJpeg;
+  uint32_t size = 0;         // raw/zstd: resize so the short side is this (0: keep)
+  bool center_crop = false;  // raw/zstd with size: crop the centre size x size
+  int quality = 90;          // JPEG quality for non-JPEG inputs under --encoding jpeg
+  int level = 3;             // zstd level
+  int workers = 0;           // 0: all cores
+  bool shuffle = false;
+  uint64_t seed = 0;
+  bool strict = false;  // any skipped file fails the pack and leaves no archive
+  Validation validation = Validation::kHeader;
+  imaging::Limits limits;
+  format::WriterOptions writer;
+  std::string options_json;  // recorded in the manifest
+};
+
+struct PackStats {
+  uint64_t total = 0, done = 0, packed = 0;
+  uint64_t source_bytes = 0, payload_bytes = 0;
+  double seconds = 0;
+};
+
+struct PackResult {
+  PackStats stats;
+  std::vector<SkippedFile> skipped;
+  std::vector<SkippedFile> ignored;
+  std::string output;
+};
+
+using ProgressFn = std::function<void(const PackStats&)>;
+
+// Packs `source` into an archive at `out` (written aside, renamed into place at the end). The
+// same source and options give the same records in the same order whatever `workers` is. Bad
+// files are skipped and listed in `result` (with `strict`, the first one fails the pack and no
+// archive is written). `result` is filled also when the pack fails. `progress`, if set, is
+// called from the calling thread about ten times a second.
+Status Pack(const SourceList& source, const std::string& out, const PackOptions& options,
+            PackResult* result, const ProgressFn& progress = nullptr);
+
+// Decodes a source image exactly as Pack does for raw/zstd records (same resize and crop).
+Status DecodeForRecord(imaging::Decoder& decoder, const uint8_t* data, size_t size,
+                       const PackOptions& options, imaging::Image* out);
+
+// The skip report as JSON (written by `pack --report`).
+std::string PackReportJson(const PackResult& result, const std::string& source);
+
+// Deterministic Fisher-Yates shuffle with a splitmix64/xoshiro stream from `seed`.
+void ShuffleItems(std::vector<SourceItem>* items, uint64_t seed);
+
+}  // namespace shardfeed::converter

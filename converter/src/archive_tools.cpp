@@ -1,0 +1,294 @@
+#include "shardfeed/converter/archive_tools.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cinttypes>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "shardfeed/imaging/image.h"
+
+namespace shardfeed::converter {
+namespace {
+
+namespace fs = std::filesystem;
+using format::Encoding;
+using nlohmann::json;
+
+int ResolveWorkers(int workers) {
+  return workers > 0 ? workers : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// Decodes a record the way a reader would and checks it against its index entry.
+Status CheckDecodes(const format::RecordView& r, imaging::Decoder& decoder, ZSTD_DCtx* dctx,
+                    std::vector<uint8_t>* scratch) {
+  const format::IndexEntry& e = *r.entry;
+  const size_t pixels = size_t{e.height} * e.width * e.channels;
+  switch (static_cast<Encoding>(e.encoding)) {
+    case Encoding::kJpeg: {
+      imaging::Image img;
+      imaging::Limits limits;
+      limits.max_pixels = uint64_t{65535} * 65535;
+      SF_RETURN_IF_ERROR(decoder.DecodeJpegRegion(r.data, r.size, {}, &img, limits, nullptr,
+                                                  /*strict=*/true));
+      if (img.width != e.width || img.height != e.height) {
+        return Status::Corrupt("decoded ", img.width, "x", img.height, ", index says ", e.width,
+                               "x", e.height);
+      }
+      return Status::OK();
+    }
+    case Encoding::kRaw:
+      if (r.size != pixels) return Status::Corrupt("raw payload of ", r.size, " bytes, expected ", pixels);
+      return Status::OK();
+    case Encoding::kZstd: {
+      unsigned long long content = ZSTD_getFrameContentSize(r.data, r.size);
+      if (content != pixels) return Status::Corrupt("zstd frame declares ", content, " bytes, expected ", pixels);
+      scratch->resize(pixels);
+      size_t n = ZSTD_decompressDCtx(dctx, scratch->data(), pixels, r.data, r.size);
+      if (ZSTD_isError(n)) return Status::Corrupt("zstd: ", ZSTD_getErrorName(n));
+      if (n != pixels) return Status::Corrupt("zstd payload decompressed to ", n, " bytes");
+      return Status::OK();
+    }
+  }
+  return Status::Corrupt("unknown encoding ", int{e.encoding});
+}
+
+}  // namespace
+
+std::string VerifyReport::ToJson() const {
+  json bad = json::array();
+  for (const auto& b : bad_samples) bad.push_back({{"index", b.index}, {"reason", b.reason}});
+  json j = {{"archive", archive},     {"ok", ok()},           {"samples", samples},
+            {"checked", checked},     {"bad_samples", bad},   {"bad_shards", bad_shards}};
+  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options,
+                    const std::function<void(uint64_t, uint64_t)>& progress) {
+  VerifyReport report;
+  report.archive = archive.path();
+  report.samples = archive.size();
+  archive.Advise(format::Archive::Access::kSequential);
+  for (size_t s = 0; s < archive.manifest().shards.size(); ++s) {
+    Status st = archive.VerifyShard(s);
+    if (!st.ok()) report.bad_shards.push_back(st.message());
+  }
+  const uint64_t n = archive.size();
+  const uint64_t block = 256;
+  std::atomic<uint64_t> next{0}, done{0};
+  std::mutex mu;
+  auto work = [&]() {
+    imaging::Decoder decoder;
+    ZSTD_DCtx* dctx = ZSTD_createDCtx();
+    std::vector<uint8_t> scratch;
+    for (;;) {
+      uint64_t begin = next.fetch_add(block);
+      if (begin >= n) break;
+      uint64_t end = std::min(n, begin + block);
+      for (uint64_t i = begin; i < end; ++i) {
+        Status st = archive.VerifyRecord(i);
+        if (st.ok() && options.decode) {
+          st = CheckDecodes(archive.Get(i), decoder, dctx, &scratch);
+          if (!st.ok()) st = st.WithContext("sample " + std::to_string(i));
+        }
+        if (!st.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          report.bad_samples.push_back({i, st.message()});
+        }
+      }
+      done += end - begin;
+    }
+    ZSTD_freeDCtx(dctx);
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < ResolveWorkers(options.workers); ++t) threads.emplace_back(work);
+  if (progress) {
+    while (done.load() < n) {
+      progress(done.load(), n);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      bool all_exited = next.load() >= n && done.load() >= n;
+      if (all_exited) break;
+    }
+  }
+  for (auto& t : threads) t.join();
+  if (progress) progress(n, n);
+  report.checked = n;
+  std::sort(report.bad_samples.begin(), report.bad_samples.end(),
+            [](const BadSample& a, const BadSample& b) { return a.index < b.index; });
+  return report;
+}
+
+namespace {
+
+struct Summary {
+  uint64_t payload = 0, pixels = 0;
+  uint32_t min_h = UINT32_MAX, max_h = 0, min_w = UINT32_MAX, max_w = 0;
+};
+
+Summary Summarize(const format::Archive& archive) {
+  Summary s;
+  for (uint64_t i = 0; i < archive.size(); ++i) {
+    const format::IndexEntry& e = *archive.Get(i).entry;
+    s.payload += e.size;
+    s.pixels += uint64_t{e.height} * e.width * 3;
+    s.min_h = std::min<uint32_t>(s.min_h, e.height);
+    s.max_h = std::max<uint32_t>(s.max_h, e.height);
+    s.min_w = std::min<uint32_t>(s.min_w, e.width);
+    s.max_w = std::max<uint32_t>(s.max_w, e.width);
+  }
+  if (archive.size() == 0) s.min_h = s.min_w = 0;
+  return s;
+}
+
+}  // namespace
+
+std::string InspectJson(const format::Archive& archive) {
+  const format::Manifest& m = archive.manifest();
+  Summary s = Summarize(archive);
+  json classes = json::array();
+  for (size_t c = 0; c < m.class_names.size(); ++c) {
+    classes.push_back({{"label", c},
+                       {"name", m.class_names[c]},
+                       {"count", c < m.class_counts.size() ? m.class_counts[c] : 0}});
+  }
+  json shards = json::array();
+  for (const auto& sh : m.shards) {
+    shards.push_back({{"file", sh.file}, {"samples", sh.sample_count}, {"bytes", sh.file_bytes}});
+  }
+  json j = {
+      {"archive", archive.path()},
+      {"format_version", m.format_version},
+      {"backend", std::string(format::BackendName(m.backend))},
+      {"encoding", std::string(format::EncodingName(m.encoding))},
+      {"samples", m.sample_count},
+      {"classes", classes},
+      {"shape", m.height ? json::array({m.height, m.width, m.channels}) : json(nullptr)},
+      {"height_range", {s.min_h, s.max_h}},
+      {"width_range", {s.min_w, s.max_w}},
+      {"payload_bytes", s.payload},
+      {"bytes_on_disk", archive.FileBytes()},
+      {"decoded_bytes", s.pixels},
+      {"source_bytes", m.source_bytes},
+      {"compression_ratio", s.payload ? double(s.pixels) / double(s.payload) : 0.0},
+      {"shards", shards},
+      {"created_by", m.created_by},
+      {"created_at", m.created_at},
+  };
+  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+std::string InspectText(const format::Archive& archive) {
+  const format::Manifest& m = archive.manifest();
+  Summary s = Summarize(archive);
+  std::ostringstream o;
+  auto mb = [](uint64_t b) { return double(b) / 1e6; };
+  o << "archive:     " << archive.path() << "\n";
+  o << "format:      shardfeed v" << m.format_version << ", " << format::BackendName(m.backend)
+    << ", " << m.shards.size() << " shard(s)\n";
+  o << "encoding:    " << format::EncodingName(m.encoding) << "\n";
+  o << "samples:     " << m.sample_count << "\n";
+  if (m.height) {
+    o << "shape:       " << m.height << "x" << m.width << "x" << m.channels << " (fixed)\n";
+  } else {
+    o << "shape:       variable, height " << s.min_h << ".." << s.max_h << ", width " << s.min_w
+      << ".." << s.max_w << "\n";
+  }
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "bytes:       %.2f MB on disk, %.2f MB of records, %.2f MB of source files\n"
+                "compression: %.2fx (decoded RGB bytes / record bytes)\n",
+                mb(archive.FileBytes()), mb(s.payload), mb(m.source_bytes),
+                s.payload ? double(s.pixels) / double(s.payload) : 0.0);
+  o << buf;
+  o << "classes:     " << m.class_names.size() << "\n";
+  for (size_t c = 0; c < m.class_names.size(); ++c) {
+    o << "  " << c << "\t" << (c < m.class_counts.size() ? m.class_counts[c] : 0) << "\t"
+      << m.class_names[c] << "\n";
+  }
+  return o.str();
+}
+
+namespace {
+
+Status WriteWholeFile(const std::string& path, const uint8_t* data, size_t size) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::IOError(path, ": ", std::strerror(errno));
+  size_t off = 0;
+  while (off < size) {
+    ssize_t n = ::write(fd, data + off, size - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      return Status::IOError(path, ": ", std::strerror(err));
+    }
+    off += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) return Status::IOError(path, ": ", std::strerror(errno));
+  return Status::OK();
+}
+
+// Class names come from folder names or list labels; keep them usable as one path component.
+std::string SafeComponent(const std::string& name) {
+  std::string out = name;
+  for (char& c : out) {
+    if (c == '/' || c == 0) c = '_';
+  }
+  if (out.empty() || out == "." || out == "..") out = "_" + out;
+  return out;
+}
+
+}  // namespace
+
+Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !(fs::is_directory(dir, ec) && fs::is_empty(dir, ec))) {
+    return Status::InvalidArgument(dir, ": exists and is not an empty directory");
+  }
+  const format::Manifest& m = archive.manifest();
+  for (const std::string& name : m.class_names) {
+    fs::create_directories(fs::path(dir) / SafeComponent(name), ec);
+    if (ec) return Status::IOError(dir, "/", name, ": ", ec.message());
+  }
+  ZSTD_DCtx* dctx = ZSTD_createDCtx();
+  std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> guard(dctx, ZSTD_freeDCtx);
+  imaging::Image img;
+  const int digits = std::max<int>(8, static_cast<int>(std::to_string(archive.size()).size()));
+  for (uint64_t i = 0; i < archive.size(); ++i) {
+    format::RecordView r = archive.Get(i);
+    SF_RETURN_IF_ERROR(archive.VerifyRecord(i));
+    const format::IndexEntry& e = *r.entry;
+    const bool jpeg = static_cast<Encoding>(e.encoding) == Encoding::kJpeg;
+    std::string name = std::to_string(i);
+    name = std::string(static_cast<size_t>(std::max<int>(0, digits - int(name.size()))), '0') +
+           name + (jpeg ? ".jpg" : ".png");
+    std::string path = (fs::path(dir) / SafeComponent(m.class_names[e.label]) / name).string();
+    if (jpeg) {
+      SF_RETURN_IF_ERROR(WriteWholeFile(path, r.data, r.size));
+      continue;
+    }
+    img.Resize(e.width, e.height, 3);
+    if (static_cast<Encoding>(e.encoding) == Encoding::kRaw) {
+      if (r.size != img.pixels.size()) return Status::Corrupt(archive.path(), ": sample ", i, ": raw size mismatch");
+      std::memcpy(img.pixels.data(), r.data, r.size);
+    } else {
+      size_t n = ZSTD_decompressDCtx(dctx, img.pixels.data(), img.pixels.size(), r.data, r.size);
+      if (ZSTD_isError(n) || n != img.pixels.size()) {
+        return Status::Corrupt(archive.path(), ": sample ", i, ": zstd payload does not decompress");
+      }
+    }
+    SF_ASSIGN_OR_RETURN(std::vector<uint8_t> png, imaging::EncodePng(img));
+    SF_RETURN_IF_ERROR(WriteWholeFile(path, png.data(), png.size()));
+  }
+  return archive.size();
+}
+
+}  // namespace shardfeed::converter

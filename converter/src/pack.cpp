@@ -1,0 +1,337 @@
+// The parallel, ordered packer: workers prepare records out of order inside a bounded window;
+// the calling thread appends them strictly in source order, so the archive does not depend on
+// the worker count or on scheduling.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "shardfeed/converter/pack.h"
+
+namespace shardfeed::converter {
+namespace {
+
+using format::Encoding;
+using format::IndexEntry;
+
+// Reads a whole regular file. Refuses FIFOs/devices (they could block or never end).
+Status ReadFile(const std::string& path, std::vector<uint8_t>* out) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    int err = errno;
+    struct stat lst;
+    if (err == ENOENT && ::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)) {
+      return Status::IOError("unreadable: dangling symbolic link");
+    }
+    return Status::IOError("unreadable: ", std::strerror(err));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::IOError("not a regular file");
+  }
+  out->resize(static_cast<size_t>(st.st_size));
+  size_t got = 0;
+  while (got < out->size()) {
+    ssize_t n = ::read(fd, out->data() + got, out->size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      return Status::IOError("read failed: ", std::strerror(err));
+    }
+    if (n == 0) break;  // the file shrank while we read it
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  out->resize(got);
+  if (got == 0) return Status::Corrupt("empty file");
+  return Status::OK();
+}
+
+struct WorkerContext {
+  imaging::Decoder decoder;
+  imaging::Image image, resized;
+  ZSTD_CCtx* zstd = ZSTD_createCCtx();
+  ~WorkerContext() { ZSTD_freeCCtx(zstd); }
+};
+
+struct Prepared {
+  Status status;
+  IndexEntry entry{};
+  std::vector<uint8_t> payload;
+  uint64_t source_bytes = 0;
+};
+
+void PrepareRecord(WorkerContext& ctx, const SourceItem& item, const PackOptions& opt,
+                   Prepared* out) {
+  out->status = Status::OK();
+  out->payload.clear();
+  std::vector<uint8_t> file;
+  Status s = ReadFile(item.path, &file);
+  if (!s.ok()) {
+    out->status = s;
+    return;
+  }
+  out->source_bytes = file.size();
+  IndexEntry& e = out->entry;
+  e = IndexEntry{};
+  e.label = item.label;
+  e.encoding = static_cast<uint8_t>(opt.encoding);
+  e.orientation = 1;
+  const imaging::ImageFormat format = imaging::SniffFormat(file.data(), file.size());
+  if (format == imaging::ImageFormat::kUnknown) {
+    out->status = Status::Unsupported("not an image (unrecognised file signature)");
+    return;
+  }
+
+  if (opt.encoding == Encoding::kJpeg) {
+    if (format == imaging::ImageFormat::kJpeg) {
+      auto info = imaging::ProbeJpeg(file.data(), file.size(),
+                                     opt.validation != Validation::kNone, opt.limits);
+      if (!info.ok()) {
+        out->status = info.status();
+        return;
+      }
+      if (opt.validation == Validation::kFull) {
+        s = ctx.decoder.Decode(file.data(), file.size(), &ctx.image, opt.limits, /*strict=*/true);
+        if (!s.ok()) {
+          out->status = s;
+          return;
+        }
+      }
+      e.height = static_cast<uint16_t>(info->height);
+      e.width = static_cast<uint16_t>(info->width);
+      e.channels = static_cast<uint8_t>(info->components);
+      e.orientation = static_cast<uint8_t>(info->orientation);
+      e.flags = info->adobe ? format::kFlagAdobe : 0;
+      out->payload = std::move(file);
+      return;
+    }
+    // Not a JPEG: decode under the colour policy and encode once at the chosen quality.
+    s = ctx.decoder.Decode(file.data(), file.size(), &ctx.image, opt.limits, /*strict=*/true);
+    if (!s.ok()) {
+      out->status = s;
+      return;
+    }
+    auto jpeg = imaging::EncodeJpeg(ctx.image, opt.quality);
+    if (!jpeg.ok()) {
+      out->status = jpeg.status();
+      return;
+    }
+    e.height = static_cast<uint16_t>(ctx.image.height);
+    e.width = static_cast<uint16_t>(ctx.image.width);
+    e.channels = 3;
+    out->payload = std::move(*jpeg);
+    return;
+  }
+
+  s = DecodeForRecord(ctx.decoder, file.data(), file.size(), opt, &ctx.resized);
+  if (!s.ok()) {
+    out->status = s;
+    return;
+  }
+  const imaging::Image& img = ctx.resized;
+  if (img.width > 65535 || img.height > 65535) {
+    out->status = Status::Unsupported("image of ", img.width, "x", img.height,
+                                      " is too large for a raw record (pass --size)");
+    return;
+  }
+  e.height = static_cast<uint16_t>(img.height);
+  e.width = static_cast<uint16_t>(img.width);
+  e.channels = 3;
+  if (opt.encoding == Encoding::kRaw) {
+    out->payload = img.pixels;
+    return;
+  }
+  out->payload.resize(ZSTD_compressBound(img.pixels.size()));
+  size_t n = ZSTD_compressCCtx(ctx.zstd, out->payload.data(), out->payload.size(),
+                               img.pixels.data(), img.pixels.size(), opt.level);
+  if (ZSTD_isError(n)) {
+    out->status = Status::Internal("zstd: ", ZSTD_getErrorName(n));
+    return;
+  }
+  out->payload.resize(n);
+}
+
+}  // namespace
+
+Status DecodeForRecord(imaging::Decoder& decoder, const uint8_t* data, size_t size,
+                       const PackOptions& options, imaging::Image* out) {
+  if (options.size == 0) return decoder.Decode(data, size, out, options.limits, /*strict=*/true);
+  imaging::Image full;
+  SF_RETURN_IF_ERROR(
+      decoder.DecodeAtLeast(data, size, options.size, &full, options.limits, /*strict=*/true));
+  imaging::ResizeShortSide(full, options.size, options.center_crop, out);
+  return Status::OK();
+}
+
+void ShuffleItems(std::vector<SourceItem>* items, uint64_t seed) {
+  uint64_t state = seed;
+  auto next = [&state]() {  // splitmix64
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  for (size_t i = items->size(); i > 1; --i) {
+    size_t j = static_cast<size_t>(next() % i);
+    std::swap((*items)[i - 1], (*items)[j]);
+  }
+}
+
+Status Pack(const SourceList& source, const std::string& out, const PackOptions& options,
+            PackResult* result_out, const ProgressFn& progress) {
+  PackResult& result = *result_out;
+  result = PackResult();
+  result.output = out;
+  result.ignored = source.ignored;
+  if (options.encoding != Encoding::kJpeg && options.center_crop && options.size == 0) {
+    return Status::InvalidArgument("--crop center needs --size");
+  }
+  if (options.level < 1 || options.level > ZSTD_maxCLevel()) {
+    return Status::InvalidArgument("--level must be in 1..", ZSTD_maxCLevel());
+  }
+  if (options.quality < 1 || options.quality > 100) {
+    return Status::InvalidArgument("--quality must be in 1..100");
+  }
+  std::vector<SourceItem> items = source.items;
+  if (options.shuffle) ShuffleItems(&items, options.seed);
+
+  SF_ASSIGN_OR_RETURN(auto writer, format::ArchiveWriter::Create(out, options.writer));
+
+  PackStats& stats = result.stats;
+  stats.total = items.size();
+  const auto start = std::chrono::steady_clock::now();
+
+  int workers = options.workers > 0 ? options.workers
+                                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Window of prepared-but-unwritten records: bounds memory whatever the input order costs.
+  const size_t window = static_cast<size_t>(workers) * 16;
+  std::vector<Prepared> slots(window);
+  std::vector<char> ready(window, 0);
+  std::mutex mu;
+  std::condition_variable cv_ready, cv_space;
+  size_t next_claim = 0, next_write = 0;
+  bool stop = false;
+
+  auto work = [&]() {
+    WorkerContext ctx;
+    for (;;) {
+      size_t i;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv_space.wait(lock, [&] { return stop || next_claim < next_write + window; });
+        if (stop || next_claim >= items.size()) return;
+        i = next_claim++;
+      }
+      Prepared& slot = slots[i % window];
+      PrepareRecord(ctx, items[i], options, &slot);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ready[i % window] = 1;
+      }
+      cv_ready.notify_all();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < workers; ++t) threads.emplace_back(work);
+
+  Status failure;
+  auto last_progress = start;
+  for (size_t i = 0; i < items.size(); ++i) {
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv_ready.wait(lock, [&] { return ready[i % window] != 0; });
+    }
+    Prepared& slot = slots[i % window];
+    if (slot.status.ok()) {
+      Status s = writer->Append(slot.entry, slot.payload.data(), slot.payload.size());
+      if (!s.ok()) {
+        failure = s.WithContext(out);
+      } else {
+        ++stats.packed;
+        stats.source_bytes += slot.source_bytes;
+        stats.payload_bytes += slot.payload.size();
+      }
+    } else {
+      result.skipped.push_back({items[i].path, slot.status.message()});
+      if (options.strict) {
+        failure = Status(slot.status.code(), items[i].path + ": " + slot.status.message() +
+                                                 " (--strict: no archive written)");
+      }
+    }
+    ++stats.done;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ready[i % window] = 0;
+      ++next_write;
+      if (!failure.ok()) stop = true;
+    }
+    cv_space.notify_all();
+    if (!failure.ok()) break;
+    auto now = std::chrono::steady_clock::now();
+    if (progress && now - last_progress > std::chrono::milliseconds(100)) {
+      stats.seconds = std::chrono::duration<double>(now - start).count();
+      progress(stats);
+      last_progress = now;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stop = true;
+  }
+  cv_space.notify_all();
+  for (auto& t : threads) t.join();
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!failure.ok()) return failure;  // the writer's destructor removes the partial output
+  if (stats.packed == 0) {
+    return Status::InvalidArgument("no image could be packed (", result.skipped.size(),
+                                   " files skipped); no archive written");
+  }
+
+  format::Manifest manifest;
+  manifest.encoding = options.encoding;
+  manifest.class_names = source.class_names;
+  if (options.encoding != Encoding::kJpeg && options.size && options.center_crop) {
+    manifest.height = manifest.width = options.size;
+    manifest.channels = 3;
+  }
+  manifest.source_bytes = stats.source_bytes;
+  manifest.created_by = "shardfeed " SHARDFEED_VERSION;
+  manifest.options_json = options.options_json;
+  SF_RETURN_IF_ERROR(writer->Finish(std::move(manifest)));
+  if (progress) progress(stats);
+  return Status::OK();
+}
+
+std::string PackReportJson(const PackResult& result, const std::string& source) {
+  using nlohmann::json;
+  auto list = [](const std::vector<SkippedFile>& files) {
+    json a = json::array();
+    for (const auto& f : files) a.push_back({{"path", f.path}, {"reason", f.reason}});
+    return a;
+  };
+  json j = {{"source", source},
+            {"output", result.output},
+            {"total", result.stats.total},
+            {"packed", result.stats.packed},
+            {"skipped_count", result.skipped.size()},
+            {"skipped", list(result.skipped)},
+            {"ignored", list(result.ignored)},
+            {"source_bytes", result.stats.source_bytes},
+            {"payload_bytes", result.stats.payload_bytes},
+            {"seconds", result.stats.seconds}};
+  // File names need not be UTF-8: replace invalid bytes rather than fail to write the report.
+  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace shardfeed::converter

@@ -1,0 +1,194 @@
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "shardfeed/converter/pack.h"
+
+namespace shardfeed::converter {
+namespace {
+
+std::string Join(const std::string& a, const std::string& b) {
+  if (a.empty()) return b;
+  return a.back() == '/' ? a + b : a + "/" + b;
+}
+
+struct DirEntries {
+  std::vector<std::string> dirs, files, others;
+};
+
+// Lists a directory, following symlinks to classify entries. Dangling links count as files (the
+// packer then reports them as unreadable).
+Status ListDir(const std::string& dir, DirEntries* out) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return Status::IOError(dir, ": cannot list: ", std::strerror(errno));
+  errno = 0;
+  while (dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    std::string path = Join(dir, name);
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) {
+      out->files.push_back(name);  // dangling link or unreadable: reported when packing
+      continue;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      out->dirs.push_back(name);
+    } else if (S_ISREG(st.st_mode)) {
+      out->files.push_back(name);
+    } else {
+      out->others.push_back(name);
+    }
+  }
+  ::closedir(d);
+  std::sort(out->dirs.begin(), out->dirs.end());
+  std::sort(out->files.begin(), out->files.end());
+  std::sort(out->others.begin(), out->others.end());
+  return Status::OK();
+}
+
+struct Walker {
+  std::set<std::pair<dev_t, ino_t>> active;  // directories on the current path (cycle guard)
+  std::vector<std::pair<std::string, std::string>> found;  // (dir, name) of candidate files
+  std::vector<SkippedFile>* ignored;
+
+  Status Walk(const std::string& dir) {
+    struct stat st;
+    if (::stat(dir.c_str(), &st) != 0) {
+      ignored->push_back({dir, std::string("cannot read directory: ") + std::strerror(errno)});
+      return Status::OK();
+    }
+    auto key = std::make_pair(st.st_dev, st.st_ino);
+    if (active.count(key)) {
+      ignored->push_back({dir, "directory symlink cycle"});
+      return Status::OK();
+    }
+    active.insert(key);
+    DirEntries entries;
+    Status s = ListDir(dir, &entries);
+    if (!s.ok()) {
+      ignored->push_back({dir, s.message()});
+      active.erase(key);
+      return Status::OK();
+    }
+    for (const std::string& f : entries.files) {
+      if (f[0] == '.') {
+        ignored->push_back({Join(dir, f), "hidden file"});
+      } else {
+        found.emplace_back(dir, f);
+      }
+    }
+    for (const std::string& o : entries.others) {
+      found.emplace_back(dir, o);  // FIFOs, sockets, devices: reported as not regular files
+    }
+    for (const std::string& sub : entries.dirs) {
+      if (sub[0] == '.') {
+        ignored->push_back({Join(dir, sub), "hidden directory"});
+        continue;
+      }
+      SF_RETURN_IF_ERROR(Walk(Join(dir, sub)));
+    }
+    active.erase(key);
+    return Status::OK();
+  }
+};
+
+}  // namespace
+
+Result<SourceList> ScanImageFolder(const std::string& root) {
+  struct stat st;
+  if (::stat(root.c_str(), &st) != 0) {
+    return Status::NotFound(root, ": ", std::strerror(errno));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return Status::InvalidArgument(root, ": not a directory (an image folder with one "
+                                         "sub-folder per class, or use --list)");
+  }
+  SourceList list;
+  list.root = root;
+  DirEntries top;
+  SF_RETURN_IF_ERROR(ListDir(root, &top));
+  for (const std::string& f : top.files) {
+    list.ignored.push_back({Join(root, f), "not inside a class folder"});
+  }
+  for (const std::string& d : top.dirs) {
+    if (d[0] == '.') {
+      list.ignored.push_back({Join(root, d), "hidden directory"});
+      continue;
+    }
+    list.class_names.push_back(d);
+  }
+  if (list.class_names.empty()) {
+    return Status::InvalidArgument(root, ": no class folders (expected ROOT/<class>/<image>)");
+  }
+  for (size_t label = 0; label < list.class_names.size(); ++label) {
+    Walker walker;
+    walker.ignored = &list.ignored;
+    SF_RETURN_IF_ERROR(walker.Walk(Join(root, list.class_names[label])));
+    // torchvision: sorted(os.walk(...)) then sorted file names: by directory, then by name.
+    std::sort(walker.found.begin(), walker.found.end());
+    for (auto& [dir, name] : walker.found) {
+      list.items.push_back({Join(dir, name), static_cast<int32_t>(label)});
+    }
+  }
+  return list;
+}
+
+Result<SourceList> ReadListFile(const std::string& list_file, const std::string& root) {
+  std::ifstream in(list_file);
+  if (!in) return Status::NotFound(list_file, ": cannot open list file: ", std::strerror(errno));
+  SourceList list;
+  list.root = root;
+  std::string line;
+  int64_t max_label = -1;
+  size_t line_no = 0;
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument(list_file, ":", line_no, ": ", why);
+  };
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    size_t first = line.find_first_not_of(" \t");
+    if (first == std::string::npos || line[first] == '#') continue;
+    std::string path, label_text;
+    size_t tab1 = line.find('\t');
+    size_t tab2 = tab1 == std::string::npos ? tab1 : line.find('\t', tab1 + 1);
+    if (tab2 != std::string::npos) {
+      // MXNet .lst: index \t label [\t more labels] \t path; we take the first label.
+      size_t last_tab = line.rfind('\t');
+      path = line.substr(last_tab + 1);
+      label_text = line.substr(tab1 + 1, tab2 - tab1 - 1);
+    } else {
+      size_t end = line.find_last_not_of(" \t");
+      size_t sep = line.find_last_of(" \t", end);
+      if (sep == std::string::npos) return bad("expected \"path label\"");
+      label_text = line.substr(sep + 1, end - sep);
+      size_t path_end = line.find_last_not_of(" \t", sep);
+      if (path_end == std::string::npos) return bad("expected \"path label\"");
+      path = line.substr(first, path_end - first + 1);
+    }
+    char* parse_end = nullptr;
+    errno = 0;
+    double value = std::strtod(label_text.c_str(), &parse_end);
+    if (label_text.empty() || *parse_end != 0 || errno != 0 || value < 0 || value > 2e9 ||
+        value != static_cast<double>(static_cast<int64_t>(value))) {
+      return bad("label \"" + label_text + "\" is not a non-negative integer");
+    }
+    int64_t label = static_cast<int64_t>(value);
+    max_label = std::max(max_label, label);
+    if (path.empty()) return bad("empty path");
+    if (path[0] != '/') path = Join(root, path);
+    list.items.push_back({path, static_cast<int32_t>(label)});
+  }
+  if (in.bad()) return Status::IOError(list_file, ": read failed");
+  if (list.items.empty()) return Status::InvalidArgument(list_file, ": no entries");
+  for (int64_t i = 0; i <= max_label; ++i) list.class_names.push_back(std::to_string(i));
+  return list;
+}
+
+}  // namespace shardfeed::converter

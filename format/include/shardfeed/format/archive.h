@@ -1,0 +1,122 @@
+// Reading and writing shardfeed archives.
+//
+// An archive is a directory holding manifest.json and one or more shard files. Reading maps each
+// shard read-only and serves records as views into the map: no copy, no per-record syscall and no
+// library call after Open (so a handle opened before fork() keeps working in the child, and
+// threads never queue on a library lock).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardfeed/format/layout.h"
+#include "shardfeed/format/manifest.h"
+#include "shardfeed/format/status.h"
+
+namespace shardfeed::format {
+
+class ShardStore;  // one opened shard (backend-specific), see src/*_internal.h
+
+// A record: a pointer into the archive's mapping plus its index entry. `data` stays valid while
+// the Archive that produced it is alive (Archive is reference-counted; hold the shared_ptr).
+struct RecordView {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  const IndexEntry* entry = nullptr;
+};
+
+class Archive {
+ public:
+  // Opens `path` (an archive directory). Checks the manifest, every shard header and every
+  // shard's index checksum, and that every index entry points inside its chunk, so no later
+  // access can read outside the mapping. Payload checksums are checked by VerifyRecord().
+  static Result<std::shared_ptr<Archive>> Open(const std::string& path);
+  ~Archive();
+
+  const std::string& path() const { return path_; }
+  const Manifest& manifest() const { return manifest_; }
+  uint64_t size() const { return manifest_.sample_count; }
+
+  // O(1). `index` must be < size(); thread-safe (read-only).
+  RecordView Get(uint64_t index) const;
+  // Get() with a bounds check that names the archive.
+  Result<RecordView> At(uint64_t index) const;
+  int32_t Label(uint64_t index) const { return Get(index).entry->label; }
+
+  // Recomputes a record's XXH3 and compares it with the index. kChecksumMismatch names the sample.
+  Status VerifyRecord(uint64_t index) const;
+  // Recomputes a shard's content hash and compares it with the header and the manifest.
+  Status VerifyShard(size_t shard) const;
+
+  // Advises the kernel about the access pattern of every shard mapping (madvise).
+  enum class Access { kNormal, kSequential, kRandom, kWillNeed };
+  void Advise(Access access) const;
+  // Bytes of all shard files.
+  uint64_t FileBytes() const;
+
+ private:
+  Archive() = default;
+  std::string path_;
+  Manifest manifest_;
+  std::vector<std::unique_ptr<ShardStore>> shards_;
+  std::vector<uint64_t> shard_starts_;  // first_sample per shard, ascending
+  size_t FindShard(uint64_t index) const;
+};
+
+struct WriterOptions {
+  Backend backend = Backend::kLmdb;
+  uint64_t chunk_bytes = 1 << 20;  // a chunk closes once it holds at least this many bytes
+  uint64_t shard_bytes = 0;        // a shard closes once its payload reaches this; 0: one shard
+  bool overwrite = false;          // replace an existing archive at the path
+};
+
+// Writes an archive atomically: everything goes to "<path>.partial/", and Finish() renames it to
+// <path> only after the manifest is written and synced. Destroying the writer without Finish()
+// removes the partial directory. A partial directory left by a killed process is removed by the
+// next writer of the same path. Not thread-safe: one thread appends.
+class ArchiveWriter {
+ public:
+  static Result<std::unique_ptr<ArchiveWriter>> Create(const std::string& path,
+                                                       const WriterOptions& options);
+  ~ArchiveWriter();
+
+  // Appends one record. `entry` gives label, shape, encoding, orientation and flags; its
+  // checksum/chunk/offset/size fields are filled in here.
+  Status Append(IndexEntry entry, const uint8_t* data, size_t size);
+  // Closes the last shard, fills `manifest.shards`, sample counts and backend, writes
+  // manifest.json and renames the partial directory into place.
+  Status Finish(Manifest manifest);
+
+  uint64_t samples_written() const { return samples_; }
+  uint64_t bytes_written() const { return bytes_; }
+
+  class ShardSink;  // backend-specific, see src/*_internal.h
+
+ private:
+  ArchiveWriter() = default;
+  Status OpenShard();
+  Status FlushChunk();
+  Status CloseShard();
+
+  std::string path_, partial_path_;
+  WriterOptions options_;
+  std::unique_ptr<ShardSink> sink_;
+  std::vector<ShardInfo> shards_;
+  std::vector<uint64_t> class_counts_;
+  std::vector<uint8_t> chunk_;      // the chunk being filled
+  std::vector<IndexEntry> index_;   // the open shard's index
+  uint32_t chunk_count_ = 0;        // chunks flushed in the open shard
+  uint64_t shard_first_ = 0;        // global index of the open shard's first sample
+  struct HashState;
+  std::unique_ptr<HashState> hash_;  // the open shard's content hash
+  uint64_t samples_ = 0, bytes_ = 0, shard_payload_ = 0;
+  bool finished_ = false;
+  int lock_fd_ = -1;
+};
+
+// XXH3-64 of a byte range (seed 0): the record checksum.
+uint64_t RecordChecksum(const void* data, size_t size);
+
+}  // namespace shardfeed::format

@@ -1,0 +1,94 @@
+// The on-disk layout of a shardfeed archive, format version 1.
+//
+// This header and docs/FORMAT.md describe the same thing and change together. Every field is
+// little-endian with a fixed width; the static_asserts pin sizes and offsets so that a compiler
+// or a careless edit cannot move them. Writer and reader both include this file and nothing else
+// defines the layout.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace shardfeed::format {
+
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr std::string_view kManifestFileName = "manifest.json";
+inline constexpr std::string_view kFormatName = "shardfeed";
+
+// What a record's payload holds. Values are stored on disk: never renumber.
+enum class Encoding : uint8_t {
+  kJpeg = 1,  // a complete JPEG file (JFIF/EXIF/Adobe), bytes as given
+  kRaw = 2,   // height * width * channels uint8 pixels, HWC, RGB
+  kZstd = 3,  // a single zstd frame that decompresses to a kRaw payload
+};
+
+// Which container holds the shards. Values are stored in the manifest as strings.
+enum class Backend : uint8_t {
+  kLmdb = 1,
+  kHdf5 = 2,
+};
+
+std::string_view EncodingName(Encoding encoding);
+bool ParseEncoding(std::string_view name, Encoding* out);
+std::string_view BackendName(Backend backend);
+bool ParseBackend(std::string_view name, Backend* out);
+
+// One entry per sample, in sample order, stored as a packed array (the shard's "index").
+// Sample i of a shard is `chunk_payload(chunk) + offset`, `size` bytes: O(1), no search.
+struct IndexEntry {
+  uint64_t checksum;    // XXH3-64 (seed 0) of the payload bytes as stored
+  uint32_t chunk;       // chunk number within the shard
+  uint32_t offset;      // byte offset of the payload within the chunk
+  uint32_t size;        // payload size in bytes
+  int32_t label;        // class index (>= 0)
+  uint16_t height;      // pixel rows of the image as stored (JPEG: before orientation)
+  uint16_t width;       // pixel columns, likewise
+  uint8_t channels;     // raw/zstd: 3; JPEG: components in the file (1, 3 or 4)
+  uint8_t encoding;     // an Encoding value
+  uint8_t orientation;  // EXIF orientation 1..8 still to apply on decode (JPEG); 1 otherwise
+  uint8_t flags;        // bit 0: JPEG has an Adobe APP14 marker (inverted CMYK); others zero
+};
+static_assert(sizeof(IndexEntry) == 32, "IndexEntry is 32 bytes on disk");
+static_assert(offsetof(IndexEntry, chunk) == 8);
+static_assert(offsetof(IndexEntry, offset) == 12);
+static_assert(offsetof(IndexEntry, size) == 16);
+static_assert(offsetof(IndexEntry, label) == 20);
+static_assert(offsetof(IndexEntry, height) == 24);
+static_assert(offsetof(IndexEntry, width) == 26);
+static_assert(offsetof(IndexEntry, channels) == 28);
+static_assert(offsetof(IndexEntry, encoding) == 29);
+static_assert(offsetof(IndexEntry, orientation) == 30);
+static_assert(offsetof(IndexEntry, flags) == 31);
+
+inline constexpr uint8_t kFlagAdobe = 1;
+
+// One per shard, stored under the key "header" (LMDB) / as the dataset "header" (HDF5).
+struct ShardHeader {
+  char magic[8];            // "SFSHARD\0"
+  uint32_t format_version;  // kFormatVersion
+  uint32_t shard_number;    // position of this shard in the manifest
+  uint64_t first_sample;    // global index of this shard's sample 0
+  uint64_t sample_count;    // entries in the index
+  uint64_t chunk_count;     // chunks 0 .. chunk_count-1 exist
+  uint64_t index_checksum;  // XXH3-64 of the index bytes
+  uint64_t content_hash;    // XXH3-64 streamed over every chunk in order, then the index bytes
+  uint64_t reserved;        // zero
+};
+static_assert(sizeof(ShardHeader) == 64, "ShardHeader is 64 bytes on disk");
+static_assert(offsetof(ShardHeader, format_version) == 8);
+static_assert(offsetof(ShardHeader, first_sample) == 16);
+static_assert(offsetof(ShardHeader, index_checksum) == 40);
+static_assert(offsetof(ShardHeader, content_hash) == 48);
+
+inline constexpr char kShardMagic[8] = {'S', 'F', 'S', 'H', 'A', 'R', 'D', '\0'};
+
+// LMDB keys. Chunks sort before "header" and "index", so a writer appends in key order.
+inline constexpr char kLmdbChunkPrefix = 'c';  // 'c' + chunk number as 4 bytes big-endian
+inline constexpr std::string_view kLmdbHeaderKey = "header";
+inline constexpr std::string_view kLmdbIndexKey = "index";
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "shardfeed maps little-endian structs directly; big-endian hosts are unsupported");
+
+}  // namespace shardfeed::format

@@ -1,0 +1,47 @@
+// The manifest: one JSON file (manifest.json) that joins an archive's shards and describes them.
+// It is written last, so an archive without a manifest is never taken for a complete one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardfeed/format/layout.h"
+#include "shardfeed/format/status.h"
+
+namespace shardfeed::format {
+
+struct ShardInfo {
+  std::string file;           // path relative to the archive directory
+  uint64_t first_sample = 0;  // global index of the shard's first sample
+  uint64_t sample_count = 0;
+  uint64_t chunk_count = 0;
+  uint64_t payload_bytes = 0;  // sum of record payload sizes
+  uint64_t file_bytes = 0;     // size of the shard file on disk
+  uint64_t content_hash = 0;   // ShardHeader::content_hash, repeated here
+};
+
+struct Manifest {
+  uint32_t format_version = kFormatVersion;
+  Backend backend = Backend::kLmdb;
+  Encoding encoding = Encoding::kJpeg;
+  uint64_t sample_count = 0;
+  std::vector<std::string> class_names;    // label i is class_names[i]
+  std::vector<uint64_t> class_counts;      // samples per label
+  // Fixed shape of every record's pixels (raw/zstd with --size and --crop), else all zero.
+  uint32_t height = 0, width = 0, channels = 0;
+  uint64_t source_bytes = 0;   // bytes of the source files that were packed
+  std::string created_by;      // "shardfeed <version>"
+  std::string created_at;      // UTC, ISO 8601
+  std::string options_json;    // the pack options as a JSON object (free-form, for humans)
+  std::vector<ShardInfo> shards;
+
+  std::string ToJson() const;
+  static Result<Manifest> FromJson(const std::string& text, const std::string& origin);
+};
+
+// Formats a 64-bit hash as 16 lowercase hex digits, and back.
+std::string HashToHex(uint64_t hash);
+bool HexToHash(const std::string& hex, uint64_t* out);
+
+}  // namespace shardfeed::format

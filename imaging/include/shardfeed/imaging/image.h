@@ -1,0 +1,121 @@
+// Image decoding, encoding and resampling shared by the converter and the reader.
+//
+// Colour policy (docs/FORMAT.md, "Pixels"): every decoded image ends as 8-bit RGB, HWC.
+//  - grayscale is replicated to three channels;
+//  - CMYK/YCCK JPEGs are converted naively (R = (255-C)(255-K)/255; Adobe files store inverted
+//    values and are handled as such), without ICC profiles;
+//  - palette images are expanded; 16-bit samples are reduced to 8 bits;
+//  - alpha is composited over white;
+//  - EXIF orientation (JPEG APP1) is applied, so pixels come out upright.
+// Limits: an image whose header announces more than Limits::max_pixels pixels is refused before
+// any pixel is decoded (decompression bombs).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardfeed/format/status.h"
+
+namespace shardfeed::imaging {
+
+enum class ImageFormat { kUnknown, kJpeg, kPng, kWebp, kBmp, kGif, kTiff, kStbOther, kHeif };
+
+const char* ImageFormatName(ImageFormat format);
+// Identifies a file by its first bytes (never by its name).
+ImageFormat SniffFormat(const uint8_t* data, size_t size);
+
+struct Limits {
+  uint64_t max_pixels = 178956970;  // the limit Pillow enforces with DecompressionBombError
+};
+
+// An 8-bit image, HWC. Owns its pixels; `pixels.size() == height * width * channels`.
+struct Image {
+  uint32_t width = 0, height = 0, channels = 3;
+  std::vector<uint8_t> pixels;
+  void Resize(uint32_t w, uint32_t h, uint32_t c = 3) {
+    width = w;
+    height = h;
+    channels = c;
+    pixels.resize(size_t{w} * h * c);
+  }
+};
+
+// What a JPEG's headers say, read without decoding any pixel.
+struct JpegInfo {
+  uint32_t width = 0, height = 0;  // as stored (before orientation)
+  int components = 0;              // 1, 3 or 4
+  int orientation = 1;             // EXIF orientation, 1..8
+  bool adobe = false;              // has an Adobe APP14 marker
+  bool progressive = false;
+  bool complete = false;           // an end-of-image marker follows the first scan
+};
+
+// Parses markers up to the first scan, then (if `check_end`) looks for the end-of-image marker in
+// the entropy-coded data. Fails with kCorrupt for a malformed or truncated file, kUnsupported for
+// 12-bit, lossless or DNL-height JPEGs, kResourceExhausted when the image exceeds `limits`.
+Result<JpegInfo> ProbeJpeg(const uint8_t* data, size_t size, bool check_end, const Limits& limits);
+
+// Reads `size` bytes of EXIF orientation from an APP1 payload ("Exif\0\0" + TIFF); 1 if absent.
+int ParseExifOrientation(const uint8_t* app1, size_t size);
+
+// A region of a JPEG to decode, in stored (pre-orientation) pixel coordinates, and the smallest
+// size the decoded region may have. The decoder picks the smallest DCT scale (n/8) whose output
+// still covers `min_width` x `min_height`, and decodes only the rows and iMCU columns it needs.
+struct JpegRegion {
+  uint32_t x = 0, y = 0, width = 0, height = 0;  // width/height 0: the whole image
+  uint32_t min_width = 0, min_height = 0;        // 0: full resolution
+};
+
+// A decoding context: owns libjpeg state and scratch buffers, reused across images.
+// Not thread-safe; give each worker its own.
+class Decoder {
+ public:
+  Decoder();
+  ~Decoder();
+  Decoder(const Decoder&) = delete;
+  Decoder& operator=(const Decoder&) = delete;
+
+  // Decodes any supported format to RGB, orientation applied. With `strict`, data the decoder
+  // had to guess at (a premature end, corrupt entropy data) is an error rather than a warning.
+  Status Decode(const uint8_t* data, size_t size, Image* out, const Limits& limits,
+                bool strict = false);
+  // As Decode, but a JPEG is decoded at the smallest DCT scale whose short side is still at
+  // least `min_short_side` (after orientation). Other formats decode at full size.
+  Status DecodeAtLeast(const uint8_t* data, size_t size, uint32_t min_short_side, Image* out,
+                       const Limits& limits, bool strict = false);
+  // Decodes a region of a JPEG to RGB without applying orientation (the caller maps
+  // coordinates). `out` holds exactly the region, at the chosen scale; `*scale_num` receives the
+  // numerator n of the n/8 scale used.
+  Status DecodeJpegRegion(const uint8_t* data, size_t size, const JpegRegion& region, Image* out,
+                          const Limits& limits, int* scale_num = nullptr, bool strict = false);
+
+ private:
+  struct JpegState;
+  std::unique_ptr<JpegState> jpeg_;
+  Status DecodeOther(ImageFormat format, const uint8_t* data, size_t size, Image* out,
+                     const Limits& limits);
+};
+
+// Encoders. JPEG uses 4:2:0 subsampling at `quality` (1..100); PNG is lossless RGB.
+Result<std::vector<uint8_t>> EncodeJpeg(const Image& image, int quality);
+Result<std::vector<uint8_t>> EncodePng(const Image& image);
+
+// Resampling. Downscaling uses area averaging (antialiased), upscaling bilinear. `src` and
+// `dst` are HWC with the same channel count; `src_stride` in bytes (0: tightly packed).
+void ResizeInto(const uint8_t* src, uint32_t src_w, uint32_t src_h, size_t src_stride,
+                uint32_t channels, uint8_t* dst, uint32_t dst_w, uint32_t dst_h,
+                size_t dst_stride = 0);
+// The size whose short side is `short_side`, keeping aspect (the long side rounds to nearest).
+void ShortSideSize(uint32_t w, uint32_t h, uint32_t short_side, uint32_t* out_w, uint32_t* out_h);
+// Resizes so the short side is `short_side`; then, with `center_crop`, crops the centre
+// `short_side` x `short_side`. The converter's definition of a resized record.
+void ResizeShortSide(const Image& src, uint32_t short_side, bool center_crop, Image* out);
+// Applies EXIF orientation 1..8 in place (via a scratch copy).
+void ApplyOrientation(Image* image, int orientation);
+// Mirrors left-right in place.
+void FlipHorizontal(uint8_t* pixels, uint32_t w, uint32_t h, uint32_t channels, size_t stride);
+
+}  // namespace shardfeed::imaging

@@ -1,0 +1,298 @@
+// Decoding with explicit per-thread contexts: libjpeg(-turbo) for JPEG (scaled and cropped
+// decoding), libpng's simplified API for PNG, libwebp for WebP, stb_image for BMP/GIF/TGA/PNM.
+#include <cstddef>
+#include <cstdio>
+// clang-format off
+#include <jpeglib.h>
+// clang-format on
+#include <png.h>
+#include <stb/stb_image.h>
+#include <webp/decode.h>
+
+#include <algorithm>
+#include <csetjmp>
+#include <cstring>
+
+#include "shardfeed/imaging/image.h"
+
+namespace shardfeed::imaging {
+
+const char* ImageFormatName(ImageFormat format) {
+  switch (format) {
+    case ImageFormat::kJpeg: return "JPEG";
+    case ImageFormat::kPng: return "PNG";
+    case ImageFormat::kWebp: return "WebP";
+    case ImageFormat::kBmp: return "BMP";
+    case ImageFormat::kGif: return "GIF";
+    case ImageFormat::kTiff: return "TIFF";
+    case ImageFormat::kHeif: return "HEIF";
+    case ImageFormat::kStbOther: return "TGA/PNM/PSD";
+    case ImageFormat::kUnknown: break;
+  }
+  return "unknown";
+}
+
+ImageFormat SniffFormat(const uint8_t* d, size_t n) {
+  if (n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF) return ImageFormat::kJpeg;
+  if (n >= 8 && std::memcmp(d, "\x89PNG\r\n\x1a\n", 8) == 0) return ImageFormat::kPng;
+  if (n >= 12 && std::memcmp(d, "RIFF", 4) == 0 && std::memcmp(d + 8, "WEBP", 4) == 0) {
+    return ImageFormat::kWebp;
+  }
+  if (n >= 2 && d[0] == 'B' && d[1] == 'M') return ImageFormat::kBmp;
+  if (n >= 6 && (std::memcmp(d, "GIF87a", 6) == 0 || std::memcmp(d, "GIF89a", 6) == 0)) {
+    return ImageFormat::kGif;
+  }
+  if (n >= 4 && (std::memcmp(d, "II*\0", 4) == 0 || std::memcmp(d, "MM\0*", 4) == 0)) {
+    return ImageFormat::kTiff;
+  }
+  if (n >= 12 && std::memcmp(d + 4, "ftyp", 4) == 0) return ImageFormat::kHeif;
+  if (n >= 4 && std::memcmp(d, "8BPS", 4) == 0) return ImageFormat::kStbOther;
+  if (n >= 3 && d[0] == 'P' && d[1] >= '1' && d[1] <= '6' &&
+      (d[2] == '\n' || d[2] == ' ' || d[2] == '\r' || d[2] == '\t')) {
+    return ImageFormat::kStbOther;
+  }
+  return ImageFormat::kUnknown;
+}
+
+namespace {
+
+struct ErrorMgr {
+  jpeg_error_mgr pub;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+  int warnings;
+};
+
+void OnError(j_common_ptr cinfo) {
+  auto* err = reinterpret_cast<ErrorMgr*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, err->message);
+  std::longjmp(err->jump, 1);
+}
+
+void OnMessage(j_common_ptr cinfo, int level) {
+  auto* err = reinterpret_cast<ErrorMgr*>(cinfo->err);
+  if (level < 0) {  // a warning: corrupt data that libjpeg worked around
+    if (err->warnings++ == 0) (*cinfo->err->format_message)(cinfo, err->message);
+  }
+}
+
+inline uint8_t Mul255(unsigned a, unsigned b) { return static_cast<uint8_t>((a * b + 127) / 255); }
+
+// Converts a CMYK row to RGB. Adobe files hold inverted values (255 = no ink).
+void CmykToRgb(const uint8_t* in, uint8_t* out, size_t pixels, bool inverted) {
+  for (size_t i = 0; i < pixels; ++i, in += 4, out += 3) {
+    unsigned c = in[0], m = in[1], y = in[2], k = in[3];
+    if (!inverted) c = 255 - c, m = 255 - m, y = 255 - y, k = 255 - k;
+    out[0] = Mul255(c, k);
+    out[1] = Mul255(m, k);
+    out[2] = Mul255(y, k);
+  }
+}
+
+void CompositeOverWhite(const uint8_t* rgba, size_t pixels, uint8_t* rgb) {
+  for (size_t i = 0; i < pixels; ++i, rgba += 4, rgb += 3) {
+    unsigned a = rgba[3];
+    for (int c = 0; c < 3; ++c) rgb[c] = static_cast<uint8_t>((rgba[c] * a + 255 * (255 - a) + 127) / 255);
+  }
+}
+
+Status CheckPixels(uint64_t w, uint64_t h, const Limits& limits) {
+  if (w == 0 || h == 0) return Status::Corrupt("image has zero size");
+  if (w * h > limits.max_pixels) {
+    return Status::ResourceExhausted("image of ", w, "x", h, " exceeds the limit of ",
+                                     limits.max_pixels, " pixels");
+  }
+  if (w > 65535 || h > 65535) {
+    return Status::Unsupported("image of ", w, "x", h, " has a side over 65535 pixels");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+struct Decoder::JpegState {
+  JpegState() {
+    cinfo.err = jpeg_std_error(&err.pub);
+    err.pub.error_exit = OnError;
+    err.pub.emit_message = OnMessage;
+    jpeg_create_decompress(&cinfo);
+  }
+  ~JpegState() { jpeg_destroy_decompress(&cinfo); }
+  jpeg_decompress_struct cinfo;
+  ErrorMgr err;
+  std::vector<uint8_t> row;  // one scanline as libjpeg writes it (RGB or CMYK)
+};
+
+Decoder::Decoder() : jpeg_(std::make_unique<JpegState>()) {}
+Decoder::~Decoder() = default;
+
+Status Decoder::DecodeJpegRegion(const uint8_t* data, size_t size, const JpegRegion& region,
+                                 Image* out, const Limits& limits, int* scale_num,
+                                 bool strict) {
+  JpegState& s = *jpeg_;
+  jpeg_decompress_struct& cinfo = s.cinfo;
+  s.err.warnings = 0;
+  s.err.message[0] = 0;
+  // Everything libjpeg may longjmp over is set up before setjmp, or is plain data.
+  if (setjmp(s.err.jump)) {
+    jpeg_abort_decompress(&cinfo);
+    return Status::Corrupt("JPEG decode failed: ", s.err.message);
+  }
+  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+  jpeg_read_header(&cinfo, TRUE);
+  const uint32_t iw = cinfo.image_width, ih = cinfo.image_height;
+  Status limit = CheckPixels(iw, ih, limits);
+  if (!limit.ok()) {
+    jpeg_abort_decompress(&cinfo);
+    return limit;
+  }
+  uint32_t rx = region.x, ry = region.y, rw = region.width, rh = region.height;
+  if (rw == 0 || rh == 0) rx = 0, ry = 0, rw = iw, rh = ih;
+  if (rx >= iw || ry >= ih || rw > iw - rx || rh > ih - ry) {
+    jpeg_abort_decompress(&cinfo);
+    return Status::InvalidArgument("region ", rw, "x", rh, "+", rx, "+", ry, " outside a ", iw,
+                                   "x", ih, " JPEG");
+  }
+  // Scales with SIMD IDCTs in libjpeg-turbo: 1/8, 2/8, 4/8, 8/8. Pick the smallest that covers.
+  int n = 8;
+  for (int cand : {1, 2, 4}) {
+    if ((uint64_t{rw} * cand + 7) / 8 >= region.min_width &&
+        (uint64_t{rh} * cand + 7) / 8 >= region.min_height && region.min_width + region.min_height > 0) {
+      n = cand;
+      break;
+    }
+  }
+  if (scale_num) *scale_num = n;
+  cinfo.scale_num = static_cast<unsigned>(n);
+  cinfo.scale_denom = 8;
+  const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+  cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+  const bool inverted = cinfo.saw_Adobe_marker;
+  jpeg_start_decompress(&cinfo);
+  const uint32_t ow = cinfo.output_width, oh = cinfo.output_height;
+  // The region at this scale, clamped to the scaled image.
+  uint32_t sx = static_cast<uint32_t>(uint64_t{rx} * n / 8);
+  uint32_t sy = static_cast<uint32_t>(uint64_t{ry} * n / 8);
+  uint32_t ex = std::min<uint32_t>(ow, static_cast<uint32_t>((uint64_t{rx + rw} * n + 7) / 8));
+  uint32_t ey = std::min<uint32_t>(oh, static_cast<uint32_t>((uint64_t{ry + rh} * n + 7) / 8));
+  uint32_t sw = std::max<uint32_t>(1, ex - sx), sh = std::max<uint32_t>(1, ey - sy);
+  uint32_t col0 = 0;
+  if (sw < ow) {
+    JDIMENSION xoff = sx, width = sw;
+    jpeg_crop_scanline(&cinfo, &xoff, &width);  // widens to iMCU boundaries
+    col0 = sx - xoff;
+  }
+  if (sy > 0) jpeg_skip_scanlines(&cinfo, sy);
+  const int comps = cinfo.output_components;
+  s.row.resize(size_t{cinfo.output_width} * comps);
+  out->Resize(sw, sh, 3);
+  for (uint32_t y = 0; y < sh; ++y) {
+    JSAMPROW rows[1] = {s.row.data()};
+    if (jpeg_read_scanlines(&cinfo, rows, 1) != 1) {
+      jpeg_abort_decompress(&cinfo);
+      return Status::Corrupt("JPEG decode stopped at row ", sy + y);
+    }
+    uint8_t* dst = out->pixels.data() + size_t{y} * sw * 3;
+    if (comps == 4) {
+      CmykToRgb(s.row.data() + size_t{col0} * 4, dst, sw, inverted);
+    } else {
+      std::memcpy(dst, s.row.data() + size_t{col0} * 3, size_t{sw} * 3);
+    }
+  }
+  if (sy + sh == oh && sw == ow) {
+    jpeg_finish_decompress(&cinfo);  // reads to the end-of-image marker: catches truncation
+  } else {
+    jpeg_abort_decompress(&cinfo);
+  }
+  if (strict && s.err.warnings > 0) {
+    return Status(StatusCode::kCorrupt, std::string("corrupt JPEG data: ") + s.err.message);
+  }
+  return Status::OK();
+}
+
+Status Decoder::DecodeAtLeast(const uint8_t* data, size_t size, uint32_t min_short_side,
+                              Image* out, const Limits& limits, bool strict) {
+  ImageFormat format = SniffFormat(data, size);
+  if (format != ImageFormat::kJpeg) return DecodeOther(format, data, size, out, limits);
+  SF_ASSIGN_OR_RETURN(JpegInfo info, ProbeJpeg(data, size, /*check_end=*/false, limits));
+  JpegRegion region;
+  if (min_short_side > 0) {
+    (info.width <= info.height ? region.min_width : region.min_height) = min_short_side;
+  }
+  SF_RETURN_IF_ERROR(DecodeJpegRegion(data, size, region, out, limits, nullptr, strict));
+  ApplyOrientation(out, info.orientation);
+  return Status::OK();
+}
+
+Status Decoder::Decode(const uint8_t* data, size_t size, Image* out, const Limits& limits,
+                       bool strict) {
+  return DecodeAtLeast(data, size, 0, out, limits, strict);
+}
+
+Status Decoder::DecodeOther(ImageFormat format, const uint8_t* data, size_t size, Image* out,
+                            const Limits& limits) {
+  switch (format) {
+    case ImageFormat::kPng: {
+      png_image img;
+      std::memset(&img, 0, sizeof(img));
+      img.version = PNG_IMAGE_VERSION;
+      if (!png_image_begin_read_from_memory(&img, data, size)) {
+        return Status::Corrupt("PNG header: ", img.message);
+      }
+      Status limit = CheckPixels(img.width, img.height, limits);
+      if (!limit.ok()) {
+        png_image_free(&img);
+        return limit;
+      }
+      img.format = PNG_FORMAT_RGB;
+      out->Resize(img.width, img.height, 3);
+      png_color white{255, 255, 255};
+      if (!png_image_finish_read(&img, &white, out->pixels.data(), 0, nullptr)) {
+        std::string msg = img.message;
+        png_image_free(&img);
+        return Status::Corrupt("PNG decode failed: ", msg);
+      }
+      return Status::OK();
+    }
+    case ImageFormat::kWebp: {
+      int w = 0, h = 0;
+      if (!WebPGetInfo(data, size, &w, &h)) return Status::Corrupt("WebP header unreadable");
+      SF_RETURN_IF_ERROR(CheckPixels(static_cast<uint64_t>(w), static_cast<uint64_t>(h), limits));
+      std::vector<uint8_t> rgba(size_t(w) * h * 4);
+      if (!WebPDecodeRGBAInto(data, size, rgba.data(), rgba.size(), w * 4)) {
+        return Status::Corrupt("WebP decode failed");
+      }
+      out->Resize(w, h, 3);
+      CompositeOverWhite(rgba.data(), size_t(w) * h, out->pixels.data());
+      return Status::OK();
+    }
+    case ImageFormat::kBmp:
+    case ImageFormat::kGif:
+    case ImageFormat::kStbOther: {
+      int w = 0, h = 0, comp = 0;
+      if (size > INT32_MAX) return Status::Unsupported("file too large");
+      if (!stbi_info_from_memory(data, static_cast<int>(size), &w, &h, &comp)) {
+        return Status::Corrupt(ImageFormatName(format), " header: ", stbi_failure_reason());
+      }
+      SF_RETURN_IF_ERROR(CheckPixels(static_cast<uint64_t>(w), static_cast<uint64_t>(h), limits));
+      uint8_t* rgba = stbi_load_from_memory(data, static_cast<int>(size), &w, &h, &comp, 4);
+      if (!rgba) {
+        return Status::Corrupt(ImageFormatName(format), " decode failed: ", stbi_failure_reason());
+      }
+      out->Resize(w, h, 3);
+      CompositeOverWhite(rgba, size_t(w) * h, out->pixels.data());
+      stbi_image_free(rgba);
+      return Status::OK();
+    }
+    case ImageFormat::kTiff:
+    case ImageFormat::kHeif:
+      return Status::Unsupported(ImageFormatName(format), " images are not supported");
+    case ImageFormat::kJpeg:
+      return Decode(data, size, out, limits);
+    case ImageFormat::kUnknown:
+      break;
+  }
+  return Status::Unsupported("not an image (unrecognised file signature)");
+}
+
+}  // namespace shardfeed::imaging

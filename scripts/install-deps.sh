@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs every dependency shardfeed needs on Debian 12 (bookworm), from Debian's archive only.
+# Idempotent: packages already present are left alone.
+set -euo pipefail
+PKGS=(
+  build-essential cmake ninja-build pkg-config
+  liblmdb-dev lmdb-utils            # LMDB container backend
+  libhdf5-dev hdf5-tools            # HDF5 container backend
+  libzstd-dev                       # per-record compression
+  libxxhash-dev                     # XXH3 record checksums
+  libjpeg62-turbo-dev libturbojpeg0-dev  # JPEG decode/encode (libjpeg-turbo)
+  libpng-dev libwebp-dev libstb-dev # other input formats
+  libopencv-imgproc-dev             # resizing (SIMD area/bilinear)
+  libboost-program-options-dev      # CLI
+  nlohmann-json3-dev                # manifest and reports
+  catch2                            # C++ tests
+  pybind11-dev python3-dev python3-numpy python3-pytest python3-torch python3-torchvision
+  python3-pil python3-lmdb python3-h5py  # Python module, its tests and baselines
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
