@@ -125,6 +125,16 @@ Result<std::unique_ptr<ShardStore>> OpenLmdbShard(const std::string& file) {
   rc = mdb_env_open(store->env_, file.c_str(), MDB_RDONLY | MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOTLS,
                     0);
   if (rc) return LmdbError(file, "open (is it an LMDB file?)", rc);
+  // A truncated file would SIGBUS on the first access past its end: check the size LMDB's meta
+  // page promises against the file before touching any page through the map.
+  MDB_envinfo info;
+  MDB_stat stat;
+  mdb_env_info(store->env_, &info);
+  mdb_env_stat(store->env_, &stat);
+  if ((uint64_t{info.me_last_pgno} + 1) * stat.ms_psize > store->file_bytes) {
+    return Status::Corrupt(file, ": truncated (LMDB pages up to ", info.me_last_pgno,
+                           " are promised, the file holds ", store->file_bytes, " bytes)");
+  }
   rc = mdb_txn_begin(store->env_, nullptr, MDB_RDONLY, &store->txn_);
   if (rc) return LmdbError(file, "txn_begin", rc);
   MDB_dbi dbi;

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs every test: the C++ (Catch2) and Python (pytest) suites through CTest, in a Release build
+# and again in an AddressSanitizer + UBSan build. Installs dependencies first if any is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+JOBS=$(nproc)
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSHARDFEED_TESTS=ON >/dev/null
+cmake --build build -j "$JOBS"
+(cd build && ctest --output-on-failure -j "$JOBS")
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDFEED_SANITIZE=ON \
+  -DSHARDFEED_TESTS=ON -DSHARDFEED_PYTHON=OFF >/dev/null
+cmake --build build-asan -j "$JOBS"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$JOBS" -L sanitized)

@@ -1,0 +1,135 @@
+"""The shardfeed commands as a user runs them: exit codes, reports, atomicity under kill -9."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+CLI = os.environ.get("SHARDFEED_CLI", "shardfeed")
+DATA = os.environ.get("SHARDFEED_TEST_DATA", "")
+GOOD = os.path.join(DATA, "good")
+BAD = os.path.join(DATA, "bad")
+
+
+def run(*args, check=None):
+    p = subprocess.run([CLI, *map(str, args)], capture_output=True, text=True)
+    if check is not None:
+        assert p.returncode == check, (p.returncode, p.stdout, p.stderr)
+    return p
+
+
+@pytest.fixture
+def mixed(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(os.path.join(GOOD, "dog"), src / "dog")
+    shutil.copytree(os.path.join(BAD, "broken"), src / "broken", symlinks=True)
+    return src
+
+
+def test_pack_verify_inspect_extract(tmp_path):
+    out = tmp_path / "a"
+    p = run("pack", GOOD, out, "--report", tmp_path / "r.json", check=0)
+    assert "packed 36 of 36" in p.stdout
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["packed"] == 36 and report["skipped"] == []
+    v = json.loads(run("verify", out, "--decode", "--json", check=0).stdout)
+    assert v["ok"] and v["checked"] == 36
+    info = json.loads(run("inspect", out, "--json", check=0).stdout)
+    assert info["samples"] == 36
+    assert [c["name"] for c in info["classes"]] == ["cat", "dog", "zebra"]
+    assert [c["count"] for c in info["classes"]] == [12, 12, 12]
+    assert info["encoding"] == "jpeg"
+    run("extract", out, tmp_path / "x", check=0)
+    assert sorted(os.listdir(tmp_path / "x")) == ["cat", "dog", "zebra"]
+    assert len(os.listdir(tmp_path / "x" / "dog")) == 12
+
+
+def test_report_names_every_bad_file(tmp_path, mixed):
+    out = tmp_path / "a"
+    p = run("pack", mixed, out, "--report", tmp_path / "r.json", check=0)
+    assert "9 skipped" in p.stdout
+    report = json.loads((tmp_path / "r.json").read_text())
+    skipped = {os.path.basename(s["path"]): s["reason"] for s in report["skipped"]}
+    assert set(skipped) == {"bomb.jpg", "dangling.jpg", "empty.jpg", "header_only.jpg",
+                            "html.jpeg", "not_an_image.jpg", "random.png", "truncated.jpg",
+                            "truncated.png"}
+    assert all(skipped.values())
+    assert json.loads(run("inspect", out, "--json", check=0).stdout)["samples"] == 12
+
+
+def test_strict_fails_and_leaves_no_archive(tmp_path, mixed):
+    out = tmp_path / "a"
+    p = run("pack", mixed, out, "--strict", "--report", tmp_path / "r.json")
+    assert p.returncode == 1
+    assert "bomb.jpg" in p.stderr
+    assert not out.exists() and not (tmp_path / "a.partial").exists()
+    assert json.loads((tmp_path / "r.json").read_text())["skipped"]
+
+
+def test_verify_fails_on_a_flipped_byte_and_names_the_sample(tmp_path):
+    out = tmp_path / "a"
+    run("pack", GOOD, out, "--encoding", "zstd", "--size", "32", check=0)
+    shard = out / "shard-00000.mdb"
+    data = bytearray(shard.read_bytes())
+    # The last chunk is written right before the header and index: flip a byte well inside the
+    # first page of record data (LMDB's first two pages are meta pages).
+    data[3 * 4096 + 100] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    p = run("verify", out, "--json")
+    assert p.returncode == 1
+    v = json.loads(p.stdout)
+    assert not v["ok"]
+    assert v["bad_samples"] or v["bad_shards"]
+    if v["bad_samples"]:
+        assert "checksum" in v["bad_samples"][0]["reason"]
+
+
+def test_wrong_arguments_are_usage_errors(tmp_path):
+    assert run("pack").returncode == 2
+    assert run("pack", GOOD, tmp_path / "a", "--encoding", "png").returncode == 2
+    assert run("pack", GOOD, tmp_path / "a", "--size", "64").returncode == 2  # jpeg + size
+    assert run("frobnicate").returncode == 2
+    p = run("verify", tmp_path / "missing")
+    assert p.returncode == 3 and "missing" in p.stderr
+    p = run("pack", tmp_path / "nope", tmp_path / "a")
+    assert p.returncode == 3 and "nope" in p.stderr
+    run("pack", GOOD, tmp_path / "a", check=0)
+    p = run("pack", GOOD, tmp_path / "a")
+    assert p.returncode == 2 and "--overwrite" in p.stderr
+    run("pack", GOOD, tmp_path / "a", "--overwrite", check=0)
+
+
+def test_kill_mid_pack_leaves_no_archive_and_rerun_works(tmp_path):
+    # Enough work that the pack is surely still running when it is killed.
+    src = tmp_path / "src"
+    for cls in ("cat", "dog", "zebra"):
+        os.makedirs(src / cls)
+        for i, name in enumerate(sorted(os.listdir(os.path.join(GOOD, cls)))):
+            if name.startswith("."):
+                continue
+            for k in range(25):
+                shutil.copy(os.path.join(GOOD, cls, name), src / cls / ("%02d_%s" % (k, name)))
+    out = tmp_path / "a"
+    args = [CLI, "pack", str(src), str(out), "--encoding", "zstd", "--level", "19",
+            "--workers", "1", "-q"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    partial = tmp_path / "a.partial"
+    deadline = time.time() + 60
+    while time.time() < deadline and not (partial / "shard-00000.mdb").exists():
+        time.sleep(0.01)
+    time.sleep(0.2)
+    assert proc.poll() is None, "pack finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not out.exists()
+    p = run("verify", out)
+    assert p.returncode != 0
+    # A rerun cleans up the partial output and succeeds.
+    p = subprocess.run(args, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert not partial.exists()
+    v = json.loads(run("verify", out, "--json", check=0).stdout)
+    assert v["ok"] and v["samples"] == 900

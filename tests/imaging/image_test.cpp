@@ -1,0 +1,199 @@
+#include "shardfeed/imaging/image.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "test_util.h"
+
+namespace shardfeed::imaging {
+namespace {
+
+using testing::ReadBytes;
+using testing::SampleDir;
+
+Image Gradient(uint32_t w, uint32_t h) {
+  Image img;
+  img.Resize(w, h);
+  for (uint32_t y = 0; y < h; ++y)
+    for (uint32_t x = 0; x < w; ++x) {
+      uint8_t* p = &img.pixels[(size_t{y} * w + x) * 3];
+      p[0] = static_cast<uint8_t>(x * 255 / (w - 1));
+      p[1] = static_cast<uint8_t>(y * 255 / (h - 1));
+      p[2] = static_cast<uint8_t>((x + y) % 256);
+    }
+  return img;
+}
+
+double MeanAbsDiff(const Image& a, const Image& b) {
+  REQUIRE(a.pixels.size() == b.pixels.size());
+  double sum = 0;
+  for (size_t i = 0; i < a.pixels.size(); ++i) sum += std::abs(int(a.pixels[i]) - int(b.pixels[i]));
+  return sum / a.pixels.size();
+}
+
+TEST_CASE("PNG encode/decode is lossless") {
+  Image img = Gradient(37, 23);
+  auto png = EncodePng(img);
+  REQUIRE(png.ok());
+  Decoder d;
+  Image back;
+  REQUIRE(d.Decode(png->data(), png->size(), &back, {}).ok());
+  CHECK(back.width == 37);
+  CHECK(back.height == 23);
+  CHECK(back.pixels == img.pixels);
+}
+
+TEST_CASE("JPEG probe reads dimensions, components, orientation and completeness") {
+  auto gray = ReadBytes(SampleDir() + "/cat/cat_002.jpg");
+  auto info = ProbeJpeg(gray.data(), gray.size(), true, {});
+  REQUIRE(info.ok());
+  CHECK(info->components == 1);
+  CHECK(info->complete);
+  auto cmyk = ReadBytes(SampleDir() + "/cat/cat_003.jpg");
+  info = ProbeJpeg(cmyk.data(), cmyk.size(), true, {});
+  REQUIRE(info.ok());
+  CHECK(info->components == 4);
+  CHECK(info->adobe);
+  auto rotated = ReadBytes(SampleDir() + "/cat/cat_004.jpeg");
+  info = ProbeJpeg(rotated.data(), rotated.size(), true, {});
+  REQUIRE(info.ok());
+  CHECK(info->orientation == 6);
+  auto progressive = ReadBytes(SampleDir() + "/cat/cat_001.jpg");
+  info = ProbeJpeg(progressive.data(), progressive.size(), true, {});
+  REQUIRE(info.ok());
+  CHECK(info->progressive);
+
+  std::vector<uint8_t> cut(rotated.begin(), rotated.begin() + rotated.size() * 2 / 3);
+  auto truncated = ProbeJpeg(cut.data(), cut.size(), true, {});
+  CHECK(truncated.status().code() == StatusCode::kCorrupt);
+  CHECK(truncated.status().message().find("truncated") != std::string::npos);
+  Limits tiny;
+  tiny.max_pixels = 100;
+  CHECK(ProbeJpeg(gray.data(), gray.size(), true, tiny).status().code() ==
+        StatusCode::kResourceExhausted);
+}
+
+TEST_CASE("every input kind decodes to upright RGB under the colour policy") {
+  Decoder d;
+  Image img;
+  SECTION("grayscale JPEG gives three equal channels") {
+    auto bytes = ReadBytes(SampleDir() + "/cat/cat_002.jpg");
+    REQUIRE(d.Decode(bytes.data(), bytes.size(), &img, {}).ok());
+    for (size_t i = 0; i < img.pixels.size(); i += 3) {
+      REQUIRE(img.pixels[i] == img.pixels[i + 1]);
+      REQUIRE(img.pixels[i] == img.pixels[i + 2]);
+    }
+  }
+  SECTION("EXIF orientation 6 swaps width and height") {
+    auto bytes = ReadBytes(SampleDir() + "/cat/cat_004.jpeg");
+    auto info = ProbeJpeg(bytes.data(), bytes.size(), true, {});
+    REQUIRE(d.Decode(bytes.data(), bytes.size(), &img, {}).ok());
+    CHECK(img.width == info->height);
+    CHECK(img.height == info->width);
+  }
+  SECTION("16-bit PNG is reduced to 8 bits, gray to RGB") {
+    auto bytes = ReadBytes(SampleDir() + "/cat/cat_008.png");
+    REQUIRE(d.Decode(bytes.data(), bytes.size(), &img, {}).ok());
+    CHECK(img.channels == 3);
+    for (size_t i = 0; i < img.pixels.size(); i += 3) REQUIRE(img.pixels[i] == img.pixels[i + 2]);
+  }
+  SECTION("alpha is composited over white") {
+    // cat_006.png: alpha ramps from 0 at the left edge to 255 at the right.
+    auto bytes = ReadBytes(SampleDir() + "/cat/cat_006.png");
+    REQUIRE(d.Decode(bytes.data(), bytes.size(), &img, {}).ok());
+    for (uint32_t y = 0; y < img.height; ++y) {
+      const uint8_t* p = &img.pixels[size_t{y} * img.width * 3];
+      REQUIRE((p[0] == 255 && p[1] == 255 && p[2] == 255));
+    }
+  }
+  SECTION("palette PNG, BMP, WebP and CMYK JPEG decode") {
+    for (const char* f : {"/cat/cat_007.png", "/cat/cat_009.bmp", "/cat/cat_010.webp",
+                          "/cat/cat_003.jpg", "/cat/cat_011.JPG"}) {
+      auto bytes = ReadBytes(SampleDir() + f);
+      Status s = d.Decode(bytes.data(), bytes.size(), &img, {});
+      INFO(f << ": " << s.ToString());
+      REQUIRE(s.ok());
+      CHECK(img.width >= 48);
+    }
+  }
+  SECTION("CMYK JPEG colours match the RGB image it was made from") {
+    // make_sample_data wrote cat_003 as image.convert("CMYK"); Pillow's own decode of the RGB
+    // original is not at hand, but CMYK->RGB of a converted photo must stay close to gray-free
+    // colour: check that the channels are not all equal (the inversion bug makes them ~black).
+    auto bytes = ReadBytes(SampleDir() + "/cat/cat_003.jpg");
+    REQUIRE(d.Decode(bytes.data(), bytes.size(), &img, {}).ok());
+    double mean = 0;
+    for (uint8_t v : img.pixels) mean += v;
+    mean /= img.pixels.size();
+    CHECK(mean > 60);   // an inverted conversion gives a near-black or near-white image
+    CHECK(mean < 200);
+  }
+}
+
+TEST_CASE("scaled and cropped JPEG decode stays close to full decode then crop") {
+  Decoder d;
+  Image img = Gradient(400, 300);
+  auto jpeg = EncodeJpeg(img, 95);
+  REQUIRE(jpeg.ok());
+  Image full;
+  REQUIRE(d.DecodeJpegRegion(jpeg->data(), jpeg->size(), {}, &full, {}).ok());
+  JpegRegion r;
+  r.x = 130;
+  r.y = 70;
+  r.width = 200;
+  r.height = 160;
+  // Full-resolution crop: identical pixels to cropping the full decode.
+  Image crop;
+  int scale = 0;
+  REQUIRE(d.DecodeJpegRegion(jpeg->data(), jpeg->size(), r, &crop, {}, &scale).ok());
+  CHECK(scale == 8);
+  REQUIRE(crop.width == 200);
+  REQUIRE(crop.height == 160);
+  Image want;
+  want.Resize(200, 160);
+  for (uint32_t y = 0; y < 160; ++y)
+    std::memcpy(&want.pixels[size_t{y} * 200 * 3], &full.pixels[(size_t{y + 70} * 400 + 130) * 3],
+                200 * 3);
+  CHECK(MeanAbsDiff(crop, want) < 1.0);
+  // Half-scale crop, resized to 64x64, against full crop resized to 64x64: bounded error.
+  r.min_width = 64;
+  r.min_height = 64;
+  Image half;
+  REQUIRE(d.DecodeJpegRegion(jpeg->data(), jpeg->size(), r, &half, {}, &scale).ok());
+  CHECK(scale < 8);
+  Image a, b;
+  a.Resize(64, 64);
+  b.Resize(64, 64);
+  ResizeInto(half.pixels.data(), half.width, half.height, 0, 3, a.pixels.data(), 64, 64);
+  ResizeInto(want.pixels.data(), 200, 160, 0, 3, b.pixels.data(), 64, 64);
+  CHECK(MeanAbsDiff(a, b) < 3.0);
+}
+
+TEST_CASE("orientation transforms compose to identity") {
+  Image img = Gradient(5, 3);
+  Image t = img;
+  ApplyOrientation(&t, 6);  // 90 cw
+  CHECK(t.width == 3);
+  ApplyOrientation(&t, 8);  // 90 ccw
+  CHECK(t.pixels == img.pixels);
+  ApplyOrientation(&t, 3);
+  ApplyOrientation(&t, 3);
+  CHECK(t.pixels == img.pixels);
+  ApplyOrientation(&t, 2);
+  FlipHorizontal(t.pixels.data(), t.width, t.height, 3, 0);
+  CHECK(t.pixels == img.pixels);
+}
+
+TEST_CASE("non-images and unsupported formats are named as such") {
+  Decoder d;
+  Image img;
+  std::string text = "hello, I am not an image at all";
+  Status s = d.Decode(reinterpret_cast<const uint8_t*>(text.data()), text.size(), &img, {});
+  CHECK(s.code() == StatusCode::kUnsupported);
+  CHECK(s.message().find("not an image") != std::string::npos);
+  const uint8_t tiff[] = {'I', 'I', '*', 0, 8, 0, 0, 0};
+  CHECK(d.Decode(tiff, sizeof(tiff), &img, {}).message().find("TIFF") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace shardfeed::imaging
