@@ -1,11 +1,144 @@
+// shardfeed bench: reads epochs as training would and reports throughput and the wait profile.
+#include <boost/program_options.hpp>
+#include <chrono>
 #include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
 
 #include "cli_internal.h"
+#include "shardfeed/format/archive.h"
+#include "shardfeed/reader/loader.h"
+
+namespace po = boost::program_options;
 
 namespace shardfeed::cli {
 
-int CmdBench(int, char**) {
-  return Fail(Status::Unsupported("bench: the reader is not built yet"));
+int CmdBench(int argc, char** argv) {
+  po::options_description desc("bench options");
+  std::string path, crop, layout, mode;
+  reader::LoaderOptions opt;
+  int epochs = 1;
+  double step_ms = 0;
+  desc.add_options()
+      ("archive", po::value(&path)->required(), "archive to read")
+      ("batch-size", po::value(&opt.batch_size)->default_value(64), "samples per batch")
+      ("workers", po::value(&opt.workers)->default_value(0), "decode workers (0: all cores)")
+      ("prefetch", po::value(&opt.prefetch)->default_value(4), "batches decoded ahead")
+      ("crop", po::value(&crop)->default_value("center"), "center | random | none")
+      ("size", po::value(&opt.transform.size)->default_value(224), "output side (0 with --crop none: the archive's shape)")
+      ("flip", po::bool_switch(&opt.transform.flip), "random horizontal flip")
+      ("layout", po::value(&layout)->default_value("nhwc"), "nhwc | nchw")
+      ("shuffle", po::value(&opt.shuffle)->default_value(true), "global shuffle each epoch")
+      ("seed", po::value(&opt.seed)->default_value(0), "shuffle/augmentation seed")
+      ("epochs", po::value(&epochs)->default_value(1), "epochs to read")
+      ("mode", po::value(&mode)->default_value("threads"), "threads | processes")
+      ("device", po::bool_switch(&opt.device), "copy batches to the CUDA device")
+      ("no-scaled-decode", "decode JPEGs at full size before cropping")
+      ("step-ms", po::value(&step_ms)->default_value(0), "simulated training step per batch (ms)")
+      ("json", "print one JSON object");
+  po::positional_options_description pos;
+  pos.add("archive", 1);
+  po::variables_map vm;
+  desc.add_options()("help,h", "show this help");
+  try {
+    po::store(po::command_line_parser(argc, argv).options(desc).positional(pos).run(), vm);
+    if (vm.count("help")) {
+      std::cout << "usage: shardfeed bench ARCHIVE [options]\n\n" << desc << "\n";
+      return 0;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::fprintf(stderr, "shardfeed: error: %s\n", e.what());
+    return 2;
+  }
+  if (crop == "center") opt.transform.crop = reader::Crop::kCenter;
+  else if (crop == "random") opt.transform.crop = reader::Crop::kRandom;
+  else if (crop == "none") opt.transform.crop = reader::Crop::kNone;
+  else return Fail(Status::InvalidArgument("--crop must be center, random or none"));
+  if (layout == "nhwc") opt.transform.layout = reader::Layout::kNHWC;
+  else if (layout == "nchw") opt.transform.layout = reader::Layout::kNCHW;
+  else return Fail(Status::InvalidArgument("--layout must be nhwc or nchw"));
+  if (mode == "threads") opt.mode = reader::WorkerMode::kThreads;
+  else if (mode == "processes") opt.mode = reader::WorkerMode::kProcesses;
+  else return Fail(Status::InvalidArgument("--mode must be threads or processes"));
+  opt.transform.scaled_decode = !vm.count("no-scaled-decode");
+  if (epochs < 1) return Fail(Status::InvalidArgument("--epochs must be at least 1"));
+
+  auto archive = format::Archive::Open(path);
+  if (!archive.ok()) return Fail(archive.status());
+  auto loader = reader::Loader::Create(*archive, opt);
+  if (!loader.ok()) return Fail(loader.status());
+  reader::Loader& l = **loader;
+  const bool json = vm.count("json") > 0;
+
+  nlohmann::json epochs_json = nlohmann::json::array();
+  double total_images = 0, total_seconds = 0, total_bytes = 0;
+  reader::EpochStats last;
+  for (int e = 0; e < epochs; ++e) {
+    if (Status s = l.StartEpoch(static_cast<uint64_t>(e)); !s.ok()) return Fail(s);
+    auto t0 = std::chrono::steady_clock::now();
+    double bytes = 0;
+    for (;;) {
+      auto batch = l.Next();
+      if (!batch.ok()) return Fail(batch.status());
+      if (!*batch) break;
+      bytes += static_cast<double>(batch->image_bytes());
+      if (l.on_device()) {
+        if (Status s = batch->Synchronize(); !s.ok()) return Fail(s);
+      }
+      if (step_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(step_ms));
+    }
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    reader::EpochStats st = l.Stats();
+    last = st;
+    total_images += st.images;
+    total_seconds += secs;
+    total_bytes += bytes;
+    epochs_json.push_back({{"epoch", e},
+                           {"images", st.images},
+                           {"seconds", secs},
+                           {"images_per_second", st.images / secs},
+                           {"wait_fraction", st.wait_fraction()},
+                           {"wait_seconds", st.wait_seconds},
+                           {"consumer_seconds", st.consumer_seconds},
+                           {"stage_seconds",
+                            {{"read", st.read}, {"decode", st.decode}, {"collate", st.collate},
+                             {"copy", st.copy}}}});
+    if (!json) {
+      std::printf(
+          "epoch %d: %llu images in %.2f s = %.0f images/s, %.1f MB/s out; consumer waited %.0f%% "
+          "of its time (%.2f s wait, %.2f s between batches); worker time: read %.2f s, decode "
+          "%.2f s, collate %.2f s, copy %.2f s\n",
+          e, static_cast<unsigned long long>(st.images), secs, st.images / secs, bytes / secs / 1e6,
+          100 * st.wait_fraction(), st.wait_seconds, st.consumer_seconds, st.read, st.decode,
+          st.collate, st.copy);
+    }
+  }
+  const double ips = total_images / total_seconds;
+  if (json) {
+    nlohmann::json j = {{"archive", path},
+                        {"images_per_second", ips},
+                        {"mb_per_second", total_bytes / total_seconds / 1e6},
+                        {"images", total_images},
+                        {"seconds", total_seconds},
+                        {"batch_size", opt.batch_size},
+                        {"workers", l.options().workers},
+                        {"crop", crop},
+                        {"size", l.out_height()},
+                        {"mode", mode},
+                        {"pinned", reader::PinKindName(l.pin_kind())},
+                        {"device", l.on_device()},
+                        {"epochs", epochs_json}};
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("read %.0f images in %.2f s: %.0f images/s (%s, batch %u, %d workers, %ux%u %s "
+                "crop, ring in %s memory%s)\n",
+                total_images, total_seconds, ips, path.c_str(), opt.batch_size, l.options().workers,
+                l.out_height(), l.out_width(), crop.c_str(), reader::PinKindName(l.pin_kind()),
+                l.on_device() ? ", copied to GPU" : "");
+  }
+  return 0;
 }
 
 }  // namespace shardfeed::cli

@@ -1,0 +1,78 @@
+// Page-locked host memory and the CUDA runtime, behind one small interface that also works in a
+// build without the CUDA Toolkit and on a machine without a GPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "shardfeed/format/status.h"
+
+namespace shardfeed::reader {
+
+// True when this build links the CUDA runtime and a device is usable.
+bool CudaAvailable();
+// Why CUDA is not used (empty when it is).
+std::string CudaUnavailableReason();
+
+// How a PinnedBuffer's memory was obtained.
+enum class PinKind {
+  kCudaHostAlloc,   // cudaHostAlloc: page-locked and registered with the driver
+  kCudaRegistered,  // memory we own (e.g. shared) registered with cudaHostRegister
+  kMlocked,         // no device: aligned memory locked with mlock
+  kPageable,        // mlock refused (RLIMIT_MEMLOCK): aligned, touched, but pageable
+};
+const char* PinKindName(PinKind kind);
+
+// A page-aligned host buffer, allocated and touched once (first-touch faults are paid at
+// construction, never per batch). Move-only; frees with the matching call.
+class PinnedBuffer {
+ public:
+  // Allocates `bytes` of page-locked memory: cudaHostAlloc with a device, else mlock'ed memory.
+  static Result<PinnedBuffer> Allocate(size_t bytes);
+  // Pins memory the caller owns (a shared mapping): cudaHostRegister with a device, else mlock.
+  static PinnedBuffer Adopt(void* data, size_t bytes);
+
+  PinnedBuffer() = default;
+  PinnedBuffer(PinnedBuffer&& other) noexcept { *this = std::move(other); }
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+  ~PinnedBuffer();
+
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  PinKind kind() const { return kind_; }
+
+ private:
+  void Release();
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  PinKind kind_ = PinKind::kPageable;
+  bool owned_ = true;
+};
+
+// A device buffer plus a stream and an event: one per ring slot. Only constructed when
+// CudaAvailable(). The copy of a batch runs on the slot's stream; the event marks its end.
+class DeviceSlot {
+ public:
+  static Result<std::unique_ptr<DeviceSlot>> Create(size_t bytes);
+  ~DeviceSlot();
+  // Starts an asynchronous host-to-device copy of [src, src + bytes) and records the event.
+  Status CopyAsync(const void* src, size_t bytes);
+  // Blocks until the copy is done.
+  Status Synchronize();
+  // Makes `stream` (a cudaStream_t, nullptr = legacy default) wait for the copy, without
+  // blocking the host.
+  Status StreamWait(void* stream);
+  void* device_data() const { return device_; }
+  void* stream() const { return stream_; }
+  void* event() const { return event_; }
+
+ private:
+  DeviceSlot() = default;
+  void* device_ = nullptr;
+  void* stream_ = nullptr;
+  void* event_ = nullptr;
+};
+
+}  // namespace shardfeed::reader

@@ -1,0 +1,85 @@
+// Turning one record into one fixed-shape uint8 image in a batch slot: decode (JPEG, with DCT
+// scaling and cropped decoding), decompress (zstd) or read (raw) straight from the mapping, crop,
+// resize, flip, lay out. One SampleDecoder per worker: it owns its decoder contexts and scratch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "shardfeed/format/archive.h"
+#include "shardfeed/format/status.h"
+#include "shardfeed/imaging/image.h"
+
+namespace shardfeed::reader {
+
+enum class Crop {
+  kNone,    // the whole image, resized to size x size (or copied, for fixed-shape archives)
+  kCenter,  // evaluation: the centre square of side center_ratio * short side, resized
+  kRandom,  // training: torchvision's RandomResizedCrop(scale, ratio), seeded per sample
+};
+enum class Layout { kNHWC, kNCHW };
+
+struct TransformOptions {
+  Crop crop = Crop::kCenter;
+  uint32_t size = 224;  // output side; 0 with Crop::kNone: the archive's fixed shape
+  bool flip = false;    // random horizontal flip (p = 0.5), seeded per sample
+  Layout layout = Layout::kNHWC;
+  double center_ratio = 224.0 / 256.0;
+  double scale_min = 0.08, scale_max = 1.0;            // RandomResizedCrop scale
+  double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;  // RandomResizedCrop aspect ratio
+  bool scaled_decode = true;  // let libjpeg-turbo decode at 1/2, 1/4, 1/8 when it suffices
+  bool verify_checksums = false;  // check each record's XXH3 before decoding it
+};
+
+// A crop rectangle in displayed (upright) pixel coordinates.
+struct CropRect {
+  uint32_t x = 0, y = 0, width = 0, height = 0;
+};
+
+// torchvision's RandomResizedCrop.get_params, with our generator.
+CropRect RandomResizedCropRect(uint32_t width, uint32_t height, const TransformOptions& options,
+                               uint64_t seed);
+CropRect CenterCropRect(uint32_t width, uint32_t height, double ratio);
+
+struct StageTimes {
+  double read = 0;     // record lookup in the map (and checksum, if enabled)
+  double decode = 0;   // entropy decode / decompress / read from the map
+  double resize = 0;   // crop, resize, flip and layout into the slot
+};
+
+class SampleDecoder {
+ public:
+  SampleDecoder(std::shared_ptr<const format::Archive> archive, const TransformOptions& options);
+  ~SampleDecoder();
+
+  // Output geometry: height x width x 3 bytes per sample.
+  uint32_t out_height() const { return out_h_; }
+  uint32_t out_width() const { return out_w_; }
+  size_t sample_bytes() const { return size_t{out_h_} * out_w_ * 3; }
+
+  // Decodes sample `index` into `dst` (sample_bytes() bytes, in the configured layout).
+  // `seed` drives the random crop and flip. Errors name the archive and the sample.
+  Status DecodeInto(uint64_t index, uint64_t seed, uint8_t* dst, StageTimes* times);
+
+  // Resolves output geometry from options and the archive; fails for impossible combinations.
+  static Status OutputShape(const format::Archive& archive, const TransformOptions& options,
+                            uint32_t* height, uint32_t* width);
+
+ private:
+  Status DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst, StageTimes* times);
+  void Finish(const uint8_t* src, uint32_t w, uint32_t h, size_t stride, bool flip, uint8_t* dst,
+              StageTimes* times);
+
+  std::shared_ptr<const format::Archive> archive_;
+  TransformOptions options_;
+  uint32_t out_h_ = 0, out_w_ = 0;
+  imaging::Decoder decoder_;
+  imaging::Image image_;          // decoded region / whole image
+  std::vector<uint8_t> pixels_;   // decompressed zstd record
+  std::vector<uint8_t> planar_;   // HWC staging for NCHW output
+  struct Zstd;
+  std::unique_ptr<Zstd> zstd_;
+};
+
+}  // namespace shardfeed::reader

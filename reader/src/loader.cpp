@@ -1,0 +1,384 @@
+// The batch ring. Work is handed out one sample at a time, in epoch order, so all workers help
+// with the oldest unfinished batch; a batch claims a free slot when its first sample is handed
+// out, and the ring's size is the only bound on how far workers run ahead (back-pressure).
+#include "shardfeed/reader/loader.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "loader_internal.h"
+
+namespace shardfeed::reader {
+
+using Clock = std::chrono::steady_clock;
+
+static double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+size_t Batch::image_bytes() const {
+  size_t n = 1;
+  for (int64_t d : shape_) n *= static_cast<size_t>(d);
+  return n;
+}
+
+const void* Batch::device_images() const { return device_ ? device_->device_data() : nullptr; }
+
+const int64_t* Batch::device_labels() const {
+  return device_ ? reinterpret_cast<const int64_t*>(static_cast<const uint8_t*>(device_->device_data()) +
+                                                    device_label_offset_)
+                 : nullptr;
+}
+
+Status Batch::Wait(void* stream) const {
+  if (!device_) return Status::InvalidArgument("batch is not on a device");
+  return device_->StreamWait(stream);
+}
+
+Status Batch::Synchronize() const {
+  if (!device_) return Status::OK();
+  return device_->Synchronize();
+}
+
+// ---- Impl --------------------------------------------------------------------------------
+
+void Loader::Impl::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (stopping) return;
+    stopping = true;
+  }
+  cv_work.notify_all();
+  cv_ready.notify_all();
+  StopWorkers();
+}
+
+bool Loader::Impl::Claim(Task* task) {
+  std::unique_lock<std::mutex> lock(mu);
+  for (;;) {
+    if (stopping) return false;
+    if (next_task < order.size()) {
+      const uint64_t b = next_task / options.batch_size;
+      int s = batch_slot(b);
+      if (s < 0 && !free_slots.empty()) {
+        s = free_slots.back();
+        free_slots.pop_back();
+        Slot& slot = slots[s];
+        slot.batch = b;
+        slot.generation = generation;
+        slot.state = SlotState::kFilling;
+        const uint64_t first = b * options.batch_size;
+        slot.count = static_cast<uint32_t>(
+            std::min<uint64_t>(options.batch_size, order.size() - first));
+        slot.remaining = slot.count;
+        slot.skipped = 0;
+        slot.error = Status::OK();
+        filling[b % filling.size()] = s;
+      }
+      if (s >= 0) {
+        task->slot = s;
+        task->position = static_cast<uint32_t>(next_task % options.batch_size);
+        task->index = order[next_task];
+        task->seed = MixSeed(options.seed, epoch, task->index);
+        task->generation = generation;
+        ++next_task;
+        return true;
+      }
+    }
+    cv_work.wait(lock);
+  }
+}
+
+int Loader::Impl::batch_slot(uint64_t b) const {
+  int s = filling[b % filling.size()];
+  if (s >= 0 && slots[s].batch == b && slots[s].generation == generation &&
+      slots[s].state != SlotState::kFree) {
+    return s;
+  }
+  return -1;
+}
+
+void Loader::Impl::Complete(const Task& task, const Status& status, const StageTimes& times) {
+  Slot& slot = slots[task.slot];
+  int64_t* labels = SlotLabels(task.slot);
+  uint64_t* indices = SlotIndices(task.slot);
+  uint8_t* image = SlotImages(task.slot) + size_t{task.position} * sample_bytes;
+  indices[task.position] = task.index;
+  bool failed = !status.ok();
+  if (failed && options.skip_errors) {
+    std::memset(image, 0, sample_bytes);
+    labels[task.position] = -1;
+  } else {
+    labels[task.position] = archive->Label(task.index);
+  }
+  bool last;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stats.decode += times.decode;
+    stats.collate += times.resize;
+    stats.read += times.read;
+    if (failed) {
+      if (options.skip_errors) {
+        ++slot.skipped;
+      } else if (slot.error.ok()) {
+        slot.error = status;
+      }
+    }
+    last = --slot.remaining == 0;
+    if (last && slot.generation != generation) {  // an abandoned epoch's batch
+      slot.state = SlotState::kFree;
+      free_slots.push_back(task.slot);
+      cv_work.notify_all();
+      return;
+    }
+  }
+  if (!last) return;
+  Status copy_status;
+  if (device_slots.size() && slot.error.ok()) {
+    auto t = Clock::now();
+    copy_status = device_slots[task.slot]->CopyAsync(SlotImages(task.slot), slot_bytes);
+    std::lock_guard<std::mutex> lock(mu);
+    stats.copy += Seconds(Clock::now() - t);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!copy_status.ok() && slot.error.ok()) slot.error = copy_status;
+    slot.state = SlotState::kReady;
+  }
+  cv_ready.notify_all();
+}
+
+void Loader::Impl::ReleaseSlot(int s) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    slots[s].state = SlotState::kFree;
+    free_slots.push_back(s);
+  }
+  cv_work.notify_all();
+}
+
+void Loader::Impl::ThreadWorker() {
+  SampleDecoder decoder(archive, options.transform);
+  Task task;
+  while (Claim(&task)) {
+    StageTimes times;
+    uint8_t* dst = SlotImages(task.slot) + size_t{task.position} * sample_bytes;
+    Status s = decoder.DecodeInto(task.index, task.seed, dst, &times);
+    Complete(task, s, times);
+  }
+}
+
+// ---- Loader ------------------------------------------------------------------------------
+
+Loader::Loader(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Loader::~Loader() {
+  if (impl_) impl_->Shutdown();
+}
+
+Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Archive> archive,
+                                               const LoaderOptions& options) {
+  if (!archive) return Status::InvalidArgument("no archive");
+  if (options.batch_size == 0) return Status::InvalidArgument("batch size must be positive");
+  if (options.prefetch == 0) return Status::InvalidArgument("prefetch must be at least 1");
+  if (options.world_size == 0 || options.rank >= options.world_size) {
+    return Status::InvalidArgument("rank ", options.rank, " is not below world size ",
+                                   options.world_size);
+  }
+  if (options.device && !CudaAvailable()) {
+    return Status::Unsupported("device copies requested but CUDA is unavailable: ",
+                               CudaUnavailableReason());
+  }
+  auto impl = std::make_shared<Impl>();
+  impl->self = impl;
+  impl->archive = std::move(archive);
+  impl->options = options;
+  if (impl->options.workers <= 0) {
+    impl->options.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  SF_RETURN_IF_ERROR(
+      SampleDecoder::OutputShape(*impl->archive, options.transform, &impl->out_h, &impl->out_w));
+  SamplerOptions so;
+  so.shuffle = options.shuffle;
+  so.seed = options.seed;
+  so.drop_last = options.drop_last;
+  so.rank = options.rank;
+  so.world_size = options.world_size;
+  so.batch_size = options.batch_size;
+  impl->sampler = std::make_unique<Sampler>(impl->archive->size(), so);
+
+  // Slot layout: images, then labels (int64), then indices (uint64), each 64-byte aligned.
+  impl->sample_bytes = size_t{impl->out_h} * impl->out_w * 3;
+  const size_t b = options.batch_size;
+  auto align = [](size_t n) { return (n + 63) / 64 * 64; };
+  impl->labels_offset = align(impl->sample_bytes * b);
+  impl->indices_offset = impl->labels_offset + align(b * sizeof(int64_t));
+  impl->slot_bytes = impl->indices_offset + align(b * sizeof(uint64_t));
+  const size_t n_slots = options.prefetch;
+  impl->slots.resize(n_slots);
+  impl->filling.assign(n_slots, -1);
+  for (size_t i = 0; i < n_slots; ++i) impl->free_slots.push_back(static_cast<int>(n_slots - 1 - i));
+
+  if (options.mode == WorkerMode::kProcesses) {
+    SF_RETURN_IF_ERROR(impl->StartProcesses());
+  } else {
+    SF_ASSIGN_OR_RETURN(impl->ring, PinnedBuffer::Allocate(impl->slot_bytes * n_slots));
+    impl->ring_base = impl->ring.data();
+  }
+  if (options.device) {
+    for (size_t i = 0; i < n_slots; ++i) {
+      SF_ASSIGN_OR_RETURN(auto ds, DeviceSlot::Create(impl->slot_bytes));
+      impl->device_slots.push_back(std::move(ds));
+    }
+  }
+  if (options.mode == WorkerMode::kThreads) {
+    for (int w = 0; w < impl->options.workers; ++w) {
+      impl->threads.emplace_back([p = impl.get()] { p->ThreadWorker(); });
+    }
+  }
+  return std::unique_ptr<Loader>(new Loader(std::move(impl)));
+  // (Create's error paths drop `impl`, whose destructor stops anything started.)
+}
+
+Status Loader::StartEpoch(uint64_t epoch, uint64_t start_batch) {
+  Impl& p = *impl_;
+  if (start_batch > batches_per_epoch()) {
+    return Status::InvalidArgument("resume position ", start_batch, " is past the epoch's ",
+                                   batches_per_epoch(), " batches");
+  }
+  std::vector<uint64_t> order = p.sampler->EpochOrder(epoch);
+  {
+    std::lock_guard<std::mutex> lock(p.mu);
+    ++p.generation;
+    // Ready but undelivered batches of the old epoch go back to the ring; filling ones are freed
+    // by their last worker (they see the generation change); leased ones by their consumer.
+    for (size_t s = 0; s < p.slots.size(); ++s) {
+      if (p.slots[s].state == SlotState::kReady) {
+        p.slots[s].state = SlotState::kFree;
+        p.free_slots.push_back(static_cast<int>(s));
+      }
+    }
+    std::fill(p.filling.begin(), p.filling.end(), -1);
+    p.order = std::move(order);
+    p.epoch = epoch;
+    p.next_task = std::min<uint64_t>(p.order.size(), start_batch * p.options.batch_size);
+    p.next_deliver = start_batch;
+    p.batches = batches_per_epoch();
+    p.stats = EpochStats();
+    p.stats.epoch = epoch;
+    p.epoch_start = Clock::now();
+    p.last_return = Clock::time_point();
+    p.started = true;
+  }
+  p.cv_work.notify_all();
+  return Status::OK();
+}
+
+Result<Batch> Loader::Next() {
+  Impl& p = *impl_;
+  auto enter = Clock::now();
+  std::unique_lock<std::mutex> lock(p.mu);
+  if (!p.started) {
+    lock.unlock();
+    SF_RETURN_IF_ERROR(StartEpoch(0));
+    lock.lock();
+  }
+  if (p.last_return != Clock::time_point()) {
+    p.stats.consumer_seconds += Seconds(enter - p.last_return);
+  }
+  if (!p.fatal.ok()) return p.fatal;
+  if (p.next_deliver >= p.batches) {
+    p.last_return = Clock::time_point();
+    return Batch();
+  }
+  const uint64_t b = p.next_deliver;
+  int s = -1;
+  bool starved = false;
+  p.cv_ready.wait(lock, [&] {
+    if (p.stopping || !p.fatal.ok()) return true;
+    s = p.batch_slot(b);
+    if (s >= 0 && p.slots[s].state == SlotState::kReady) return true;
+    starved = s < 0 && std::all_of(p.slots.begin(), p.slots.end(), [](const Impl::Slot& x) {
+                return x.state == SlotState::kLeased;
+              });
+    return starved;
+  });
+  if (!p.fatal.ok()) return p.fatal;
+  if (starved) {
+    return Status::ResourceExhausted("all ", p.slots.size(),
+                                     " prefetch slots are held by the consumer: release batches "
+                                     "(or raise prefetch) before asking for more");
+  }
+  if (p.stopping) return Status::Cancelled("loader is shutting down");
+  Impl::Slot& slot = p.slots[s];
+  slot.state = SlotState::kLeased;
+  ++p.next_deliver;
+  auto now = Clock::now();
+  p.stats.wait_seconds += Seconds(now - enter);
+  p.stats.seconds = Seconds(now - p.epoch_start);
+  p.last_return = now;
+  if (!slot.error.ok()) {
+    Status err = slot.error;
+    lock.unlock();
+    p.ReleaseSlot(s);
+    return err;
+  }
+  ++p.stats.batches;
+  p.stats.images += slot.count;
+  p.stats.skipped += slot.skipped;
+
+  Batch batch;
+  batch.images_ = p.SlotImages(s);
+  batch.labels_ = p.SlotLabels(s);
+  batch.indices_ = p.SlotIndices(s);
+  batch.size_ = slot.count;
+  batch.skipped_ = slot.skipped;
+  batch.epoch_ = p.epoch;
+  batch.number_ = b;
+  const int64_t n = slot.count, h = p.out_h, w = p.out_w;
+  batch.shape_ = p.options.transform.layout == Layout::kNCHW ? std::vector<int64_t>{n, 3, h, w}
+                                                              : std::vector<int64_t>{n, h, w, 3};
+  if (!p.device_slots.empty()) {
+    batch.device_ = p.device_slots[s].get();
+    batch.device_label_offset_ = p.labels_offset;
+  }
+  lock.unlock();
+  // The lease: a token whose deleter returns the slot. Impl outlives leases only if the
+  // consumer drops them first; Loader's destructor waits for none (see Impl::Shutdown).
+  std::shared_ptr<Impl> keep = p.self.lock();
+  batch.lease_ = std::shared_ptr<void>(reinterpret_cast<void*>(static_cast<intptr_t>(s + 1)),
+                                       [keep](void* token) {
+                                         int slot_index = static_cast<int>(reinterpret_cast<intptr_t>(token)) - 1;
+                                         if (keep) keep->ReleaseSlot(slot_index);
+                                       });
+  return batch;
+}
+
+LoaderState Loader::State() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return LoaderState{impl_->epoch, impl_->next_deliver, impl_->options.seed};
+}
+
+EpochStats Loader::Stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+uint64_t Loader::batches_per_epoch() const { return impl_->sampler->batches_per_epoch(); }
+uint64_t Loader::samples_per_epoch() const {
+  const auto& o = impl_->options;
+  return o.drop_last ? batches_per_epoch() * o.batch_size : impl_->sampler->samples_per_rank();
+}
+const LoaderOptions& Loader::options() const { return impl_->options; }
+uint32_t Loader::out_height() const { return impl_->out_h; }
+uint32_t Loader::out_width() const { return impl_->out_w; }
+PinKind Loader::pin_kind() const { return impl_->ring.kind(); }
+bool Loader::on_device() const { return !impl_->device_slots.empty(); }
+std::vector<int> Loader::worker_pids() const {
+  std::vector<int> pids;
+  for (const auto& c : impl_->children) pids.push_back(c.pid);
+  return pids;
+}
+
+}  // namespace shardfeed::reader

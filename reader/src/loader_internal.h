@@ -1,0 +1,87 @@
+// Loader internals shared by the thread and process worker implementations.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "shardfeed/reader/loader.h"
+
+namespace shardfeed::reader {
+
+enum class SlotState { kFree, kFilling, kReady, kLeased };
+
+struct Task {
+  int slot = -1;
+  uint32_t position = 0;  // within the batch
+  uint64_t index = 0;     // archive sample index
+  uint64_t seed = 0;      // augmentation seed
+  uint64_t generation = 0;
+};
+
+struct Loader::Impl {
+  struct Slot {
+    SlotState state = SlotState::kFree;
+    uint64_t batch = 0;
+    uint64_t generation = 0;
+    uint32_t count = 0, remaining = 0, skipped = 0;
+    Status error;
+  };
+
+  ~Impl();
+  void Shutdown();
+  bool Claim(Task* task);
+  void Complete(const Task& task, const Status& status, const StageTimes& times);
+  void ReleaseSlot(int slot);
+  int batch_slot(uint64_t batch) const;  // slot filling or holding `batch`, or -1 (mu held)
+  void ThreadWorker();
+  Status StartProcesses();
+  void StopWorkers();
+
+  uint8_t* SlotBase(int s) const { return ring_base + size_t(s) * slot_bytes; }
+  uint8_t* SlotImages(int s) const { return SlotBase(s); }
+  int64_t* SlotLabels(int s) const { return reinterpret_cast<int64_t*>(SlotBase(s) + labels_offset); }
+  uint64_t* SlotIndices(int s) const { return reinterpret_cast<uint64_t*>(SlotBase(s) + indices_offset); }
+
+  std::weak_ptr<Impl> self;
+  std::shared_ptr<const format::Archive> archive;
+  LoaderOptions options;
+  std::unique_ptr<Sampler> sampler;
+  uint32_t out_h = 0, out_w = 0;
+  size_t sample_bytes = 0, slot_bytes = 0, labels_offset = 0, indices_offset = 0;
+
+  PinnedBuffer ring;          // thread mode: the ring; process mode: adopts the shared mapping
+  uint8_t* ring_base = nullptr;
+  std::vector<std::unique_ptr<DeviceSlot>> device_slots;
+  std::vector<std::thread> threads;  // workers (thread mode) or dispatchers (process mode)
+
+  // Process mode.
+  struct Child {
+    pid_t pid = -1;
+    int task_fd = -1, result_fd = -1;
+  };
+  std::vector<Child> children;
+  void* shared_map = nullptr;
+  size_t shared_size = 0;
+  void DispatchTo(size_t child);
+
+  // Everything below is guarded by mu.
+  mutable std::mutex mu;
+  std::condition_variable cv_work, cv_ready;
+  bool stopping = false, started = false;
+  Status fatal;  // a worker process died: every later Next() reports it
+  std::vector<Slot> slots;
+  std::vector<int> free_slots;
+  std::vector<int> filling;  // batch % prefetch -> slot
+  std::vector<uint64_t> order;
+  uint64_t epoch = 0, generation = 0, next_task = 0, next_deliver = 0, batches = 0;
+  EpochStats stats;
+  std::chrono::steady_clock::time_point epoch_start, last_return;
+};
+
+}  // namespace shardfeed::reader

@@ -1,0 +1,204 @@
+#include "shardfeed/reader/pinned.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#ifdef SHARDFEED_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace shardfeed::reader {
+namespace {
+
+struct CudaProbe {
+  bool available = false;
+  std::string reason;
+};
+
+const CudaProbe& Probe() {
+  static CudaProbe probe = [] {
+    CudaProbe p;
+#ifdef SHARDFEED_WITH_CUDA
+    if (const char* off = std::getenv("SHARDFEED_DISABLE_CUDA"); off && *off && *off != '0') {
+      p.reason = "disabled by SHARDFEED_DISABLE_CUDA";
+      return p;
+    }
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) {
+      p.reason = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(err);
+      cudaGetLastError();  // clear the sticky error
+    } else if (count == 0) {
+      p.reason = "no CUDA device";
+    } else {
+      p.available = true;
+    }
+#else
+    p.reason = "built without the CUDA Toolkit";
+#endif
+    return p;
+  }();
+  return probe;
+}
+
+size_t PageSize() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+
+}  // namespace
+
+bool CudaAvailable() { return Probe().available; }
+std::string CudaUnavailableReason() { return Probe().reason; }
+
+const char* PinKindName(PinKind kind) {
+  switch (kind) {
+    case PinKind::kCudaHostAlloc: return "cudaHostAlloc";
+    case PinKind::kCudaRegistered: return "cudaHostRegister";
+    case PinKind::kMlocked: return "mlock";
+    case PinKind::kPageable: return "pageable (mlock refused)";
+  }
+  return "?";
+}
+
+Result<PinnedBuffer> PinnedBuffer::Allocate(size_t bytes) {
+  PinnedBuffer b;
+  const size_t page = PageSize();
+  bytes = (std::max<size_t>(bytes, 1) + page - 1) / page * page;
+  b.size_ = bytes;
+#ifdef SHARDFEED_WITH_CUDA
+  if (CudaAvailable()) {
+    void* p = nullptr;
+    cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (err == cudaSuccess) {
+      b.data_ = static_cast<uint8_t*>(p);
+      b.kind_ = PinKind::kCudaHostAlloc;
+      std::memset(b.data_, 0, bytes);
+      return b;
+    }
+    cudaGetLastError();
+  }
+#endif
+  void* p = nullptr;
+  if (posix_memalign(&p, page, bytes) != 0) {
+    return Status::ResourceExhausted("cannot allocate ", bytes, " bytes of host memory");
+  }
+  b.data_ = static_cast<uint8_t*>(p);
+  std::memset(b.data_, 0, bytes);  // first touch now, not in the first batches
+  b.kind_ = ::mlock(b.data_, bytes) == 0 ? PinKind::kMlocked : PinKind::kPageable;
+  return b;
+}
+
+PinnedBuffer PinnedBuffer::Adopt(void* data, size_t bytes) {
+  PinnedBuffer b;
+  b.data_ = static_cast<uint8_t*>(data);
+  b.size_ = bytes;
+  b.owned_ = false;
+#ifdef SHARDFEED_WITH_CUDA
+  if (CudaAvailable() && cudaHostRegister(data, bytes, cudaHostRegisterPortable) == cudaSuccess) {
+    b.kind_ = PinKind::kCudaRegistered;
+    return b;
+  }
+  if (CudaAvailable()) cudaGetLastError();
+#endif
+  b.kind_ = ::mlock(data, bytes) == 0 ? PinKind::kMlocked : PinKind::kPageable;
+  return b;
+}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+  if (this != &other) {
+    Release();
+    data_ = other.data_;
+    size_ = other.size_;
+    kind_ = other.kind_;
+    owned_ = other.owned_;
+    other.data_ = nullptr;
+    other.size_ = 0;
+  }
+  return *this;
+}
+
+PinnedBuffer::~PinnedBuffer() { Release(); }
+
+void PinnedBuffer::Release() {
+  if (!data_) return;
+  switch (kind_) {
+#ifdef SHARDFEED_WITH_CUDA
+    case PinKind::kCudaHostAlloc: cudaFreeHost(data_); break;
+    case PinKind::kCudaRegistered: cudaHostUnregister(data_); break;
+#else
+    case PinKind::kCudaHostAlloc:
+    case PinKind::kCudaRegistered: break;
+#endif
+    case PinKind::kMlocked:
+      ::munlock(data_, size_);
+      if (owned_) std::free(data_);
+      break;
+    case PinKind::kPageable:
+      if (owned_) std::free(data_);
+      break;
+  }
+  data_ = nullptr;
+}
+
+#ifdef SHARDFEED_WITH_CUDA
+
+namespace {
+Status CudaStatus(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return Status::OK();
+  return Status::IOError(what, ": ", cudaGetErrorString(err));
+}
+}  // namespace
+
+Result<std::unique_ptr<DeviceSlot>> DeviceSlot::Create(size_t bytes) {
+  if (!CudaAvailable()) return Status::Unsupported("CUDA: ", CudaUnavailableReason());
+  std::unique_ptr<DeviceSlot> s(new DeviceSlot());
+  SF_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&s->device_, bytes), "cudaMalloc"));
+  cudaStream_t stream;
+  SF_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                                "cudaStreamCreate"));
+  s->stream_ = stream;
+  cudaEvent_t event;
+  SF_RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                                "cudaEventCreate"));
+  s->event_ = event;
+  return s;
+}
+
+DeviceSlot::~DeviceSlot() {
+  if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+  if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+  if (device_) cudaFree(device_);
+}
+
+Status DeviceSlot::CopyAsync(const void* src, size_t bytes) {
+  auto stream = static_cast<cudaStream_t>(stream_);
+  SF_RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(device_, src, bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync"));
+  return CudaStatus(cudaEventRecord(static_cast<cudaEvent_t>(event_), stream), "cudaEventRecord");
+}
+
+Status DeviceSlot::Synchronize() {
+  return CudaStatus(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)), "cudaEventSynchronize");
+}
+
+Status DeviceSlot::StreamWait(void* stream) {
+  return CudaStatus(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream),
+                                        static_cast<cudaEvent_t>(event_), 0),
+                    "cudaStreamWaitEvent");
+}
+
+#else
+
+Result<std::unique_ptr<DeviceSlot>> DeviceSlot::Create(size_t) {
+  return Status::Unsupported("CUDA: ", CudaUnavailableReason());
+}
+DeviceSlot::~DeviceSlot() = default;
+Status DeviceSlot::CopyAsync(const void*, size_t) { return Status::Unsupported("no CUDA"); }
+Status DeviceSlot::Synchronize() { return Status::Unsupported("no CUDA"); }
+Status DeviceSlot::StreamWait(void*) { return Status::Unsupported("no CUDA"); }
+
+#endif
+
+}  // namespace shardfeed::reader

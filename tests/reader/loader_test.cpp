@@ -1,0 +1,375 @@
+#include "shardfeed/reader/loader.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "shardfeed/converter/pack.h"
+#include "test_util.h"
+
+namespace shardfeed::reader {
+namespace {
+
+using format::Archive;
+using testing::TempDir;
+
+constexpr uint32_t kSide = 6;
+
+// A fixed-shape raw archive whose sample i has every pixel byte equal to i % 251 and label i % 5.
+std::shared_ptr<Archive> MakeRawArchive(const std::string& path, uint64_t n) {
+  auto w = format::ArchiveWriter::Create(path, {});
+  REQUIRE(w.ok());
+  std::vector<uint8_t> px(kSide * kSide * 3);
+  for (uint64_t i = 0; i < n; ++i) {
+    std::fill(px.begin(), px.end(), static_cast<uint8_t>(i % 251));
+    format::IndexEntry e{};
+    e.label = static_cast<int32_t>(i % 5);
+    e.height = e.width = kSide;
+    e.channels = 3;
+    e.encoding = static_cast<uint8_t>(format::Encoding::kRaw);
+    e.orientation = 1;
+    REQUIRE((*w)->Append(e, px.data(), px.size()).ok());
+  }
+  format::Manifest m;
+  m.encoding = format::Encoding::kRaw;
+  m.class_names = {"a", "b", "c", "d", "e"};
+  m.height = m.width = kSide;
+  m.channels = 3;
+  REQUIRE((*w)->Finish(m).ok());
+  auto a = Archive::Open(path);
+  REQUIRE(a.ok());
+  return *a;
+}
+
+LoaderOptions CopyOptions(uint32_t batch, int workers) {
+  LoaderOptions o;
+  o.batch_size = batch;
+  o.workers = workers;
+  o.prefetch = 3;
+  o.transform.crop = Crop::kNone;
+  o.transform.size = 0;
+  return o;
+}
+
+struct Delivered {
+  std::vector<uint64_t> indices;
+  std::vector<uint32_t> batch_sizes;
+};
+
+// Reads one epoch, checking each sample's pixels and label against its index.
+Delivered ReadEpoch(Loader& loader, uint64_t epoch, uint64_t start = 0) {
+  Delivered d;
+  REQUIRE(loader.StartEpoch(epoch, start).ok());
+  for (;;) {
+    auto b = loader.Next();
+    REQUIRE(b.ok());
+    if (!*b) break;
+    d.batch_sizes.push_back(b->size());
+    const size_t per = b->image_bytes() / b->size();
+    for (uint32_t j = 0; j < b->size(); ++j) {
+      uint64_t idx = b->indices()[j];
+      d.indices.push_back(idx);
+      REQUIRE(b->labels()[j] == static_cast<int64_t>(idx % 5));
+      const uint8_t* img = b->images() + j * per;
+      REQUIRE(img[0] == idx % 251);
+      REQUIRE(img[per - 1] == idx % 251);
+    }
+  }
+  return d;
+}
+
+TEST_CASE("every sample of an epoch arrives exactly once, in whole batches") {
+  TempDir dir;
+  auto archive = MakeRawArchive(dir / "a", 103);
+  for (bool shuffle : {false, true}) {
+    for (int workers : {1, 2, 3}) {
+      for (bool drop_last : {false, true}) {
+        LoaderOptions o = CopyOptions(10, workers);
+        o.shuffle = shuffle;
+        o.drop_last = drop_last;
+        auto loader = Loader::Create(archive, o);
+        REQUIRE(loader.ok());
+        Delivered d = ReadEpoch(**loader, 0);
+        INFO("shuffle " << shuffle << " workers " << workers << " drop_last " << drop_last);
+        if (drop_last) {
+          CHECK(d.indices.size() == 100);
+          CHECK(d.batch_sizes.size() == 10);
+          CHECK(std::set<uint64_t>(d.indices.begin(), d.indices.end()).size() == 100);
+        } else {
+          REQUIRE(d.indices.size() == 103);
+          CHECK(d.batch_sizes.back() == 3);
+          std::vector<uint64_t> sorted = d.indices;
+          std::sort(sorted.begin(), sorted.end());
+          for (uint64_t i = 0; i < 103; ++i) REQUIRE(sorted[i] == i);
+        }
+        if (!shuffle && !drop_last) {
+          for (uint64_t i = 0; i < 103; ++i) REQUIRE(d.indices[i] == i);
+        }
+        CHECK((*loader)->Stats().images == d.indices.size());
+      }
+    }
+  }
+}
+
+TEST_CASE("the shuffled order is the same for any worker count and changes per epoch") {
+  TempDir dir;
+  auto archive = MakeRawArchive(dir / "a", 257);
+  std::map<int, std::vector<uint64_t>> by_workers;
+  for (int workers : {1, 2, 4}) {
+    LoaderOptions o = CopyOptions(16, workers);
+    o.shuffle = true;
+    o.seed = 42;
+    auto loader = Loader::Create(archive, o);
+    REQUIRE(loader.ok());
+    by_workers[workers] = ReadEpoch(**loader, 3).indices;
+    if (workers == 1) {
+      auto next_epoch = ReadEpoch(**loader, 4).indices;
+      CHECK(next_epoch != by_workers[1]);
+      CHECK(std::is_permutation(next_epoch.begin(), next_epoch.end(), by_workers[1].begin()));
+    }
+  }
+  CHECK(by_workers[1] == by_workers[2]);
+  CHECK(by_workers[1] == by_workers[4]);
+  std::vector<uint64_t> identity(257);
+  std::iota(identity.begin(), identity.end(), 0);
+  CHECK(by_workers[1] != identity);
+}
+
+TEST_CASE("ranks are disjoint, complete and have equal batch counts") {
+  TempDir dir;
+  auto archive = MakeRawArchive(dir / "a", 103);
+  for (uint32_t world : {2u, 3u, 4u}) {
+    for (bool drop_last : {false, true}) {
+      std::vector<uint64_t> all;
+      std::set<size_t> batch_counts;
+      for (uint32_t rank = 0; rank < world; ++rank) {
+        LoaderOptions o = CopyOptions(8, 2);
+        o.shuffle = true;
+        o.seed = 9;
+        o.rank = rank;
+        o.world_size = world;
+        o.drop_last = drop_last;
+        auto loader = Loader::Create(archive, o);
+        REQUIRE(loader.ok());
+        Delivered d = ReadEpoch(**loader, 1);
+        batch_counts.insert(d.batch_sizes.size());
+        CHECK(d.batch_sizes.size() == (*loader)->batches_per_epoch());
+        all.insert(all.end(), d.indices.begin(), d.indices.end());
+      }
+      INFO("world " << world << " drop_last " << drop_last);
+      CHECK(batch_counts.size() == 1);
+      std::set<uint64_t> unique(all.begin(), all.end());
+      if (drop_last) {
+        CHECK(unique.size() == all.size());  // disjoint
+        CHECK(all.size() >= 103 - world * 8 - world);
+      } else {
+        CHECK(unique.size() == 103);  // complete
+        CHECK(all.size() - 103 < world);  // padding only to equalise ranks
+      }
+    }
+  }
+}
+
+TEST_CASE("resuming mid-epoch gives exactly the batches of an uninterrupted run") {
+  TempDir dir;
+  auto archive = MakeRawArchive(dir / "a", 150);
+  LoaderOptions o = CopyOptions(7, 2);
+  o.shuffle = true;
+  o.seed = 1234;
+  auto full = Loader::Create(archive, o);
+  REQUIRE(full.ok());
+  Delivered whole = ReadEpoch(**full, 2);
+
+  auto first = Loader::Create(archive, o);
+  REQUIRE(first.ok());
+  REQUIRE((*first)->StartEpoch(2).ok());
+  for (int i = 0; i < 9; ++i) REQUIRE((*first)->Next().ok());
+  LoaderState state = (*first)->State();
+  CHECK(state.epoch == 2);
+  CHECK(state.position == 9);
+  first->reset();
+
+  auto resumed = Loader::Create(archive, o);
+  REQUIRE(resumed.ok());
+  Delivered rest = ReadEpoch(**resumed, state.epoch, state.position);
+  std::vector<uint64_t> tail(whole.indices.begin() + 9 * 7, whole.indices.end());
+  CHECK(rest.indices == tail);
+}
+
+TEST_CASE("a held batch keeps its memory; holding every slot is an error, not a hang") {
+  TempDir dir;
+  auto archive = MakeRawArchive(dir / "a", 60);
+  LoaderOptions o = CopyOptions(4, 2);
+  o.prefetch = 2;
+  auto loader = Loader::Create(archive, o);
+  REQUIRE(loader.ok());
+  REQUIRE((*loader)->StartEpoch(0).ok());
+  auto held = (*loader)->Next();
+  REQUIRE(held.ok());
+  std::vector<uint8_t> copy(held->images(), held->images() + held->image_bytes());
+  for (int i = 0; i < 10; ++i) {
+    auto b = (*loader)->Next();
+    REQUIRE(b.ok());
+    REQUIRE(b->images() != held->images());
+  }
+  CHECK(std::equal(copy.begin(), copy.end(), held->images()));
+  auto second = (*loader)->Next();
+  REQUIRE(second.ok());
+  auto starved = (*loader)->Next();
+  CHECK(starved.status().code() == StatusCode::kResourceExhausted);
+  second->Release();
+  CHECK((*loader)->Next().ok());
+}
+
+long ResidentKiB() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return 0;
+}
+
+TEST_CASE("memory does not grow over 20 epochs") {
+  TempDir dir;
+  auto src = converter::ScanImageFolder(testing::SampleDir());
+  REQUIRE(src.ok());
+  converter::PackResult result;
+  REQUIRE(converter::Pack(*src, dir / "a", {}, &result).ok());
+  auto archive = Archive::Open(dir / "a");
+  REQUIRE(archive.ok());
+  LoaderOptions o;
+  o.batch_size = 8;
+  o.workers = 2;
+  o.shuffle = true;
+  o.transform.crop = Crop::kRandom;
+  o.transform.size = 64;
+  o.transform.flip = true;
+  auto loader = Loader::Create(*archive, o);
+  REQUIRE(loader.ok());
+  long after_warmup = 0;
+  for (uint64_t e = 0; e < 20; ++e) {
+    REQUIRE((*loader)->StartEpoch(e).ok());
+    while (true) {
+      auto b = (*loader)->Next();
+      REQUIRE(b.ok());
+      if (!*b) break;
+    }
+    if (e == 2) after_warmup = ResidentKiB();
+  }
+  long growth = ResidentKiB() - after_warmup;
+  INFO("RSS grew by " << growth << " KiB from epoch 2 to 20");
+  CHECK(growth < 2048);
+}
+
+TEST_CASE("a sample that fails to decode is named in the consumer, or skipped on request") {
+  TempDir dir;
+  auto src = converter::ScanImageFolder(testing::SampleDir());
+  REQUIRE(src.ok());
+  converter::PackResult result;
+  REQUIRE(converter::Pack(*src, dir / "a", {}, &result).ok());
+  // Break sample 5's JPEG signature in the shard (its stored bytes start with FF D8 FF).
+  uint64_t target = 5;
+  std::vector<uint8_t> record;
+  {
+    auto a = Archive::Open(dir / "a");
+    auto r = (*a)->Get(target);
+    record.assign(r.data, r.data + r.size);
+  }
+  std::string shard = dir / "a/shard-00000.mdb";
+  auto bytes = testing::ReadBytes(shard);
+  auto at = std::search(bytes.begin(), bytes.end(), record.begin(), record.end());
+  REQUIRE(at != bytes.end());
+  at[0] = 'X';
+  at[1] = 'Y';
+  testing::WriteBytes(shard, bytes);
+  auto archive = Archive::Open(dir / "a");
+  REQUIRE(archive.ok());
+
+  for (WorkerMode mode : {WorkerMode::kThreads, WorkerMode::kProcesses}) {
+    LoaderOptions o;
+    o.batch_size = 4;
+    o.workers = 2;
+    o.mode = mode;
+    o.transform.size = 32;
+    auto loader = Loader::Create(*archive, o);
+    REQUIRE(loader.ok());
+    REQUIRE((*loader)->StartEpoch(0).ok());
+    CHECK((*loader)->Next().ok());  // samples 0..3
+    auto bad = (*loader)->Next();   // samples 4..7
+    REQUIRE(!bad.ok());
+    CHECK(bad.status().message().find("sample 5") != std::string::npos);
+    CHECK(bad.status().message().find(dir / "a") != std::string::npos);
+    CHECK((*loader)->Next().ok());  // the loader carries on
+
+    o.skip_errors = true;
+    auto skipping = Loader::Create(*archive, o);
+    REQUIRE(skipping.ok());
+    REQUIRE((*skipping)->StartEpoch(0).ok());
+    REQUIRE((*skipping)->Next().ok());
+    auto b = (*skipping)->Next();
+    REQUIRE(b.ok());
+    CHECK(b->labels()[1] == -1);
+    CHECK(b->skipped() == 1);
+  }
+  // With checksum verification, damage anywhere in the payload is caught.
+  LoaderOptions o;
+  o.batch_size = 36;
+  o.transform.size = 32;
+  o.transform.verify_checksums = true;
+  auto loader = Loader::Create(*archive, o);
+  REQUIRE(loader.ok());
+  auto b = (*loader)->Next();
+  CHECK(b.status().code() == StatusCode::kChecksumMismatch);
+}
+
+TEST_CASE("worker processes give the same batches; a killed worker is an error, not a hang") {
+  TempDir dir;
+  auto archive = MakeRawArchive(dir / "a", 97);
+  auto shm_entries = [] {
+    std::set<std::string> names;
+    if (DIR* d = opendir("/dev/shm")) {
+      while (dirent* e = readdir(d)) names.insert(e->d_name);
+      closedir(d);
+    }
+    return names;
+  };
+  auto shm_before = shm_entries();
+  LoaderOptions o = CopyOptions(8, 2);
+  o.shuffle = true;
+  o.seed = 3;
+  auto threads = Loader::Create(archive, o);
+  o.mode = WorkerMode::kProcesses;
+  auto procs = Loader::Create(archive, o);
+  REQUIRE(threads.ok());
+  REQUIRE(procs.ok());
+  CHECK((*procs)->worker_pids().size() == 2);
+  CHECK(ReadEpoch(**threads, 0).indices == ReadEpoch(**procs, 0).indices);
+  CHECK(shm_entries() == shm_before);
+
+  REQUIRE((*procs)->StartEpoch(1).ok());
+  REQUIRE((*procs)->Next().ok());
+  for (int pid : (*procs)->worker_pids()) ::kill(pid, SIGKILL);
+  Status seen;
+  for (int i = 0; i < 20 && seen.ok(); ++i) {
+    auto b = (*procs)->Next();
+    if (!b.ok()) seen = b.status();
+    else if (!*b) break;
+  }
+  CHECK(!seen.ok());
+  CHECK(seen.message().find("worker process") != std::string::npos);
+  CHECK(seen.message().find("signal 9") != std::string::npos);
+  procs->reset();
+  CHECK(shm_entries() == shm_before);
+}
+
+}  // namespace
+}  // namespace shardfeed::reader
