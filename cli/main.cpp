@@ -110,7 +110,7 @@ int CmdPack(int argc, char** argv) {
       ("size", po::value(&opt.size)->default_value(0), "raw/zstd: resize so the short side is this")
       ("crop", po::value(&crop)->default_value("none"), "raw/zstd with --size: none | center")
       ("quality", po::value(&opt.quality)->default_value(90), "JPEG quality for non-JPEG inputs")
-      ("level", po::value(&opt.level)->default_value(3), "zstd level")
+      ("level", po::value(&opt.level)->default_value(1), "zstd level (1..22)")
       ("workers", po::value(&opt.workers)->default_value(0), "worker threads (0: all cores)")
       ("shuffle", po::bool_switch(&opt.shuffle), "store samples in a shuffled order")
       ("seed", po::value(&opt.seed)->default_value(0), "seed for --shuffle")

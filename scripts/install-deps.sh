@@ -17,6 +17,8 @@ PKGS=(
   pybind11-dev python3-dev python3-numpy python3-pytest python3-torch python3-torchvision
   python3-pil python3-lmdb python3-h5py  # Python module, its tests and baselines
 )
+# --bench: also the photographs the benchmark corpus is cut from (bench/make_corpus.py).
+if [ "${1:-}" = "--bench" ]; then PKGS+=(plasma-workspace-wallpapers); fi
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -23,7 +23,7 @@ using format::Encoding;
 using format::IndexEntry;
 
 // Reads a whole regular file. Refuses FIFOs/devices (they could block or never end).
-Status ReadFile(const std::string& path, std::vector<uint8_t>* out) {
+Status ReadFile(const std::string& path, imaging::Bytes* out) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     int err = errno;
@@ -67,15 +67,14 @@ struct WorkerContext {
 struct Prepared {
   Status status;
   IndexEntry entry{};
-  std::vector<uint8_t> payload;
+  imaging::Bytes payload;
   uint64_t source_bytes = 0;
 };
 
 void PrepareRecord(WorkerContext& ctx, const SourceItem& item, const PackOptions& opt,
                    Prepared* out) {
   out->status = Status::OK();
-  out->payload.clear();
-  std::vector<uint8_t> file;
+  imaging::Bytes& file = out->payload;  // the file is read into the payload buffer: no copy
   Status s = ReadFile(item.path, &file);
   if (!s.ok()) {
     out->status = s;
@@ -113,8 +112,7 @@ void PrepareRecord(WorkerContext& ctx, const SourceItem& item, const PackOptions
       e.channels = static_cast<uint8_t>(info->components);
       e.orientation = static_cast<uint8_t>(info->orientation);
       e.flags = info->adobe ? format::kFlagAdobe : 0;
-      out->payload = std::move(file);
-      return;
+      return;  // the payload is the file, already in place
     }
     // Not a JPEG: decode under the colour policy and encode once at the chosen quality.
     s = ctx.decoder.Decode(file.data(), file.size(), &ctx.image, opt.limits, /*strict=*/true);
@@ -130,11 +128,11 @@ void PrepareRecord(WorkerContext& ctx, const SourceItem& item, const PackOptions
     e.height = static_cast<uint16_t>(ctx.image.height);
     e.width = static_cast<uint16_t>(ctx.image.width);
     e.channels = 3;
-    out->payload = std::move(*jpeg);
+    out->payload.assign(jpeg->begin(), jpeg->end());
     return;
   }
 
-  s = DecodeForRecord(ctx.decoder, file.data(), file.size(), opt, &ctx.resized);
+  s = DecodeForRecord(ctx.decoder, file.data(), file.size(), opt, &ctx.resized, &ctx.image);
   if (!s.ok()) {
     out->status = s;
     return;
@@ -149,7 +147,7 @@ void PrepareRecord(WorkerContext& ctx, const SourceItem& item, const PackOptions
   e.width = static_cast<uint16_t>(img.width);
   e.channels = 3;
   if (opt.encoding == Encoding::kRaw) {
-    out->payload = img.pixels;
+    out->payload.swap(ctx.resized.pixels);  // buffers trade places: no copy
     return;
   }
   out->payload.resize(ZSTD_compressBound(img.pixels.size()));
@@ -165,9 +163,10 @@ void PrepareRecord(WorkerContext& ctx, const SourceItem& item, const PackOptions
 }  // namespace
 
 Status DecodeForRecord(imaging::Decoder& decoder, const uint8_t* data, size_t size,
-                       const PackOptions& options, imaging::Image* out) {
+                       const PackOptions& options, imaging::Image* out, imaging::Image* scratch) {
   if (options.size == 0) return decoder.Decode(data, size, out, options.limits, /*strict=*/true);
-  imaging::Image full;
+  imaging::Image local;
+  imaging::Image& full = scratch ? *scratch : local;
   SF_RETURN_IF_ERROR(
       decoder.DecodeAtLeast(data, size, options.size, &full, options.limits, /*strict=*/true));
   imaging::ResizeShortSide(full, options.size, options.center_crop, out);

@@ -34,8 +34,12 @@ void ResizeInto(const uint8_t* src, uint32_t src_w, uint32_t src_h, size_t src_s
     in.copyTo(out);
     return;
   }
-  const bool shrinking = dst_w <= src_w && dst_h <= src_h;
-  cv::resize(in, out, out.size(), 0, 0, shrinking ? cv::INTER_AREA : cv::INTER_LINEAR);
+  // Area averaging is the antialiased choice, but OpenCV's non-integer path costs about as much
+  // as decoding the JPEG (1.2 ms vs 0.17 ms bilinear for 460x400 -> 294x256, measured). Below a
+  // 2x reduction bilinear reads every source pixel anyway and aliasing stays small; the reader's
+  // DCT-scaled decode leaves exactly such residual ratios.
+  const double ratio = std::max(double(src_w) / dst_w, double(src_h) / dst_h);
+  cv::resize(in, out, out.size(), 0, 0, ratio >= 2.0 ? cv::INTER_AREA : cv::INTER_LINEAR);
 }
 
 void ShortSideSize(uint32_t w, uint32_t h, uint32_t short_side, uint32_t* out_w,
@@ -84,7 +88,7 @@ void ApplyOrientation(Image* image, int orientation) {
   const uint32_t w = image->width, h = image->height, ch = image->channels;
   const bool swap = orientation >= 5;  // 5..8 transpose the axes
   const uint32_t ow = swap ? h : w, oh = swap ? w : h;
-  std::vector<uint8_t> out(image->pixels.size());
+  Bytes out(image->pixels.size());
   for (uint32_t y = 0; y < h; ++y) {
     for (uint32_t x = 0; x < w; ++x) {
       uint32_t dx, dy;

