@@ -16,7 +16,7 @@ namespace shardfeed::cli {
 
 int CmdBench(int argc, char** argv) {
   po::options_description desc("bench options");
-  std::string path, crop, layout, mode;
+  std::string path, crop, layout, mode, decode;
   reader::LoaderOptions opt;
   int epochs = 1;
   double step_ms = 0;
@@ -34,7 +34,9 @@ int CmdBench(int argc, char** argv) {
       ("epochs", po::value(&epochs)->default_value(1), "epochs to read")
       ("mode", po::value(&mode)->default_value("threads"), "threads | processes")
       ("device", po::bool_switch(&opt.device), "copy batches to the CUDA device")
-      ("no-scaled-decode", "decode JPEGs at full size before cropping")
+      ("decode", po::value(&decode)->default_value("scaled"),
+       "JPEG decoding: scaled (DCT-scaled and cropped) | cropped (full scale, crop rows and "
+       "columns only) | full (whole image, then crop)")
       ("step-ms", po::value(&step_ms)->default_value(0), "simulated training step per batch (ms)")
       ("json", "print one JSON object");
   po::positional_options_description pos;
@@ -62,7 +64,16 @@ int CmdBench(int argc, char** argv) {
   if (mode == "threads") opt.mode = reader::WorkerMode::kThreads;
   else if (mode == "processes") opt.mode = reader::WorkerMode::kProcesses;
   else return Fail(Status::InvalidArgument("--mode must be threads or processes"));
-  opt.transform.scaled_decode = !vm.count("no-scaled-decode");
+  if (decode == "scaled") {
+    opt.transform.scaled_decode = opt.transform.cropped_decode = true;
+  } else if (decode == "cropped") {
+    opt.transform.scaled_decode = false;
+    opt.transform.cropped_decode = true;
+  } else if (decode == "full") {
+    opt.transform.scaled_decode = opt.transform.cropped_decode = false;
+  } else {
+    return Fail(Status::InvalidArgument("--decode must be scaled, cropped or full"));
+  }
   if (epochs < 1) return Fail(Status::InvalidArgument("--epochs must be at least 1"));
 
   auto archive = format::Archive::Open(path);

@@ -144,7 +144,7 @@ Status SampleDecoder::DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst,
     case Encoding::kJpeg: {
       imaging::Limits limits;
       limits.max_pixels = uint64_t{65535} * 65535;  // the packer already applied its limit
-      if (e.orientation <= 1) {
+      if (e.orientation <= 1 && options_.cropped_decode) {
         imaging::JpegRegion region{rect.x, rect.y, rect.width, rect.height, 0, 0};
         if (options_.scaled_decode) region.min_width = out_w_, region.min_height = out_h_;
         SF_RETURN_IF_ERROR(decoder_.DecodeJpegRegion(r.data, r.size, region, &image_, limits));
@@ -152,7 +152,7 @@ Status SampleDecoder::DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst,
         Finish(image_.pixels.data(), image_.width, image_.height, 0, flip, dst, times);
         return Status::OK();
       }
-      // Rotated images (rare): decode whole, turn upright, then crop.
+      // Rotated images (rare), or cropped decoding off: decode whole, turn upright, then crop.
       SF_RETURN_IF_ERROR(decoder_.Decode(r.data, r.size, &image_, limits));
       times->decode += Since(t);
       if (image_.width != disp_w || image_.height != disp_h) {

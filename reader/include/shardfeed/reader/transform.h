@@ -28,7 +28,8 @@ struct TransformOptions {
   double center_ratio = 224.0 / 256.0;
   double scale_min = 0.08, scale_max = 1.0;            // RandomResizedCrop scale
   double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;  // RandomResizedCrop aspect ratio
-  bool scaled_decode = true;  // let libjpeg-turbo decode at 1/2, 1/4, 1/8 when it suffices
+  bool scaled_decode = true;   // let libjpeg-turbo decode at 1/2, 1/4, 1/8 when it suffices
+  bool cropped_decode = true;  // decode only the crop's rows and iMCU columns (else: whole image)
   bool verify_checksums = false;  // check each record's XXH3 before decoding it
 };
 
