@@ -50,6 +50,14 @@ size_t PageSize() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
 }  // namespace
 
 bool CudaAvailable() { return Probe().available; }
+
+int CurrentCudaDevice() {
+  int device = 0;
+#ifdef SHARDFEED_WITH_CUDA
+  if (CudaAvailable() && cudaGetDevice(&device) != cudaSuccess) device = 0;
+#endif
+  return device;
+}
 std::string CudaUnavailableReason() { return Probe().reason; }
 
 const char* PinKindName(PinKind kind) {

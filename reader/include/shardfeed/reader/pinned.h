@@ -15,6 +15,8 @@ namespace shardfeed::reader {
 bool CudaAvailable();
 // Why CUDA is not used (empty when it is).
 std::string CudaUnavailableReason();
+// The calling thread's current CUDA device (0 without CUDA).
+int CurrentCudaDevice();
 
 // How a PinnedBuffer's memory was obtained.
 enum class PinKind {

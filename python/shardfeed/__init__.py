@@ -1,0 +1,222 @@
+"""shardfeed: packed image archives, read zero-copy into training.
+
+    import shardfeed
+    shardfeed.pack("train/", "train.sf")                 # ImageFolder -> archive
+    archive = shardfeed.Archive("train.sf")
+    image, label = archive[0]                            # HWC uint8 numpy array, int
+    loader = shardfeed.Loader("train.sf", batch_size=64, shuffle=True, crop="random", size=224)
+    for epoch in range(10):
+        loader.set_epoch(epoch)
+        for images, labels in loader:                    # numpy views into the pinned ring
+            ...
+
+`shardfeed.torch` has the PyTorch-facing loader and a map-style Dataset.
+"""
+import os
+
+from . import _native
+from ._native import DataError, Error, WorkerError, cuda_available, cuda_unavailable_reason
+
+__all__ = ["Archive", "Loader", "Batch", "pack", "verify", "inspect", "Error", "DataError",
+           "WorkerError", "cuda_available"]
+
+__version__ = "0.1.0"
+
+
+class Archive:
+    """An opened archive. Opens its file mapping lazily in each process that uses it, so an
+    Archive created before fork() (or pickled into DataLoader workers) works in the child."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self._native = None
+        self._pid = None
+        self._handle()  # fail early on a bad path
+
+    def _handle(self):
+        if self._native is None or self._pid != os.getpid():
+            self._native = _native.Archive(self.path)
+            self._pid = os.getpid()
+        return self._native
+
+    def __getstate__(self):
+        return {"path": self.path}
+
+    def __setstate__(self, state):
+        self.path = state["path"]
+        self._native = None
+        self._pid = None
+
+    def __len__(self):
+        return len(self._handle())
+
+    def __getitem__(self, index):
+        """(image, label): the sample decoded to an upright HWC uint8 RGB array."""
+        return self._handle()[index]
+
+    @property
+    def class_names(self):
+        return self._handle().class_names
+
+    @property
+    def encoding(self):
+        return self._handle().encoding
+
+    @property
+    def shape(self):
+        """(H, W, 3) when every record has that shape, else None."""
+        return self._handle().shape
+
+    def labels(self):
+        return self._handle().labels()
+
+    def record(self, index):
+        """The stored payload bytes of a sample (read-only, zero-copy view into the map)."""
+        return self._handle().record(index)
+
+    def __repr__(self):
+        return "shardfeed.Archive(%r, samples=%d, encoding=%s)" % (self.path, len(self), self.encoding)
+
+
+class Batch(tuple):
+    """(images, labels) plus the archive indices of the samples. The arrays point into the
+    loader's ring slot; the slot is reused only after every array (and tensor made from them)
+    is gone."""
+
+    def __new__(cls, images, labels, indices, epoch, number):
+        b = super().__new__(cls, (images, labels))
+        b.images, b.labels, b.indices, b.epoch, b.number = images, labels, indices, epoch, number
+        return b
+
+
+class Loader:
+    """Shuffled, fixed-shape uint8 batches from an archive.
+
+    Options: batch_size=64, shuffle=False, seed=0, drop_last=False, workers=0 (all cores),
+    prefetch=4, crop='center'|'random'|'none', size=224, flip=False, layout='nhwc'|'nchw',
+    rank=0, world_size=1, mode='threads'|'processes', device='cpu'|'cuda', skip_errors=False,
+    verify_checksums=False.
+
+    Iterating yields Batch objects ((images, labels) numpy arrays) that are views into the
+    loader's ring: keeping more than `prefetch - 1` of them alive (e.g. list(loader)) starves the
+    ring, which raises shardfeed.Error; copy what you keep. Each iteration runs one
+    epoch: `set_epoch(e)` chooses it (else epochs count up from 0). `state_dict()` /
+    `load_state_dict()` resume mid-epoch on exactly the next batch.
+    """
+
+    def __init__(self, archive, **options):
+        self.archive = archive if isinstance(archive, Archive) else Archive(archive)
+        self.options = dict(options)
+        self._epoch = 0             # the epoch the next iteration runs
+        self._resume_position = 0   # the batch it starts at
+        self._active = False        # an iteration is under way
+        self._delivered = 0         # batches delivered in the epoch under way
+        self._native = None
+        self._pid = None
+        self._handle()  # validate options now
+
+    def _handle(self):
+        if self._native is None or self._pid != os.getpid():
+            self._native = _native.Loader(self.archive._handle(), **self.options)
+            self._pid = os.getpid()
+        return self._native
+
+    def __getstate__(self):
+        return {"archive": self.archive, "options": self.options, "state": self.state_dict()}
+
+    def __setstate__(self, state):
+        self.__init__(state["archive"], **state["options"])
+        self.load_state_dict(state["state"])
+
+    def __len__(self):
+        """Batches per epoch on this rank."""
+        return len(self._handle())
+
+    def set_epoch(self, epoch):
+        self._epoch = int(epoch)
+        self._resume_position = 0
+
+    @property
+    def epoch(self):
+        return self._epoch
+
+    def __iter__(self):
+        native = self._handle()
+        epoch, start = self._epoch, self._resume_position
+        native.start_epoch(epoch, start)
+        self._resume_position = 0
+        self._active, self._delivered = True, start
+        stream = 0
+        if native.on_device:
+            import torch
+
+            stream = torch.cuda.current_stream().cuda_stream
+        while True:
+            out = native.next(stream)
+            if out is None:
+                break
+            self._delivered += 1
+            if native.on_device:
+                batch = Batch(out[3], out[4], out[2], epoch, self._delivered - 1)
+            else:
+                batch = Batch(out[0], out[1], out[2], epoch, self._delivered - 1)
+            # Hold no reference across the next native.next(): the consumer's is the only one,
+            # so its slot can return to the ring as soon as the consumer lets go.
+            del out
+            yield batch
+            del batch
+        # Exhausted: the next iteration runs the next epoch unless set_epoch() says otherwise.
+        self._active = False
+        if self._epoch == epoch:
+            self._epoch = epoch + 1
+
+    def state_dict(self):
+        """Where iteration stands: {'epoch', 'position', 'seed'}; load_state_dict() on a loader
+        with the same options continues with exactly the next batch."""
+        seed = int(self.options.get("seed", 0))
+        if self._active:
+            return {"epoch": self._epoch, "position": self._delivered, "seed": seed}
+        return {"epoch": self._epoch, "position": self._resume_position, "seed": seed}
+
+    def load_state_dict(self, state):
+        seed = int(self.options.get("seed", 0))
+        if int(state.get("seed", seed)) != seed:
+            raise ValueError("state was saved with seed %s, this loader has seed %s"
+                             % (state.get("seed"), seed))
+        self._epoch = int(state["epoch"])
+        self._resume_position = int(state["position"])
+
+    def stats(self):
+        """The current epoch's timing: wait vs consumer time, per-stage worker seconds."""
+        return self._handle().stats()
+
+    @property
+    def pinned(self):
+        return self._handle().pinned
+
+    @property
+    def worker_pids(self):
+        return self._handle().worker_pids
+
+    def close(self):
+        if self._native is not None:
+            self._native.close()
+            self._native = None
+
+
+def pack(src, out, **options):
+    """Packs an image folder (or list=FILE with paths relative to src) into an archive; returns
+    the report dict (packed, skipped with reasons, ignored). Options as `shardfeed pack`:
+    encoding, size, crop, quality, level, workers, shuffle, seed, validate, strict, overwrite,
+    shard_size, chunk_size, max_pixels."""
+    return _native.pack(os.fspath(src), os.fspath(out), **options)
+
+
+def verify(path, decode=False, workers=0):
+    """Checks every record checksum and shard hash; returns the report dict (`ok`, `bad_samples`)."""
+    return _native.verify(os.fspath(path), decode, workers)
+
+
+def inspect(path):
+    """Samples, classes with counts, encoding, shapes and sizes, as a dict."""
+    return _native.inspect(os.fspath(path))

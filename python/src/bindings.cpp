@@ -1,0 +1,364 @@
+// shardfeed._native: the C++ library as Python sees it. Thin: public headers only.
+//
+// Zero-copy: a batch's images and labels reach Python as numpy arrays pointing into the loader's
+// ring slot; their base object holds the slot's lease, so the slot returns to the ring only when
+// the last array (or a torch tensor made from it) is gone. Errors become exceptions.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <zstd.h>
+
+#include <cstring>
+
+#include "dlpack_export.h"
+#include "shardfeed/converter/archive_tools.h"
+#include "shardfeed/converter/pack.h"
+#include "shardfeed/format/archive.h"
+#include "shardfeed/imaging/image.h"
+#include "shardfeed/reader/loader.h"
+
+namespace py = pybind11;
+using namespace shardfeed;
+using namespace shardfeed_py;
+
+namespace {
+
+PyObject* g_error = nullptr;        // shardfeed.Error
+PyObject* g_data_error = nullptr;   // shardfeed.DataError (corrupt data, checksum mismatch)
+PyObject* g_worker_error = nullptr;  // shardfeed.WorkerError (a worker process died)
+
+[[noreturn]] void Raise(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument: throw py::value_error(s.message());
+    case StatusCode::kNotFound: PyErr_SetString(PyExc_FileNotFoundError, s.message().c_str()); break;
+    case StatusCode::kCorrupt:
+    case StatusCode::kChecksumMismatch: PyErr_SetString(g_data_error, s.ToString().c_str()); break;
+    default:
+      if (s.message().find("worker process") != std::string::npos) {
+        PyErr_SetString(g_worker_error, s.message().c_str());
+      } else {
+        PyErr_SetString(g_error, s.ToString().c_str());
+      }
+  }
+  throw py::error_already_set();
+}
+
+template <typename T>
+T Check(Result<T> r) {
+  if (!r.ok()) Raise(r.status());
+  return std::move(*r);
+}
+void Check(const Status& s) {
+  if (!s.ok()) Raise(s);
+}
+
+py::object FromJson(const std::string& text) {
+  return py::module_::import("json").attr("loads")(text);
+}
+
+// A numpy array over memory kept alive by `owner` (a shared_ptr copied into a capsule).
+template <typename T>
+py::array_t<T> View(T* data, std::vector<ssize_t> shape, std::shared_ptr<void> owner) {
+  auto* holder = new std::shared_ptr<void>(std::move(owner));
+  py::capsule base(holder, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
+  return py::array_t<T>(shape, data, base);
+}
+
+struct PyArchive {
+  std::shared_ptr<format::Archive> archive;
+  pid_t pid = 0;
+};
+
+py::tuple GetItem(const PyArchive& a, int64_t i) {
+  const int64_t n = static_cast<int64_t>(a.archive->size());
+  if (i < 0) i += n;
+  if (i < 0 || i >= n) throw py::index_error("sample index out of range");
+  format::RecordView r = a.archive->Get(static_cast<uint64_t>(i));
+  auto image = std::make_shared<imaging::Image>();
+  {
+    py::gil_scoped_release release;
+    Status s;
+    const auto enc = static_cast<format::Encoding>(r.entry->encoding);
+    if (enc == format::Encoding::kJpeg) {
+      imaging::Decoder decoder;
+      imaging::Limits limits;
+      limits.max_pixels = uint64_t{65535} * 65535;
+      // An archive's JPEG record is known to be a JPEG: anything else is damage (kCorrupt).
+      s = decoder.DecodeJpegRegion(r.data, r.size, {}, image.get(), limits);
+      if (s.ok()) imaging::ApplyOrientation(image.get(), r.entry->orientation);
+    } else {
+      image->Resize(r.entry->width, r.entry->height, 3);
+      if (enc == format::Encoding::kRaw) {
+        if (r.size != image->pixels.size()) s = Status::Corrupt("raw record size mismatch");
+        else std::memcpy(image->pixels.data(), r.data, r.size);
+      } else {
+        size_t n = ZSTD_decompress(image->pixels.data(), image->pixels.size(), r.data, r.size);
+        if (ZSTD_isError(n) || n != image->pixels.size()) s = Status::Corrupt("zstd record does not decompress");
+      }
+    }
+    if (!s.ok()) {
+      py::gil_scoped_acquire acquire;
+      Raise(Status(s.code(), a.archive->path() + ": sample " + std::to_string(i) + ": " + s.message()));
+    }
+  }
+  auto arr = View<uint8_t>(image->pixels.data(), {image->height, image->width, 3}, image);
+  return py::make_tuple(arr, a.archive->Label(static_cast<uint64_t>(i)));
+}
+
+reader::LoaderOptions ParseLoaderOptions(const py::dict& kw) {
+  reader::LoaderOptions o;
+  for (auto item : kw) {
+    std::string k = py::str(item.first);
+    py::handle v = item.second;
+    if (k == "batch_size") o.batch_size = v.cast<uint32_t>();
+    else if (k == "shuffle") o.shuffle = v.cast<bool>();
+    else if (k == "seed") o.seed = v.cast<uint64_t>();
+    else if (k == "drop_last") o.drop_last = v.cast<bool>();
+    else if (k == "workers") o.workers = v.cast<int>();
+    else if (k == "prefetch") o.prefetch = v.cast<uint32_t>();
+    else if (k == "rank") o.rank = v.cast<uint32_t>();
+    else if (k == "world_size") o.world_size = v.cast<uint32_t>();
+    else if (k == "size") o.transform.size = v.cast<uint32_t>();
+    else if (k == "flip") o.transform.flip = v.cast<bool>();
+    else if (k == "skip_errors") o.skip_errors = v.cast<bool>();
+    else if (k == "verify_checksums") o.transform.verify_checksums = v.cast<bool>();
+    else if (k == "center_ratio") o.transform.center_ratio = v.cast<double>();
+    else if (k == "scaled_decode") o.transform.scaled_decode = v.cast<bool>();
+    else if (k == "crop") {
+      std::string c = v.cast<std::string>();
+      if (c == "center") o.transform.crop = reader::Crop::kCenter;
+      else if (c == "random") o.transform.crop = reader::Crop::kRandom;
+      else if (c == "none") o.transform.crop = reader::Crop::kNone;
+      else throw py::value_error("crop must be 'center', 'random' or 'none', not '" + c + "'");
+    } else if (k == "layout") {
+      std::string l = v.cast<std::string>();
+      if (l == "nhwc") o.transform.layout = reader::Layout::kNHWC;
+      else if (l == "nchw") o.transform.layout = reader::Layout::kNCHW;
+      else throw py::value_error("layout must be 'nhwc' or 'nchw', not '" + l + "'");
+    } else if (k == "mode") {
+      std::string m = v.cast<std::string>();
+      if (m == "threads") o.mode = reader::WorkerMode::kThreads;
+      else if (m == "processes") o.mode = reader::WorkerMode::kProcesses;
+      else throw py::value_error("mode must be 'threads' or 'processes', not '" + m + "'");
+    } else if (k == "device") {
+      std::string d = v.cast<std::string>();
+      if (d == "cpu") o.device = false;
+      else if (d == "cuda" || d.rfind("cuda:", 0) == 0) o.device = true;
+      else throw py::value_error("device must be 'cpu' or 'cuda', not '" + d + "'");
+    } else {
+      throw py::type_error("unexpected loader option '" + k + "'");
+    }
+  }
+  return o;
+}
+
+struct PyLoader {
+  std::unique_ptr<reader::Loader> loader;
+  pid_t pid = 0;
+};
+
+py::dict StatsDict(const reader::EpochStats& s) {
+  py::dict d;
+  d["epoch"] = s.epoch;
+  d["batches"] = s.batches;
+  d["images"] = s.images;
+  d["skipped"] = s.skipped;
+  d["seconds"] = s.seconds;
+  d["wait_seconds"] = s.wait_seconds;
+  d["consumer_seconds"] = s.consumer_seconds;
+  d["wait_fraction"] = s.wait_fraction();
+  d["images_per_second"] = s.seconds > 0 ? s.images / s.seconds : 0.0;
+  py::dict stages;
+  stages["read"] = s.read;
+  stages["decode"] = s.decode;
+  stages["collate"] = s.collate;
+  stages["copy"] = s.copy;
+  d["stage_seconds"] = stages;
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "shardfeed native core (use the shardfeed package, not this module)";
+  static py::exception<std::runtime_error> error(m, "Error", PyExc_RuntimeError);
+  g_error = error.ptr();
+  static py::exception<std::runtime_error> data_error(m, "DataError", g_error);
+  g_data_error = data_error.ptr();
+  static py::exception<std::runtime_error> worker_error(m, "WorkerError", g_error);
+  g_worker_error = worker_error.ptr();
+
+  py::class_<PyArchive>(m, "Archive")
+      .def(py::init([](const std::string& path) {
+             PyArchive a;
+             a.archive = Check(format::Archive::Open(path));
+             a.pid = ::getpid();
+             return a;
+           }),
+           py::arg("path"))
+      .def("__len__", [](const PyArchive& a) { return a.archive->size(); })
+      .def("__getitem__", &GetItem)
+      .def_property_readonly("path", [](const PyArchive& a) { return a.archive->path(); })
+      .def_property_readonly("class_names", [](const PyArchive& a) { return a.archive->manifest().class_names; })
+      .def_property_readonly("encoding", [](const PyArchive& a) {
+        return std::string(format::EncodingName(a.archive->manifest().encoding));
+      })
+      .def_property_readonly("shape", [](const PyArchive& a) -> py::object {
+        const auto& mf = a.archive->manifest();
+        if (!mf.height) return py::none();
+        return py::make_tuple(mf.height, mf.width, mf.channels);
+      })
+      .def_property_readonly("opened_in_pid", [](const PyArchive& a) { return a.pid; })
+      .def("label", [](const PyArchive& a, uint64_t i) {
+        if (i >= a.archive->size()) throw py::index_error("sample index out of range");
+        return a.archive->Label(i);
+      })
+      .def("labels", [](const PyArchive& a) {
+        py::array_t<int64_t> out(static_cast<ssize_t>(a.archive->size()));
+        auto* p = out.mutable_data();
+        for (uint64_t i = 0; i < a.archive->size(); ++i) p[i] = a.archive->Label(i);
+        return out;
+      })
+      .def("record", [](const PyArchive& a, uint64_t i) {
+        // The stored payload, zero-copy: a read-only memoryview into the mapping.
+        if (i >= a.archive->size()) throw py::index_error("sample index out of range");
+        format::RecordView r = a.archive->Get(i);
+        auto arr = View<uint8_t>(const_cast<uint8_t*>(r.data), {static_cast<ssize_t>(r.size)}, a.archive);
+        py::detail::array_proxy(arr.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+        return arr;
+      });
+
+  py::class_<PyLoader>(m, "Loader")
+      .def(py::init([](const PyArchive& a, py::kwargs kw) {
+             reader::LoaderOptions o = ParseLoaderOptions(kw);
+             PyLoader l;
+             {
+               py::gil_scoped_release release;
+               auto r = reader::Loader::Create(a.archive, o);
+               py::gil_scoped_acquire acquire;
+               l.loader = Check(std::move(r));
+             }
+             l.pid = ::getpid();
+             return l;
+           }),
+           py::arg("archive"))
+      .def("start_epoch", [](PyLoader& l, uint64_t epoch, uint64_t position) {
+        Check(l.loader->StartEpoch(epoch, position));
+      }, py::arg("epoch"), py::arg("position") = 0)
+      .def("next", [](PyLoader& l, uintptr_t consumer_stream) -> py::object {
+        if (::getpid() != l.pid) {
+          throw py::value_error("this Loader's workers live in process " + std::to_string(l.pid) +
+                                "; create the loader in the process that iterates it");
+        }
+        Result<reader::Batch> r = Status::Internal("unset");
+        {
+          py::gil_scoped_release release;
+          r = l.loader->Next();
+        }
+        reader::Batch b = Check(std::move(r));
+        if (!b) return py::none();
+        const std::vector<int64_t> batch_shape = b.shape();
+        std::vector<ssize_t> shape(batch_shape.begin(), batch_shape.end());
+        auto images = View<uint8_t>(b.images(), shape, b.lease());
+        auto labels = View<int64_t>(const_cast<int64_t*>(b.labels()), {b.size()}, b.lease());
+        auto indices = View<uint64_t>(const_cast<uint64_t*>(b.indices()), {b.size()}, b.lease());
+        if (!l.loader->on_device()) return py::make_tuple(images, labels, indices);
+        // The consumer's stream waits for this batch's copy; the host does not block.
+        Check(b.Wait(reinterpret_cast<void*>(consumer_stream)));
+        const int device = reader::CurrentCudaDevice();
+        auto dimages = ExportDlpack(const_cast<void*>(b.device_images()), shape, kDLUInt, 8,
+                                    kDLCUDA, device, b.lease());
+        auto dlabels = ExportDlpack(const_cast<int64_t*>(b.device_labels()), {b.size()}, kDLInt,
+                                    64, kDLCUDA, device, b.lease());
+        return py::make_tuple(images, labels, indices, dimages, dlabels);
+      }, py::arg("consumer_stream") = 0)
+      .def("state", [](const PyLoader& l) {
+        reader::LoaderState s = l.loader->State();
+        py::dict d;
+        d["epoch"] = s.epoch;
+        d["position"] = s.position;
+        d["seed"] = s.seed;
+        return d;
+      })
+      .def("stats", [](const PyLoader& l) { return StatsDict(l.loader->Stats()); })
+      .def("__len__", [](const PyLoader& l) { return l.loader->batches_per_epoch(); })
+      .def_property_readonly("samples_per_epoch", [](const PyLoader& l) { return l.loader->samples_per_epoch(); })
+      .def_property_readonly("out_size", [](const PyLoader& l) {
+        return py::make_tuple(l.loader->out_height(), l.loader->out_width());
+      })
+      .def_property_readonly("pinned", [](const PyLoader& l) { return reader::PinKindName(l.loader->pin_kind()); })
+      .def_property_readonly("on_device", [](const PyLoader& l) { return l.loader->on_device(); })
+      .def_property_readonly("worker_pids", [](const PyLoader& l) { return l.loader->worker_pids(); })
+      .def("close", [](PyLoader& l) {
+        py::gil_scoped_release release;
+        l.loader.reset();
+      });
+
+  m.def("cuda_available", &reader::CudaAvailable);
+  m.def("cuda_unavailable_reason", &reader::CudaUnavailableReason);
+
+  m.def("pack", [](const std::string& src, const std::string& out, py::kwargs kw) {
+    converter::PackOptions o;
+    std::string list;
+    for (auto item : kw) {
+      std::string k = py::str(item.first);
+      py::handle v = item.second;
+      if (k == "encoding") {
+        if (!format::ParseEncoding(v.cast<std::string>(), &o.encoding)) throw py::value_error("encoding must be jpeg, raw or zstd");
+      } else if (k == "size") o.size = v.cast<uint32_t>();
+      else if (k == "crop") {
+        std::string c = v.cast<std::string>();
+        if (c != "none" && c != "center") throw py::value_error("crop must be 'none' or 'center'");
+        o.center_crop = c == "center";
+      } else if (k == "quality") o.quality = v.cast<int>();
+      else if (k == "level") o.level = v.cast<int>();
+      else if (k == "workers") o.workers = v.cast<int>();
+      else if (k == "shuffle") o.shuffle = v.cast<bool>();
+      else if (k == "seed") o.seed = v.cast<uint64_t>();
+      else if (k == "strict") o.strict = v.cast<bool>();
+      else if (k == "overwrite") o.writer.overwrite = v.cast<bool>();
+      else if (k == "shard_size") o.writer.shard_bytes = v.cast<uint64_t>();
+      else if (k == "chunk_size") o.writer.chunk_bytes = v.cast<uint64_t>();
+      else if (k == "max_pixels") o.limits.max_pixels = v.cast<uint64_t>();
+      else if (k == "list") list = v.cast<std::string>();
+      else if (k == "validate") {
+        std::string s = v.cast<std::string>();
+        if (s == "none") o.validation = converter::Validation::kNone;
+        else if (s == "header") o.validation = converter::Validation::kHeader;
+        else if (s == "full") o.validation = converter::Validation::kFull;
+        else throw py::value_error("validate must be none, header or full");
+      } else throw py::type_error("unexpected pack option '" + k + "'");
+    }
+    converter::PackResult result;
+    Status st;
+    {
+      py::gil_scoped_release release;
+      auto source = list.empty() ? converter::ScanImageFolder(src) : converter::ReadListFile(list, src);
+      st = source.ok() ? converter::Pack(*source, out, o, &result) : source.status();
+    }
+    Check(st);
+    return FromJson(converter::PackReportJson(result, src));
+  }, py::arg("src"), py::arg("out"));
+
+  m.def("verify", [](const std::string& path, bool decode, int workers) {
+    auto archive = Check(format::Archive::Open(path));
+    converter::VerifyOptions o;
+    o.decode = decode;
+    o.workers = workers;
+    std::string json;
+    {
+      py::gil_scoped_release release;
+      json = converter::Verify(*archive, o).ToJson();
+    }
+    return FromJson(json);
+  }, py::arg("path"), py::arg("decode") = false, py::arg("workers") = 0);
+
+  m.def("inspect", [](const std::string& path) {
+    auto archive = Check(format::Archive::Open(path));
+    return FromJson(converter::InspectJson(*archive));
+  }, py::arg("path"));
+}
