@@ -74,7 +74,8 @@ void PrintUsage() {
       "  verify ARCHIVE      check every record checksum and shard hash (--decode: decode too)\n"
       "  inspect ARCHIVE     samples, classes, encoding, shapes, sizes\n"
       "  extract ARCHIVE DIR write the samples back as an image folder\n"
-      "  bench ARCHIVE       read epochs as training would and report images/s\n\n"
+      "  bench ARCHIVE       read epochs as training would and report images/s\n"
+      "  convert ARCHIVE OUT rewrite an archive into the other backend (--backend lmdb|hdf5)\n\n"
       "Run 'shardfeed <command> --help' for a command's options.\n");
 }
 
@@ -106,7 +107,7 @@ int CmdPack(int argc, char** argv) {
       ("out", po::value(&out)->required(), "archive to write (a directory)")
       ("list", po::value(&list), "list file: 'path label' or MXNet 'index\\tlabel\\tpath' per line")
       ("encoding", po::value(&encoding)->default_value("jpeg"), "jpeg | raw | zstd")
-      ("backend", po::value(&backend)->default_value("lmdb"), "container: lmdb")
+      ("backend", po::value(&backend)->default_value("lmdb"), "container: lmdb | hdf5")
       ("size", po::value(&opt.size)->default_value(0), "raw/zstd: resize so the short side is this")
       ("crop", po::value(&crop)->default_value("none"), "raw/zstd with --size: none | center")
       ("quality", po::value(&opt.quality)->default_value(90), "JPEG quality for non-JPEG inputs")
@@ -284,6 +285,34 @@ int CmdExtract(int argc, char** argv) {
   return 0;
 }
 
+int CmdConvert(int argc, char** argv) {
+  po::options_description desc("convert options");
+  std::string path, out, backend;
+  bool overwrite = false;
+  desc.add_options()("archive", po::value(&path)->required(), "archive to read")(
+      "out", po::value(&out)->required(), "archive to write")(
+      "backend", po::value(&backend)->required(), "lmdb | hdf5")(
+      "overwrite", po::bool_switch(&overwrite), "replace an existing archive at OUT");
+  po::positional_options_description pos;
+  pos.add("archive", 1).add("out", 1);
+  po::variables_map vm;
+  int rc = ParseArgs(argc, argv, desc, pos, vm, "shardfeed convert ARCHIVE OUT --backend lmdb|hdf5");
+  if (rc >= 0) return rc;
+  format::Backend b;
+  if (!format::ParseBackend(backend, &b)) {
+    return Fail(Status::InvalidArgument("--backend must be lmdb or hdf5, not '", backend, "'"));
+  }
+  auto archive = format::Archive::Open(path);
+  if (!archive.ok()) return Fail(archive.status());
+  auto n = converter::Convert(**archive, out, b, overwrite);
+  if (!n.ok()) return Fail(n.status());
+  std::printf("converted %llu records from %s (%s) to %s (%s)\n",
+              static_cast<unsigned long long>(*n), path.c_str(),
+              std::string(format::BackendName((*archive)->manifest().backend)).c_str(), out.c_str(),
+              backend.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -306,6 +335,7 @@ int main(int argc, char** argv) {
   if (cmd == "inspect") return CmdInspect(argc - 1, argv + 1);
   if (cmd == "extract") return CmdExtract(argc - 1, argv + 1);
   if (cmd == "bench") return cli::CmdBench(argc - 1, argv + 1);
+  if (cmd == "convert") return CmdConvert(argc - 1, argv + 1);
   std::fprintf(stderr, "shardfeed: error: unknown command '%s'\n", cmd.c_str());
   PrintUsage();
   return 2;

@@ -291,4 +291,43 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir)
   return archive.size();
 }
 
+Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
+                         format::Backend backend, bool overwrite) {
+  const format::Manifest& m = archive.manifest();
+  format::WriterOptions wo;
+  wo.backend = backend;
+  wo.overwrite = overwrite;
+  wo.encoding = m.encoding;
+  wo.height = m.height;
+  wo.width = m.width;
+  if (auto j = json::parse(m.options_json, nullptr, false); j.is_object()) {
+    wo.chunk_bytes = j.value("chunk_bytes", wo.chunk_bytes);
+    wo.zstd_level = j.value("level", wo.zstd_level);
+  }
+  if (wo.chunk_bytes == 0) wo.chunk_bytes = 1 << 20;
+  SF_ASSIGN_OR_RETURN(auto writer, format::ArchiveWriter::Create(out, wo));
+  size_t shard = 0;
+  for (uint64_t i = 0; i < archive.size(); ++i) {
+    while (shard + 1 < m.shards.size() && i >= m.shards[shard + 1].first_sample) {
+      ++shard;
+      SF_RETURN_IF_ERROR(writer->NextShard());
+    }
+    SF_RETURN_IF_ERROR(archive.VerifyRecord(i));  // never copy damage into a fresh checksum
+    format::RecordView r = archive.Get(i);
+    SF_RETURN_IF_ERROR(writer->Append(*r.entry, r.data, r.size));
+  }
+  format::Manifest copy;
+  copy.encoding = m.encoding;
+  copy.class_names = m.class_names;
+  copy.height = m.height;
+  copy.width = m.width;
+  copy.channels = m.channels;
+  copy.source_bytes = m.source_bytes;
+  copy.created_by = "shardfeed " SHARDFEED_VERSION " (converted from " +
+                    std::string(format::BackendName(m.backend)) + ")";
+  copy.options_json = m.options_json;
+  SF_RETURN_IF_ERROR(writer->Finish(std::move(copy)));
+  return archive.size();
+}
+
 }  // namespace shardfeed::converter

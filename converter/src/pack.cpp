@@ -205,7 +205,13 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
   std::vector<SourceItem> items = source.items;
   if (options.shuffle) ShuffleItems(&items, options.seed);
 
-  SF_ASSIGN_OR_RETURN(auto writer, format::ArchiveWriter::Create(out, options.writer));
+  format::WriterOptions writer_options = options.writer;
+  writer_options.encoding = options.encoding;
+  writer_options.zstd_level = options.level;
+  if (options.encoding != Encoding::kJpeg && options.size && options.center_crop) {
+    writer_options.height = writer_options.width = options.size;
+  }
+  SF_ASSIGN_OR_RETURN(auto writer, format::ArchiveWriter::Create(out, writer_options));
 
   PackStats& stats = result.stats;
   stats.total = items.size();

@@ -95,8 +95,7 @@ Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path) {
     if (manifest.backend == Backend::kLmdb) {
       SF_ASSIGN_OR_RETURN(store, OpenLmdbShard(file));
     } else {
-      return Status::Unsupported(file, ": backend ", BackendName(manifest.backend),
-                                 " is not built into this reader");
+      SF_ASSIGN_OR_RETURN(store, OpenHdf5Shard(file));
     }
     const ShardHeader& h = store->header;
     if (h.shard_number != s || h.first_sample != info.first_sample ||
@@ -228,10 +227,6 @@ Result<std::unique_ptr<ArchiveWriter>> ArchiveWriter::Create(const std::string& 
   if (options.chunk_bytes == 0 || options.chunk_bytes > (uint64_t{1} << 31)) {
     return Status::InvalidArgument("chunk size must be between 1 byte and 2 GiB");
   }
-  if (options.backend != Backend::kLmdb) {
-    return Status::Unsupported("backend ", BackendName(options.backend),
-                               " is not built into this writer");
-  }
   std::error_code ec;
   std::string clean = fs::path(path).lexically_normal().string();
   if (!clean.empty() && clean.back() == '/') clean.pop_back();
@@ -245,6 +240,10 @@ Result<std::unique_ptr<ArchiveWriter>> ArchiveWriter::Create(const std::string& 
   w->path_ = clean;
   w->partial_path_ = clean + ".partial";
   w->options_ = options;
+  if (options.backend == Backend::kHdf5 && options.height > 0 &&
+      options.encoding != Encoding::kJpeg) {
+    w->options_.chunk_bytes = 1;  // one record per chunk: each is a row of /images
+  }
   // A lock beside the output keeps two packs of the same path apart; a stale partial directory
   // (from a killed pack) is only removed while holding it.
   std::string lock_file = clean + ".lock";
@@ -276,7 +275,11 @@ ArchiveWriter::~ArchiveWriter() {
 
 Status ArchiveWriter::OpenShard() {
   std::string file = (fs::path(partial_path_) / ShardFileName(options_.backend, shards_.size())).string();
-  SF_ASSIGN_OR_RETURN(sink_, CreateLmdbSink(file));
+  if (options_.backend == Backend::kLmdb) {
+    SF_ASSIGN_OR_RETURN(sink_, CreateLmdbSink(file));
+  } else {
+    SF_ASSIGN_OR_RETURN(sink_, CreateHdf5Sink(file, options_));
+  }
   chunk_.clear();
   index_.clear();
   chunk_count_ = 0;
@@ -318,6 +321,12 @@ Status ArchiveWriter::Append(IndexEntry entry, const uint8_t* data, size_t size)
   bytes_ += size;
   shard_payload_ += size;
   return Status::OK();
+}
+
+Status ArchiveWriter::NextShard() {
+  if (index_.empty()) return Status::OK();
+  SF_RETURN_IF_ERROR(CloseShard());
+  return OpenShard();
 }
 
 Status ArchiveWriter::CloseShard() {
@@ -363,10 +372,17 @@ Status ArchiveWriter::Finish(Manifest manifest) {
     return Status::InvalidArgument("a record has label ", class_counts_.size() - 1, " but only ",
                                    manifest.class_names.size(), " class names were given");
   }
+  const std::string manifest_text = manifest.ToJson();
+  if (options_.backend == Backend::kHdf5) {
+    for (const ShardInfo& info : shards_) {
+      SF_RETURN_IF_ERROR(
+          AnnotateHdf5Shard((fs::path(partial_path_) / info.file).string(), manifest_text));
+    }
+  }
   std::string manifest_file = (fs::path(partial_path_) / kManifestFileName).string();
   {
     std::ofstream out(manifest_file, std::ios::binary | std::ios::trunc);
-    out << manifest.ToJson();
+    out << manifest_text;
     out.flush();
     if (!out) return Status::IOError(manifest_file, ": write failed");
   }

@@ -42,6 +42,12 @@ class ArchiveWriter::ShardSink {
 
 Result<std::unique_ptr<ArchiveWriter::ShardSink>> CreateLmdbSink(const std::string& file);
 
+Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file);
+Result<std::unique_ptr<ArchiveWriter::ShardSink>> CreateHdf5Sink(const std::string& file,
+                                                                const WriterOptions& options);
+// Adds the final manifest (JSON) as an attribute of a finished HDF5 shard.
+Status AnnotateHdf5Shard(const std::string& file, const std::string& manifest_json);
+
 std::string ShardFileName(Backend backend, size_t number);
 
 }  // namespace shardfeed::format

@@ -17,7 +17,7 @@ import os
 from . import _native
 from ._native import DataError, Error, WorkerError, cuda_available, cuda_unavailable_reason
 
-__all__ = ["Archive", "Loader", "Batch", "pack", "verify", "inspect", "Error", "DataError",
+__all__ = ["Archive", "Loader", "Batch", "pack", "convert", "verify", "inspect", "Error", "DataError",
            "WorkerError", "cuda_available"]
 
 __version__ = "0.1.0"
@@ -207,9 +207,15 @@ class Loader:
 def pack(src, out, **options):
     """Packs an image folder (or list=FILE with paths relative to src) into an archive; returns
     the report dict (packed, skipped with reasons, ignored). Options as `shardfeed pack`:
-    encoding, size, crop, quality, level, workers, shuffle, seed, validate, strict, overwrite,
-    shard_size, chunk_size, max_pixels."""
+    encoding, backend, size, crop, quality, level, workers, shuffle, seed, validate, strict,
+    overwrite, shard_size, chunk_size, max_pixels."""
     return _native.pack(os.fspath(src), os.fspath(out), **options)
+
+
+def convert(path, out, backend, overwrite=False):
+    """Rewrites an archive into another backend ('lmdb' or 'hdf5') without decoding; returns the
+    number of records."""
+    return _native.convert(os.fspath(path), os.fspath(out), backend, overwrite)
 
 
 def verify(path, decode=False, workers=0):

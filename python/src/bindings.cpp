@@ -325,6 +325,9 @@ PYBIND11_MODULE(_native, m) {
       else if (k == "chunk_size") o.writer.chunk_bytes = v.cast<uint64_t>();
       else if (k == "max_pixels") o.limits.max_pixels = v.cast<uint64_t>();
       else if (k == "list") list = v.cast<std::string>();
+      else if (k == "backend") {
+        if (!format::ParseBackend(v.cast<std::string>(), &o.writer.backend)) throw py::value_error("backend must be lmdb or hdf5");
+      }
       else if (k == "validate") {
         std::string s = v.cast<std::string>();
         if (s == "none") o.validation = converter::Validation::kNone;
@@ -356,6 +359,19 @@ PYBIND11_MODULE(_native, m) {
     }
     return FromJson(json);
   }, py::arg("path"), py::arg("decode") = false, py::arg("workers") = 0);
+
+  m.def("convert", [](const std::string& path, const std::string& out, const std::string& backend,
+                      bool overwrite) {
+    format::Backend b;
+    if (!format::ParseBackend(backend, &b)) throw py::value_error("backend must be lmdb or hdf5");
+    auto archive = Check(format::Archive::Open(path));
+    Result<uint64_t> n = Status::Internal("unset");
+    {
+      py::gil_scoped_release release;
+      n = converter::Convert(*archive, out, b, overwrite);
+    }
+    return Check(std::move(n));
+  }, py::arg("path"), py::arg("out"), py::arg("backend"), py::arg("overwrite") = false);
 
   m.def("inspect", [](const std::string& path) {
     auto archive = Check(format::Archive::Open(path));

@@ -133,3 +133,18 @@ def test_kill_mid_pack_leaves_no_archive_and_rerun_works(tmp_path):
     assert not partial.exists()
     v = json.loads(run("verify", out, "--json", check=0).stdout)
     assert v["ok"] and v["samples"] == 900
+
+
+def test_hdf5_backend_and_convert(tmp_path):
+    h5 = tmp_path / "h"
+    run("pack", GOOD, h5, "--backend", "hdf5", check=0)
+    assert (h5 / "shard-00000.h5").exists()
+    v = json.loads(run("verify", h5, "--decode", "--json", check=0).stdout)
+    assert v["ok"] and v["checked"] == 36
+    assert json.loads(run("inspect", h5, "--json", check=0).stdout)["backend"] == "hdf5"
+    run("convert", h5, tmp_path / "l", "--backend", "lmdb", check=0)
+    a = json.loads(run("inspect", tmp_path / "l", "--json", check=0).stdout)
+    assert a["backend"] == "lmdb" and a["samples"] == 36
+    b = json.loads(run("bench", h5, "--size", "32", "--batch-size", "8", "--json", check=0).stdout)
+    assert b["images"] == 36 and b["images_per_second"] > 0
+    assert run("convert", h5, tmp_path / "x", "--backend", "tar").returncode == 2

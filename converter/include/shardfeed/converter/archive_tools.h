@@ -42,4 +42,9 @@ std::string InspectJson(const format::Archive& archive);
 // (pixel records). DIR must not exist or be empty. Returns the number of files written.
 Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir);
 
+// Rewrites an archive into another backend without decoding anything: the same records, labels,
+// shards (sample ranges) and checksums. Returns the number of records written.
+Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
+                         format::Backend backend, bool overwrite = false);
+
 }  // namespace shardfeed::converter

@@ -70,6 +70,11 @@ struct WriterOptions {
   uint64_t chunk_bytes = 1 << 20;  // a chunk closes once it holds at least this many bytes
   uint64_t shard_bytes = 0;        // a shard closes once its payload reaches this; 0: one shard
   bool overwrite = false;          // replace an existing archive at the path
+  // What the records hold. HDF5 stores fixed-shape (height > 0) raw/zstd records as an
+  // N x height x width x 3 data set, one HDF5 chunk per record (zstd through filter 32015).
+  Encoding encoding = Encoding::kJpeg;
+  uint32_t height = 0, width = 0;
+  int zstd_level = 1;  // recorded as the HDF5 filter's parameter
 };
 
 // Writes an archive atomically: everything goes to "<path>.partial/", and Finish() renames it to
@@ -85,6 +90,8 @@ class ArchiveWriter {
   // Appends one record. `entry` gives label, shape, encoding, orientation and flags; its
   // checksum/chunk/offset/size fields are filled in here.
   Status Append(IndexEntry entry, const uint8_t* data, size_t size);
+  // Closes the current shard (if it holds any record) so the next record starts a new one.
+  Status NextShard();
   // Closes the last shard, fills `manifest.shards`, sample counts and backend, writes
   // manifest.json and renames the partial directory into place.
   Status Finish(Manifest manifest);
