@@ -22,7 +22,11 @@ namespace {
 using format::Encoding;
 using format::IndexEntry;
 
-// Reads a whole regular file. Refuses FIFOs/devices (they could block or never end).
+// Reads a regular file whose first bytes are an image signature. Refuses FIFOs and devices (they
+// could block or never end), and looks at 64 bytes before reading the rest, so a folder's stray
+// videos and archives cost one small read each.
+constexpr uint64_t kMaxFileBytes = uint64_t{1} << 31;  // a record's limit
+
 Status ReadFile(const std::string& path, imaging::Bytes* out) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
@@ -38,10 +42,17 @@ Status ReadFile(const std::string& path, imaging::Bytes* out) {
     ::close(fd);
     return Status::IOError("not a regular file");
   }
+  if (static_cast<uint64_t>(st.st_size) > kMaxFileBytes) {
+    ::close(fd);
+    return Status::Unsupported("file of ", st.st_size, " bytes is larger than 2 GiB");
+  }
   out->resize(static_cast<size_t>(st.st_size));
   size_t got = 0;
+  bool sniffed = false;
   while (got < out->size()) {
-    ssize_t n = ::read(fd, out->data() + got, out->size() - got);
+    // The first read takes at most 64 bytes: enough to recognise every supported format.
+    size_t want = sniffed ? out->size() - got : std::min<size_t>(64, out->size());
+    ssize_t n = ::read(fd, out->data() + got, want);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       int err = errno;
@@ -50,6 +61,15 @@ Status ReadFile(const std::string& path, imaging::Bytes* out) {
     }
     if (n == 0) break;  // the file shrank while we read it
     got += static_cast<size_t>(n);
+    if (!sniffed && got >= std::min<size_t>(64, out->size())) {
+      sniffed = true;
+      if (imaging::SniffFormat(out->data(), got) == imaging::ImageFormat::kUnknown) {
+        ::close(fd);
+        out->resize(got);
+        return got == 0 ? Status::Corrupt("empty file")
+                        : Status::Unsupported("not an image (unrecognised file signature)");
+      }
+    }
   }
   ::close(fd);
   out->resize(got);

@@ -25,7 +25,7 @@ const char* ImageFormatName(ImageFormat format) {
     case ImageFormat::kBmp: return "BMP";
     case ImageFormat::kGif: return "GIF";
     case ImageFormat::kTiff: return "TIFF";
-    case ImageFormat::kHeif: return "HEIF";
+    case ImageFormat::kHeif: return "HEIF/AVIF";
     case ImageFormat::kStbOther: return "TGA/PNM/PSD";
     case ImageFormat::kUnknown: break;
   }
@@ -110,16 +110,33 @@ Status CheckPixels(uint64_t w, uint64_t h, const Limits& limits) {
 
 }  // namespace
 
+// A progressive JPEG can hold thousands of tiny scans that each cost a pass over the image
+// (a "JPEG bomb"); libjpeg-turbo's TurboJPEG API caps them at 500, and so do we.
+constexpr int kMaxScans = 500;
+
+void OnProgress(j_common_ptr cinfo) {
+  auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
+  if (d->is_decompressor && d->progressive_mode && d->input_scan_number > kMaxScans) {
+    auto* err = reinterpret_cast<ErrorMgr*>(cinfo->err);
+    std::snprintf(err->message, sizeof(err->message), "progressive JPEG with more than %d scans",
+                  kMaxScans);
+    std::longjmp(err->jump, 1);
+  }
+}
+
 struct Decoder::JpegState {
   JpegState() {
     cinfo.err = jpeg_std_error(&err.pub);
     err.pub.error_exit = OnError;
     err.pub.emit_message = OnMessage;
     jpeg_create_decompress(&cinfo);
+    progress.progress_monitor = OnProgress;
+    cinfo.progress = &progress;
   }
   ~JpegState() { jpeg_destroy_decompress(&cinfo); }
   jpeg_decompress_struct cinfo;
   ErrorMgr err;
+  jpeg_progress_mgr progress{};
   std::vector<uint8_t> row;  // one scanline as libjpeg writes it (RGB or CMYK)
 };
 

@@ -148,3 +148,52 @@ def test_hdf5_backend_and_convert(tmp_path):
     b = json.loads(run("bench", h5, "--size", "32", "--batch-size", "8", "--json", check=0).stdout)
     assert b["images"] == 36 and b["images_per_second"] > 0
     assert run("convert", h5, tmp_path / "x", "--backend", "tar").returncode == 2
+
+
+def test_hostile_folder(tmp_path):
+    """Names and file kinds a scraped dataset really contains: the good images are packed, the
+    rest is skipped or ignored with a reason, and nothing hangs or crashes."""
+    src = tmp_path / "src"
+    good = sorted(f for f in os.listdir(os.path.join(GOOD, "cat")) if not f.startswith("."))
+    weird = src / "wéird class"
+    os.makedirs(weird)
+    names = ["space name.jpg", "new\nline.jpg", "ünïcødé.jpg", "x" * 200 + ".jpg"]
+    for name, f in zip(names, good):
+        shutil.copy(os.path.join(GOOD, "cat", f), weird / name)
+    # A name that is not UTF-8 at all.
+    with open(os.path.join(os.fsencode(weird), b"latin1-\xe9t\xe9.jpg"), "wb") as out:
+        with open(os.path.join(GOOD, "cat", good[0]), "rb") as f:
+            out.write(f.read())
+    bad = src / "bad"
+    os.makedirs(bad / "nested" / "deeper")
+    shutil.copy(os.path.join(GOOD, "dog", "dog_000.jpg"), bad / "nested" / "deeper" / "ok.jpg")
+    os.symlink("/dev/zero", bad / "zero.jpg")          # a device: never read
+    os.mkfifo(bad / "pipe.png")                         # a FIFO: never opened for reading
+    os.symlink("..", bad / "nested" / "loop")          # a directory cycle
+    os.makedirs(bad / "folder.jpg")                     # a directory with an image name
+    with open(bad / "movie.mp4", "wb") as f:            # large and not an image
+        f.write(b"\x00\x00\x00\x18ftypmp42" + os.urandom(1 << 20))
+    with open(bad / "thumbs.db", "wb") as f:
+        f.write(b"\xd0\xcf\x11\xe0" + b"\x00" * 100)
+    with open(bad / "page.svg", "w") as f:
+        f.write("<svg xmlns='http://www.w3.org/2000/svg'/>")
+    with open(src / "README.txt", "w") as f:            # outside any class folder
+        f.write("hello")
+    out = tmp_path / "a"
+    p = subprocess.run([CLI, "pack", str(src), str(out), "--report", str(tmp_path / "r.json")],
+                       capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["packed"] == 6  # 5 weird names + the nested one
+    reasons = {os.path.basename(s["path"]): s["reason"] for s in report["skipped"]}
+    assert "not a regular file" in reasons["zero.jpg"]
+    assert "not a regular file" in reasons["pipe.png"]
+    assert "HEIF" in reasons["movie.mp4"]  # an ISO-BMFF file: named, not read in full
+    assert "not an image" in reasons["thumbs.db"] and "not an image" in reasons["page.svg"]
+    ignored = {os.path.basename(s["path"]): s["reason"] for s in report["ignored"]}
+    assert "cycle" in ignored.get("loop", "") or "cycle" in " ".join(ignored.values())
+    assert "class folder" in ignored["README.txt"]
+    v = json.loads(run("verify", out, "--decode", "--json", check=0).stdout)
+    assert v["ok"] and v["samples"] == 6
+    info = json.loads(run("inspect", out, "--json", check=0).stdout)
+    assert [c["name"] for c in info["classes"]] == ["bad", "wéird class"]
