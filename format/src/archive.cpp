@@ -192,8 +192,6 @@ uint64_t Archive::FileBytes() const {
 
 // ---- Writing ---------------------------------------------------------------------------------
 
-namespace {
-
 Status SyncPath(const std::string& path, bool directory) {
   int fd = ::open(path.c_str(), (directory ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::IOError(path, ": open for sync: ", std::strerror(errno));
@@ -203,6 +201,8 @@ Status SyncPath(const std::string& path, bool directory) {
   if (rc != 0) return Status::IOError(path, ": fsync: ", std::strerror(err));
   return Status::OK();
 }
+
+namespace {
 
 std::string NowUtc() {
   std::time_t t = std::time(nullptr);

@@ -51,6 +51,8 @@ class Handle {
   ~Handle() { Close(); }
   hid_t get() const { return id_; }
   bool ok() const { return id_ >= 0; }
+  // Forgets the handle without closing it (it was closed explicitly).
+  void Release() { id_ = -1; }
   void Close() {
     if (id_ >= 0) {
       H5I_type_t type = H5Iget_type(id_);
@@ -107,6 +109,15 @@ Status WriteU64Attr(hid_t obj, const char* name, uint64_t value, const std::stri
     return Hdf5Error(where, std::string("write attribute ") + name);
   }
   return Status::OK();
+}
+
+// Closes a file explicitly (its errors matter: they are where HDF5 reports failed writes) and
+// makes it durable.
+Status CloseAndSync(Handle& file_handle, const std::string& file) {
+  herr_t rc = H5Fclose(file_handle.get());
+  file_handle.Release();
+  if (rc < 0) return Hdf5Error(file, "close");
+  return SyncPath(file, /*directory=*/false);
 }
 
 Result<uint64_t> ReadU64Attr(hid_t obj, const char* name, const std::string& where) {
@@ -257,16 +268,7 @@ class Hdf5Sink : public ArchiveWriter::ShardSink {
     SF_RETURN_IF_ERROR(WriteU64Attr(f, "chunk_bytes", images_mode_ ? 0 : chunk_bytes_, file_));
     data_.Close();
     group.Close();
-    if (H5Fclose(file_h_.get()) < 0) return Hdf5Error(file_, "close");
-    // (Handle must not close it again.)
-    file_h_ = -1;
-    int fd = ::open(file_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || ::fsync(fd) != 0) {
-      if (fd >= 0) ::close(fd);
-      return Status::IOError(file_, ": fsync failed");
-    }
-    ::close(fd);
-    return Status::OK();
+    return CloseAndSync(file_h_, file_);
   }
 
  private:
@@ -306,15 +308,7 @@ Status AnnotateHdf5Shard(const std::string& file, const std::string& manifest_js
   Handle f(H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
   if (!f.ok()) return Hdf5Error(file, "reopen to annotate");
   SF_RETURN_IF_ERROR(WriteStringAttr(f.get(), "manifest", manifest_json, file));
-  if (H5Fclose(f.get()) < 0) return Hdf5Error(file, "close");
-  f = -1;
-  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0 || ::fsync(fd) != 0) {
-    if (fd >= 0) ::close(fd);
-    return Status::IOError(file, ": fsync failed");
-  }
-  ::close(fd);
-  return Status::OK();
+  return CloseAndSync(f, file);
 }
 
 Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file) {

@@ -50,4 +50,7 @@ Status AnnotateHdf5Shard(const std::string& file, const std::string& manifest_js
 
 std::string ShardFileName(Backend backend, size_t number);
 
+// fsync(2) of a file or directory, with the path in the error.
+Status SyncPath(const std::string& path, bool directory);
+
 }  // namespace shardfeed::format
