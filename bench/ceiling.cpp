@@ -19,17 +19,24 @@
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s ARCHIVE [--threads N] [--mode decode|memcpy] [--repeat R] [--scale NUM]\n", argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s ARCHIVE [--threads N] [--mode decode|memcpy] [--repeat R] [--scale NUM]\n",
+        argv[0]);
     return 2;
   }
   std::string path = argv[1], mode = "decode";
   int threads = static_cast<int>(std::thread::hardware_concurrency()), repeat = 1, scale = 8;
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string k = argv[i];
-    if (k == "--threads") threads = std::stoi(argv[i + 1]);
-    else if (k == "--mode") mode = argv[i + 1];
-    else if (k == "--repeat") repeat = std::stoi(argv[i + 1]);
-    else if (k == "--scale") scale = std::stoi(argv[i + 1]);
+    if (k == "--threads")
+      threads = std::stoi(argv[i + 1]);
+    else if (k == "--mode")
+      mode = argv[i + 1];
+    else if (k == "--repeat")
+      repeat = std::stoi(argv[i + 1]);
+    else if (k == "--scale")
+      scale = std::stoi(argv[i + 1]);
   }
   auto archive = shardfeed::format::Archive::Open(path);
   if (!archive.ok()) {
@@ -63,7 +70,8 @@ int main(int argc, char** argv) {
         failed = true;
         continue;
       }
-      int sw = TJSCALED(w, (tjscalingfactor{scale, 8})), sh = TJSCALED(h, (tjscalingfactor{scale, 8}));
+      int sw = TJSCALED(w, (tjscalingfactor{scale, 8})),
+          sh = TJSCALED(h, (tjscalingfactor{scale, 8}));
       if (tjDecompress2(tj, rec.data(), rec.size(), out.data(), sw, 0, sh, TJPF_RGB, 0) != 0 &&
           tjGetErrorCode(tj) == TJERR_FATAL) {
         failed = true;
@@ -76,8 +84,9 @@ int main(int argc, char** argv) {
   for (int t = 0; t < threads; ++t) pool.emplace_back(work);
   for (auto& t : pool) t.join();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("{\"mode\": \"%s\", \"threads\": %d, \"images\": %zu, \"seconds\": %.4f, "
-              "\"images_per_second\": %.1f, \"failed\": %s}\n",
-              mode.c_str(), threads, n * repeat, secs, n * repeat / secs, failed ? "true" : "false");
+  std::printf(
+      "{\"mode\": \"%s\", \"threads\": %d, \"images\": %zu, \"seconds\": %.4f, "
+      "\"images_per_second\": %.1f, \"failed\": %s}\n",
+      mode.c_str(), threads, n * repeat, secs, n * repeat / secs, failed ? "true" : "false");
   return failed ? 1 : 0;
 }

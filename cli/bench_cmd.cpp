@@ -20,25 +20,25 @@ int CmdBench(int argc, char** argv) {
   reader::LoaderOptions opt;
   int epochs = 1;
   double step_ms = 0;
-  desc.add_options()
-      ("archive", po::value(&path)->required(), "archive to read")
-      ("batch-size", po::value(&opt.batch_size)->default_value(64), "samples per batch")
-      ("workers", po::value(&opt.workers)->default_value(0), "decode workers (0: all cores)")
-      ("prefetch", po::value(&opt.prefetch)->default_value(4), "batches decoded ahead")
-      ("crop", po::value(&crop)->default_value("center"), "center | random | none")
-      ("size", po::value(&opt.transform.size)->default_value(224), "output side (0 with --crop none: the archive's shape)")
-      ("flip", po::bool_switch(&opt.transform.flip), "random horizontal flip")
-      ("layout", po::value(&layout)->default_value("nhwc"), "nhwc | nchw")
-      ("shuffle", po::value(&opt.shuffle)->default_value(true), "global shuffle each epoch")
-      ("seed", po::value(&opt.seed)->default_value(0), "shuffle/augmentation seed")
-      ("epochs", po::value(&epochs)->default_value(1), "epochs to read")
-      ("mode", po::value(&mode)->default_value("threads"), "threads | processes")
-      ("device", po::bool_switch(&opt.device), "copy batches to the CUDA device")
-      ("decode", po::value(&decode)->default_value("scaled"),
-       "JPEG decoding: scaled (DCT-scaled and cropped) | cropped (full scale, crop rows and "
-       "columns only) | full (whole image, then crop)")
-      ("step-ms", po::value(&step_ms)->default_value(0), "simulated training step per batch (ms)")
-      ("json", "print one JSON object");
+  desc.add_options()("archive", po::value(&path)->required(), "archive to read")(
+      "batch-size", po::value(&opt.batch_size)->default_value(64), "samples per batch")(
+      "workers", po::value(&opt.workers)->default_value(0), "decode workers (0: all cores)")(
+      "prefetch", po::value(&opt.prefetch)->default_value(4), "batches decoded ahead")(
+      "crop", po::value(&crop)->default_value("center"), "center | random | none")(
+      "size", po::value(&opt.transform.size)->default_value(224),
+      "output side (0 with --crop none: the archive's shape)")(
+      "flip", po::bool_switch(&opt.transform.flip), "random horizontal flip")(
+      "layout", po::value(&layout)->default_value("nhwc"), "nhwc | nchw")(
+      "shuffle", po::value(&opt.shuffle)->default_value(true), "global shuffle each epoch")(
+      "seed", po::value(&opt.seed)->default_value(0), "shuffle/augmentation seed")(
+      "epochs", po::value(&epochs)->default_value(1), "epochs to read")(
+      "mode", po::value(&mode)->default_value("threads"), "threads | processes")(
+      "device", po::bool_switch(&opt.device), "copy batches to the CUDA device")(
+      "decode", po::value(&decode)->default_value("scaled"),
+      "JPEG decoding: scaled (DCT-scaled and cropped) | cropped (full scale, crop rows and "
+      "columns only) | full (whole image, then crop)")(
+      "step-ms", po::value(&step_ms)->default_value(0), "simulated training step per batch (ms)")(
+      "json", "print one JSON object");
   po::positional_options_description pos;
   pos.add("archive", 1);
   po::variables_map vm;
@@ -54,16 +54,26 @@ int CmdBench(int argc, char** argv) {
     std::fprintf(stderr, "shardfeed: error: %s\n", e.what());
     return 2;
   }
-  if (crop == "center") opt.transform.crop = reader::Crop::kCenter;
-  else if (crop == "random") opt.transform.crop = reader::Crop::kRandom;
-  else if (crop == "none") opt.transform.crop = reader::Crop::kNone;
-  else return Fail(Status::InvalidArgument("--crop must be center, random or none"));
-  if (layout == "nhwc") opt.transform.layout = reader::Layout::kNHWC;
-  else if (layout == "nchw") opt.transform.layout = reader::Layout::kNCHW;
-  else return Fail(Status::InvalidArgument("--layout must be nhwc or nchw"));
-  if (mode == "threads") opt.mode = reader::WorkerMode::kThreads;
-  else if (mode == "processes") opt.mode = reader::WorkerMode::kProcesses;
-  else return Fail(Status::InvalidArgument("--mode must be threads or processes"));
+  if (crop == "center")
+    opt.transform.crop = reader::Crop::kCenter;
+  else if (crop == "random")
+    opt.transform.crop = reader::Crop::kRandom;
+  else if (crop == "none")
+    opt.transform.crop = reader::Crop::kNone;
+  else
+    return Fail(Status::InvalidArgument("--crop must be center, random or none"));
+  if (layout == "nhwc")
+    opt.transform.layout = reader::Layout::kNHWC;
+  else if (layout == "nchw")
+    opt.transform.layout = reader::Layout::kNCHW;
+  else
+    return Fail(Status::InvalidArgument("--layout must be nhwc or nchw"));
+  if (mode == "threads")
+    opt.mode = reader::WorkerMode::kThreads;
+  else if (mode == "processes")
+    opt.mode = reader::WorkerMode::kProcesses;
+  else
+    return Fail(Status::InvalidArgument("--mode must be threads or processes"));
   if (decode == "scaled") {
     opt.transform.scaled_decode = opt.transform.cropped_decode = true;
   } else if (decode == "cropped") {
@@ -98,7 +108,8 @@ int CmdBench(int argc, char** argv) {
       if (l.on_device()) {
         if (Status s = batch->Synchronize(); !s.ok()) return Fail(s);
       }
-      if (step_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(step_ms));
+      if (step_ms > 0)
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(step_ms));
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     reader::EpochStats st = l.Stats();
@@ -106,16 +117,16 @@ int CmdBench(int argc, char** argv) {
     total_images += st.images;
     total_seconds += secs;
     total_bytes += bytes;
-    epochs_json.push_back({{"epoch", e},
-                           {"images", st.images},
-                           {"seconds", secs},
-                           {"images_per_second", st.images / secs},
-                           {"wait_fraction", st.wait_fraction()},
-                           {"wait_seconds", st.wait_seconds},
-                           {"consumer_seconds", st.consumer_seconds},
-                           {"stage_seconds",
-                            {{"read", st.read}, {"decode", st.decode}, {"collate", st.collate},
-                             {"copy", st.copy}}}});
+    epochs_json.push_back(
+        {{"epoch", e},
+         {"images", st.images},
+         {"seconds", secs},
+         {"images_per_second", st.images / secs},
+         {"wait_fraction", st.wait_fraction()},
+         {"wait_seconds", st.wait_seconds},
+         {"consumer_seconds", st.consumer_seconds},
+         {"stage_seconds",
+          {{"read", st.read}, {"decode", st.decode}, {"collate", st.collate}, {"copy", st.copy}}}});
     if (!json) {
       std::printf(
           "epoch %d: %llu images in %.2f s = %.0f images/s, %.1f MB/s out; consumer waited %.0f%% "
@@ -143,11 +154,12 @@ int CmdBench(int argc, char** argv) {
                         {"epochs", epochs_json}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("read %.0f images in %.2f s: %.0f images/s (%s, batch %u, %d workers, %ux%u %s "
-                "crop, ring in %s memory%s)\n",
-                total_images, total_seconds, ips, path.c_str(), opt.batch_size, l.options().workers,
-                l.out_height(), l.out_width(), crop.c_str(), reader::PinKindName(l.pin_kind()),
-                l.on_device() ? ", copied to GPU" : "");
+    std::printf(
+        "read %.0f images in %.2f s: %.0f images/s (%s, batch %u, %d workers, %ux%u %s "
+        "crop, ring in %s memory%s)\n",
+        total_images, total_seconds, ips, path.c_str(), opt.batch_size, l.options().workers,
+        l.out_height(), l.out_width(), crop.c_str(), reader::PinKindName(l.pin_kind()),
+        l.on_device() ? ", copied to GPU" : "");
   }
   return 0;
 }

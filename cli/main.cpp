@@ -24,9 +24,12 @@ namespace shardfeed::cli {
 
 int ExitCodeFor(const Status& s) {
   switch (s.code()) {
-    case StatusCode::kOk: return 0;
-    case StatusCode::kInvalidArgument: return 2;
-    default: return 3;
+    case StatusCode::kOk:
+      return 0;
+    case StatusCode::kInvalidArgument:
+      return 2;
+    default:
+      return 3;
   }
 }
 
@@ -42,12 +45,18 @@ bool ParseBytes(const std::string& text, uint64_t* out) {
   std::string unit(end);
   for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   double mult = 1;
-  if (unit.empty() || unit == "B") mult = 1;
-  else if (unit == "K" || unit == "KB" || unit == "KIB") mult = 1024;
-  else if (unit == "M" || unit == "MB" || unit == "MIB") mult = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GB" || unit == "GIB") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "T" || unit == "TB" || unit == "TIB") mult = 1024.0 * 1024 * 1024 * 1024;
-  else return false;
+  if (unit.empty() || unit == "B")
+    mult = 1;
+  else if (unit == "K" || unit == "KB" || unit == "KIB")
+    mult = 1024;
+  else if (unit == "M" || unit == "MB" || unit == "MIB")
+    mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GB" || unit == "GIB")
+    mult = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TB" || unit == "TIB")
+    mult = 1024.0 * 1024 * 1024 * 1024;
+  else
+    return false;
   *out = static_cast<uint64_t>(v * mult);
   return true;
 }
@@ -102,28 +111,29 @@ int CmdPack(int argc, char** argv) {
   std::string src, out, list, encoding, crop, report, shard_size, chunk_size, validate, backend;
   converter::PackOptions opt;
   uint64_t max_pixels = opt.limits.max_pixels;
-  desc.add_options()
-      ("src", po::value(&src)->required(), "image folder (ROOT/<class>/<image>), or the root of --list paths")
-      ("out", po::value(&out)->required(), "archive to write (a directory)")
-      ("list", po::value(&list), "list file: 'path label' or MXNet 'index\\tlabel\\tpath' per line")
-      ("encoding", po::value(&encoding)->default_value("jpeg"), "jpeg | raw | zstd")
-      ("backend", po::value(&backend)->default_value("lmdb"), "container: lmdb | hdf5")
-      ("size", po::value(&opt.size)->default_value(0), "raw/zstd: resize so the short side is this")
-      ("crop", po::value(&crop)->default_value("none"), "raw/zstd with --size: none | center")
-      ("quality", po::value(&opt.quality)->default_value(90), "JPEG quality for non-JPEG inputs")
-      ("level", po::value(&opt.level)->default_value(1), "zstd level (1..22)")
-      ("workers", po::value(&opt.workers)->default_value(0), "worker threads (0: all cores)")
-      ("shuffle", po::bool_switch(&opt.shuffle), "store samples in a shuffled order")
-      ("seed", po::value(&opt.seed)->default_value(0), "seed for --shuffle")
-      ("validate", po::value(&validate)->default_value("header"),
-       "JPEG passthrough checks: none | header (markers + end marker) | full (decode)")
-      ("max-pixels", po::value(&max_pixels)->default_value(max_pixels), "refuse larger images")
-      ("shard-size", po::value(&shard_size), "start a new shard after this many bytes (e.g. 1G)")
-      ("chunk-size", po::value(&chunk_size)->default_value("1M"), "records are grouped in chunks of this size")
-      ("report", po::value(&report), "write a JSON report of skipped files here")
-      ("strict", po::bool_switch(&opt.strict), "fail (and write no archive) if any file is skipped")
-      ("overwrite", po::bool_switch(&opt.writer.overwrite), "replace an existing archive at OUT")
-      ("quiet,q", "no progress line");
+  desc.add_options()("src", po::value(&src)->required(),
+                     "image folder (ROOT/<class>/<image>), or the root of --list paths")(
+      "out", po::value(&out)->required(), "archive to write (a directory)")(
+      "list", po::value(&list), "list file: 'path label' or MXNet 'index\\tlabel\\tpath' per line")(
+      "encoding", po::value(&encoding)->default_value("jpeg"), "jpeg | raw | zstd")(
+      "backend", po::value(&backend)->default_value("lmdb"), "container: lmdb | hdf5")(
+      "size", po::value(&opt.size)->default_value(0), "raw/zstd: resize so the short side is this")(
+      "crop", po::value(&crop)->default_value("none"), "raw/zstd with --size: none | center")(
+      "quality", po::value(&opt.quality)->default_value(90), "JPEG quality for non-JPEG inputs")(
+      "level", po::value(&opt.level)->default_value(1), "zstd level (1..22)")(
+      "workers", po::value(&opt.workers)->default_value(0), "worker threads (0: all cores)")(
+      "shuffle", po::bool_switch(&opt.shuffle), "store samples in a shuffled order")(
+      "seed", po::value(&opt.seed)->default_value(0), "seed for --shuffle")(
+      "validate", po::value(&validate)->default_value("header"),
+      "JPEG passthrough checks: none | header (markers + end marker) | full (decode)")(
+      "max-pixels", po::value(&max_pixels)->default_value(max_pixels), "refuse larger images")(
+      "shard-size", po::value(&shard_size), "start a new shard after this many bytes (e.g. 1G)")(
+      "chunk-size", po::value(&chunk_size)->default_value("1M"),
+      "records are grouped in chunks of this size")("report", po::value(&report),
+                                                    "write a JSON report of skipped files here")(
+      "strict", po::bool_switch(&opt.strict), "fail (and write no archive) if any file is skipped")(
+      "overwrite", po::bool_switch(&opt.writer.overwrite), "replace an existing archive at OUT")(
+      "quiet,q", "no progress line");
   po::positional_options_description pos;
   pos.add("src", 1).add("out", 1);
   po::variables_map vm;
@@ -131,7 +141,8 @@ int CmdPack(int argc, char** argv) {
   if (rc >= 0) return rc;
 
   if (!format::ParseEncoding(encoding, &opt.encoding)) {
-    return Fail(Status::InvalidArgument("--encoding must be jpeg, raw or zstd, not '", encoding, "'"));
+    return Fail(
+        Status::InvalidArgument("--encoding must be jpeg, raw or zstd, not '", encoding, "'"));
   }
   if (!format::ParseBackend(backend, &opt.writer.backend)) {
     return Fail(Status::InvalidArgument("--backend must be lmdb or hdf5, not '", backend, "'"));
@@ -144,10 +155,14 @@ int CmdPack(int argc, char** argv) {
     return Fail(Status::InvalidArgument(
         "--size/--crop apply to raw and zstd records; jpeg keeps the original bytes"));
   }
-  if (validate == "none") opt.validation = converter::Validation::kNone;
-  else if (validate == "header") opt.validation = converter::Validation::kHeader;
-  else if (validate == "full") opt.validation = converter::Validation::kFull;
-  else return Fail(Status::InvalidArgument("--validate must be none, header or full"));
+  if (validate == "none")
+    opt.validation = converter::Validation::kNone;
+  else if (validate == "header")
+    opt.validation = converter::Validation::kHeader;
+  else if (validate == "full")
+    opt.validation = converter::Validation::kFull;
+  else
+    return Fail(Status::InvalidArgument("--validate must be none, header or full"));
   opt.limits.max_pixels = max_pixels;
   if (vm.count("shard-size") && !cli::ParseBytes(shard_size, &opt.writer.shard_bytes)) {
     return Fail(Status::InvalidArgument("--shard-size: cannot read '", shard_size, "'"));
@@ -155,10 +170,15 @@ int CmdPack(int argc, char** argv) {
   if (!cli::ParseBytes(chunk_size, &opt.writer.chunk_bytes) || opt.writer.chunk_bytes == 0) {
     return Fail(Status::InvalidArgument("--chunk-size: cannot read '", chunk_size, "'"));
   }
-  nlohmann::json options = {{"encoding", encoding}, {"size", opt.size}, {"crop", crop},
-                            {"quality", opt.quality}, {"level", opt.level},
-                            {"shuffle", opt.shuffle}, {"seed", opt.seed},
-                            {"validate", validate}, {"max_pixels", max_pixels},
+  nlohmann::json options = {{"encoding", encoding},
+                            {"size", opt.size},
+                            {"crop", crop},
+                            {"quality", opt.quality},
+                            {"level", opt.level},
+                            {"shuffle", opt.shuffle},
+                            {"seed", opt.seed},
+                            {"validate", validate},
+                            {"max_pixels", max_pixels},
                             {"chunk_bytes", opt.writer.chunk_bytes},
                             {"shard_bytes", opt.writer.shard_bytes},
                             {"source", list.empty() ? "folder" : "list"}};
@@ -217,11 +237,10 @@ int CmdVerify(int argc, char** argv) {
   po::options_description desc("verify options");
   std::string path;
   converter::VerifyOptions opt;
-  desc.add_options()
-      ("archive", po::value(&path)->required(), "archive to check")
-      ("decode", po::bool_switch(&opt.decode), "also decode every record")
-      ("workers", po::value(&opt.workers)->default_value(0), "threads (0: all cores)")
-      ("json", "print one JSON object");
+  desc.add_options()("archive", po::value(&path)->required(), "archive to check")(
+      "decode", po::bool_switch(&opt.decode), "also decode every record")(
+      "workers", po::value(&opt.workers)->default_value(0), "threads (0: all cores)")(
+      "json", "print one JSON object");
   po::positional_options_description pos;
   pos.add("archive", 1);
   po::variables_map vm;
@@ -242,7 +261,8 @@ int CmdVerify(int argc, char** argv) {
   } else {
     for (const auto& s : report.bad_shards) std::printf("BAD shard: %s\n", s.c_str());
     for (const auto& b : report.bad_samples) {
-      std::printf("BAD sample %llu: %s\n", static_cast<unsigned long long>(b.index), b.reason.c_str());
+      std::printf("BAD sample %llu: %s\n", static_cast<unsigned long long>(b.index),
+                  b.reason.c_str());
     }
     std::printf("%s: %llu samples checked%s, %zu bad samples, %zu bad shards: %s\n", path.c_str(),
                 static_cast<unsigned long long>(report.checked), opt.decode ? " and decoded" : "",
@@ -296,7 +316,8 @@ int CmdConvert(int argc, char** argv) {
   po::positional_options_description pos;
   pos.add("archive", 1).add("out", 1);
   po::variables_map vm;
-  int rc = ParseArgs(argc, argv, desc, pos, vm, "shardfeed convert ARCHIVE OUT --backend lmdb|hdf5");
+  int rc =
+      ParseArgs(argc, argv, desc, pos, vm, "shardfeed convert ARCHIVE OUT --backend lmdb|hdf5");
   if (rc >= 0) return rc;
   format::Backend b;
   if (!format::ParseBackend(backend, &b)) {

@@ -3,14 +3,13 @@
 
 #include <unistd.h>
 
+#include <catch.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <vector>
-
-#include <catch.hpp>
 
 namespace shardfeed::testing {
 

@@ -24,7 +24,8 @@ using format::Encoding;
 using nlohmann::json;
 
 int ResolveWorkers(int workers) {
-  return workers > 0 ? workers : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return workers > 0 ? workers
+                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 // Decodes a record the way a reader would and checks it against its index entry.
@@ -46,11 +47,13 @@ Status CheckDecodes(const format::RecordView& r, imaging::Decoder& decoder, ZSTD
       return Status::OK();
     }
     case Encoding::kRaw:
-      if (r.size != pixels) return Status::Corrupt("raw payload of ", r.size, " bytes, expected ", pixels);
+      if (r.size != pixels)
+        return Status::Corrupt("raw payload of ", r.size, " bytes, expected ", pixels);
       return Status::OK();
     case Encoding::kZstd: {
       unsigned long long content = ZSTD_getFrameContentSize(r.data, r.size);
-      if (content != pixels) return Status::Corrupt("zstd frame declares ", content, " bytes, expected ", pixels);
+      if (content != pixels)
+        return Status::Corrupt("zstd frame declares ", content, " bytes, expected ", pixels);
       scratch->resize(pixels);
       size_t n = ZSTD_decompressDCtx(dctx, scratch->data(), pixels, r.data, r.size);
       if (ZSTD_isError(n)) return Status::Corrupt("zstd: ", ZSTD_getErrorName(n));
@@ -66,8 +69,8 @@ Status CheckDecodes(const format::RecordView& r, imaging::Decoder& decoder, ZSTD
 std::string VerifyReport::ToJson() const {
   json bad = json::array();
   for (const auto& b : bad_samples) bad.push_back({{"index", b.index}, {"reason", b.reason}});
-  json j = {{"archive", archive},     {"ok", ok()},           {"samples", samples},
-            {"checked", checked},     {"bad_samples", bad},   {"bad_shards", bad_shards}};
+  json j = {{"archive", archive}, {"ok", ok()},         {"samples", samples},
+            {"checked", checked}, {"bad_samples", bad}, {"bad_shards", bad_shards}};
   return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
@@ -277,12 +280,14 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir)
     }
     img.Resize(e.width, e.height, 3);
     if (static_cast<Encoding>(e.encoding) == Encoding::kRaw) {
-      if (r.size != img.pixels.size()) return Status::Corrupt(archive.path(), ": sample ", i, ": raw size mismatch");
+      if (r.size != img.pixels.size())
+        return Status::Corrupt(archive.path(), ": sample ", i, ": raw size mismatch");
       std::memcpy(img.pixels.data(), r.data, r.size);
     } else {
       size_t n = ZSTD_decompressDCtx(dctx, img.pixels.data(), img.pixels.size(), r.data, r.size);
       if (ZSTD_isError(n) || n != img.pixels.size()) {
-        return Status::Corrupt(archive.path(), ": sample ", i, ": zstd payload does not decompress");
+        return Status::Corrupt(archive.path(), ": sample ", i,
+                               ": zstd payload does not decompress");
       }
     }
     SF_ASSIGN_OR_RETURN(std::vector<uint8_t> png, imaging::EncodePng(img));

@@ -1,6 +1,8 @@
 // The parallel, ordered packer: workers prepare records out of order inside a bounded window;
 // the calling thread appends them strictly in source order, so the archive does not depend on
 // the worker count or on scheduling.
+#include "shardfeed/converter/pack.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,8 +15,6 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
-
-#include "shardfeed/converter/pack.h"
 
 namespace shardfeed::converter {
 namespace {
@@ -114,8 +114,8 @@ void PrepareRecord(WorkerContext& ctx, const SourceItem& item, const PackOptions
 
   if (opt.encoding == Encoding::kJpeg) {
     if (format == imaging::ImageFormat::kJpeg) {
-      auto info = imaging::ProbeJpeg(file.data(), file.size(),
-                                     opt.validation != Validation::kNone, opt.limits);
+      auto info = imaging::ProbeJpeg(file.data(), file.size(), opt.validation != Validation::kNone,
+                                     opt.limits);
       if (!info.ok()) {
         out->status = info.status();
         return;
@@ -237,8 +237,9 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
   stats.total = items.size();
   const auto start = std::chrono::steady_clock::now();
 
-  int workers = options.workers > 0 ? options.workers
-                                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int workers = options.workers > 0
+                    ? options.workers
+                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // Window of prepared-but-unwritten records: bounds memory whatever the input order costs.
   const size_t window = static_cast<size_t>(workers) * 16;
   std::vector<Prepared> slots(window);

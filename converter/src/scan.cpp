@@ -106,8 +106,9 @@ Result<SourceList> ScanImageFolder(const std::string& root) {
     return Status::NotFound(root, ": ", std::strerror(errno));
   }
   if (!S_ISDIR(st.st_mode)) {
-    return Status::InvalidArgument(root, ": not a directory (an image folder with one "
-                                         "sub-folder per class, or use --list)");
+    return Status::InvalidArgument(root,
+                                   ": not a directory (an image folder with one "
+                                   "sub-folder per class, or use --list)");
   }
   SourceList list;
   list.root = root;

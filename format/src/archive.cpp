@@ -40,8 +40,7 @@ Status ValidateShard(const ShardStore& shard, const std::string& where) {
   }
   for (uint64_t i = 0; i < h.sample_count; ++i) {
     const IndexEntry& e = shard.index[i];
-    if (e.chunk >= h.chunk_count ||
-        uint64_t{e.offset} + e.size > shard.chunk_size[e.chunk]) {
+    if (e.chunk >= h.chunk_count || uint64_t{e.offset} + e.size > shard.chunk_size[e.chunk]) {
       return Status::Corrupt(where, ": index entry of sample ", h.first_sample + i,
                              " points outside its chunk");
     }
@@ -133,8 +132,8 @@ RecordView Archive::Get(uint64_t index) const {
 
 Result<RecordView> Archive::At(uint64_t index) const {
   if (index >= size()) {
-    return Status::InvalidArgument(path_, ": sample ", index, " out of range (archive has ",
-                                   size(), " samples)");
+    return Status::InvalidArgument(path_, ": sample ", index, " out of range (archive has ", size(),
+                                   " samples)");
   }
   return Get(index);
 }
@@ -143,9 +142,9 @@ Status Archive::VerifyRecord(uint64_t index) const {
   SF_ASSIGN_OR_RETURN(RecordView r, At(index));
   uint64_t got = RecordChecksum(r.data, r.size);
   if (got != r.entry->checksum) {
-    return Status::ChecksumMismatch(path_, ": sample ", index, ": payload checksum mismatch (stored ",
-                                    HashToHex(r.entry->checksum), ", computed ", HashToHex(got),
-                                    ")");
+    return Status::ChecksumMismatch(
+        path_, ": sample ", index, ": payload checksum mismatch (stored ",
+        HashToHex(r.entry->checksum), ", computed ", HashToHex(got), ")");
   }
   return Status::OK();
 }
@@ -162,10 +161,9 @@ Status Archive::VerifyShard(size_t s) const {
   uint64_t got = XXH3_64bits_digest(state);
   XXH3_freeState(state);
   if (got != shard.header.content_hash || got != manifest_.shards[s].content_hash) {
-    return Status::ChecksumMismatch(path_, "/", manifest_.shards[s].file,
-                                    ": shard hash mismatch (manifest ",
-                                    HashToHex(manifest_.shards[s].content_hash), ", computed ",
-                                    HashToHex(got), ")");
+    return Status::ChecksumMismatch(
+        path_, "/", manifest_.shards[s].file, ": shard hash mismatch (manifest ",
+        HashToHex(manifest_.shards[s].content_hash), ", computed ", HashToHex(got), ")");
   }
   return Status::OK();
 }
@@ -234,7 +232,8 @@ Result<std::unique_ptr<ArchiveWriter>> ArchiveWriter::Create(const std::string& 
     return Status::InvalidArgument(clean, ": already exists (pass --overwrite to replace it)");
   }
   if (fs::exists(clean, ec) && options.overwrite && !fs::is_directory(clean, ec)) {
-    return Status::InvalidArgument(clean, ": exists and is not an archive directory; not replacing it");
+    return Status::InvalidArgument(clean,
+                                   ": exists and is not an archive directory; not replacing it");
   }
   std::unique_ptr<ArchiveWriter> w(new ArchiveWriter());
   w->path_ = clean;
@@ -254,7 +253,9 @@ Result<std::unique_ptr<ArchiveWriter>> ArchiveWriter::Create(const std::string& 
                            " is locked)");
   }
   fs::remove_all(w->partial_path_, ec);
-  if (ec) return Status::IOError(w->partial_path_, ": cannot remove stale partial output: ", ec.message());
+  if (ec)
+    return Status::IOError(w->partial_path_,
+                           ": cannot remove stale partial output: ", ec.message());
   fs::create_directories(w->partial_path_, ec);
   if (ec) return Status::IOError(w->partial_path_, ": ", ec.message());
   SF_RETURN_IF_ERROR(w->OpenShard());
@@ -274,7 +275,8 @@ ArchiveWriter::~ArchiveWriter() {
 }
 
 Status ArchiveWriter::OpenShard() {
-  std::string file = (fs::path(partial_path_) / ShardFileName(options_.backend, shards_.size())).string();
+  std::string file =
+      (fs::path(partial_path_) / ShardFileName(options_.backend, shards_.size())).string();
   if (options_.backend == Backend::kLmdb) {
     SF_ASSIGN_OR_RETURN(sink_, CreateLmdbSink(file));
   } else {
@@ -300,7 +302,8 @@ Status ArchiveWriter::FlushChunk() {
 
 Status ArchiveWriter::Append(IndexEntry entry, const uint8_t* data, size_t size) {
   if (finished_) return Status::InvalidArgument("Append after Finish");
-  if (size > (uint64_t{1} << 31)) return Status::InvalidArgument("record of ", size, " bytes is too large");
+  if (size > (uint64_t{1} << 31))
+    return Status::InvalidArgument("record of ", size, " bytes is too large");
   if (entry.label < 0) return Status::InvalidArgument("negative label ", entry.label);
   if (options_.shard_bytes && shard_payload_ > 0 && shard_payload_ + size > options_.shard_bytes) {
     SF_RETURN_IF_ERROR(CloseShard());
@@ -315,7 +318,8 @@ Status ArchiveWriter::Append(IndexEntry entry, const uint8_t* data, size_t size)
   entry.size = static_cast<uint32_t>(size);
   chunk_.insert(chunk_.end(), data, data + size);
   index_.push_back(entry);
-  if (static_cast<size_t>(entry.label) >= class_counts_.size()) class_counts_.resize(entry.label + 1);
+  if (static_cast<size_t>(entry.label) >= class_counts_.size())
+    class_counts_.resize(entry.label + 1);
   ++class_counts_[entry.label];
   ++samples_;
   bytes_ += size;
@@ -394,10 +398,12 @@ Status ArchiveWriter::Finish(Manifest manifest) {
     old = path_ + ".old";
     fs::remove_all(old, ec);
     fs::rename(path_, old, ec);
-    if (ec) return Status::IOError(path_, ": cannot move the previous archive aside: ", ec.message());
+    if (ec)
+      return Status::IOError(path_, ": cannot move the previous archive aside: ", ec.message());
   }
   fs::rename(partial_path_, path_, ec);
-  if (ec) return Status::IOError(path_, ": cannot rename ", partial_path_, " into place: ", ec.message());
+  if (ec)
+    return Status::IOError(path_, ": cannot rename ", partial_path_, " into place: ", ec.message());
   finished_ = true;
   std::string parent = fs::path(path_).parent_path().string();
   SF_RETURN_IF_ERROR(SyncPath(parent.empty() ? "." : parent, true));

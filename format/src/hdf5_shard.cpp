@@ -56,13 +56,20 @@ class Handle {
   void Close() {
     if (id_ >= 0) {
       H5I_type_t type = H5Iget_type(id_);
-      if (type == H5I_FILE) H5Fclose(id_);
-      else if (type == H5I_DATASET) H5Dclose(id_);
-      else if (type == H5I_DATASPACE) H5Sclose(id_);
-      else if (type == H5I_GROUP) H5Gclose(id_);
-      else if (type == H5I_ATTR) H5Aclose(id_);
-      else if (type == H5I_GENPROP_LST) H5Pclose(id_);
-      else if (type == H5I_DATATYPE) H5Tclose(id_);
+      if (type == H5I_FILE)
+        H5Fclose(id_);
+      else if (type == H5I_DATASET)
+        H5Dclose(id_);
+      else if (type == H5I_DATASPACE)
+        H5Sclose(id_);
+      else if (type == H5I_GROUP)
+        H5Gclose(id_);
+      else if (type == H5I_ATTR)
+        H5Aclose(id_);
+      else if (type == H5I_GENPROP_LST)
+        H5Pclose(id_);
+      else if (type == H5I_DATATYPE)
+        H5Tclose(id_);
     }
     id_ = -1;
   }
@@ -252,10 +259,13 @@ class Hdf5Sink : public ArchiveWriter::ShardSink {
     hsize_t n = count, shape_dims[2] = {count, 3}, hdr = sizeof(header),
             idx = count * sizeof(IndexEntry), k = chunk_sizes_.size();
     SF_RETURN_IF_ERROR(WriteDataset(f, "labels", H5T_STD_I64LE, 1, &n, labels.data(), file_));
-    SF_RETURN_IF_ERROR(WriteDataset(f, "shapes", H5T_STD_U16LE, 2, shape_dims, shapes.data(), file_));
+    SF_RETURN_IF_ERROR(
+        WriteDataset(f, "shapes", H5T_STD_U16LE, 2, shape_dims, shapes.data(), file_));
     if (!images_mode_) {
-      SF_RETURN_IF_ERROR(WriteDataset(f, "record_offsets", H5T_STD_U64LE, 1, &n, offsets.data(), file_));
-      SF_RETURN_IF_ERROR(WriteDataset(f, "record_sizes", H5T_STD_U32LE, 1, &n, sizes.data(), file_));
+      SF_RETURN_IF_ERROR(
+          WriteDataset(f, "record_offsets", H5T_STD_U64LE, 1, &n, offsets.data(), file_));
+      SF_RETURN_IF_ERROR(
+          WriteDataset(f, "record_sizes", H5T_STD_U32LE, 1, &n, sizes.data(), file_));
     }
     Handle group(H5Gcreate2(f, "shardfeed", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
     if (!group.ok()) return Hdf5Error(file_, "create group shardfeed");
@@ -296,7 +306,7 @@ class Hdf5ShardStore : public ShardStore {
 }  // namespace
 
 Result<std::unique_ptr<ArchiveWriter::ShardSink>> CreateHdf5Sink(const std::string& file,
-                                                                const WriterOptions& options) {
+                                                                 const WriterOptions& options) {
   auto sink = std::make_unique<Hdf5Sink>();
   SF_RETURN_IF_ERROR(sink->Open(file, options));
   return std::unique_ptr<ArchiveWriter::ShardSink>(std::move(sink));
@@ -329,8 +339,10 @@ Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file) {
     Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
     if (!f.ok()) return Status::Corrupt(file, ": HDF5 cannot open it");
     std::vector<uint8_t> header_bytes, index_bytes;
-    SF_RETURN_IF_ERROR(ReadVector(f.get(), "/shardfeed/header", H5T_NATIVE_UINT8, &header_bytes, file));
-    if (header_bytes.size() != sizeof(ShardHeader)) return Status::Corrupt(file, ": bad shard header size");
+    SF_RETURN_IF_ERROR(
+        ReadVector(f.get(), "/shardfeed/header", H5T_NATIVE_UINT8, &header_bytes, file));
+    if (header_bytes.size() != sizeof(ShardHeader))
+      return Status::Corrupt(file, ": bad shard header size");
     std::memcpy(&store->header, header_bytes.data(), sizeof(ShardHeader));
     if (std::memcmp(store->header.magic, kShardMagic, sizeof(kShardMagic)) != 0) {
       return Status::Corrupt(file, ": bad shard magic");
@@ -339,26 +351,30 @@ Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file) {
       return Status::Unsupported(file, ": shard format version ", store->header.format_version,
                                  ", this build reads version ", kFormatVersion);
     }
-    SF_RETURN_IF_ERROR(ReadVector(f.get(), "/shardfeed/index", H5T_NATIVE_UINT8, &index_bytes, file));
+    SF_RETURN_IF_ERROR(
+        ReadVector(f.get(), "/shardfeed/index", H5T_NATIVE_UINT8, &index_bytes, file));
     if (index_bytes.size() != store->header.sample_count * sizeof(IndexEntry)) {
       return Status::Corrupt(file, ": index size disagrees with the header");
     }
     store->owned_index.resize(store->header.sample_count);
     std::memcpy(store->owned_index.data(), index_bytes.data(), index_bytes.size());
     store->index = store->owned_index.data();
-    SF_RETURN_IF_ERROR(ReadVector(f.get(), "/shardfeed/chunk_sizes", H5T_NATIVE_UINT64, &chunk_sizes, file));
+    SF_RETURN_IF_ERROR(
+        ReadVector(f.get(), "/shardfeed/chunk_sizes", H5T_NATIVE_UINT64, &chunk_sizes, file));
     if (chunk_sizes.size() != store->header.chunk_count) {
       return Status::Corrupt(file, ": chunk table disagrees with the header");
     }
     SF_ASSIGN_OR_RETURN(chunk_bytes, ReadU64Attr(f.get(), "chunk_bytes", file));
     const bool images_mode = chunk_bytes == 0;
     const char* name = images_mode ? "images" : "records";
-    if (H5Lexists(f.get(), name, H5P_DEFAULT) <= 0) return Status::Corrupt(file, ": missing /", name);
+    if (H5Lexists(f.get(), name, H5P_DEFAULT) <= 0)
+      return Status::Corrupt(file, ": missing /", name);
     Handle dset(H5Dopen2(f.get(), name, H5P_DEFAULT));
     if (!dset.ok()) return Status::Corrupt(file, ": cannot open /", name);
     uint64_t next_piece = 0;
     for (uint64_t k = 0; k < chunk_sizes.size(); ++k) {
-      const uint64_t pieces = images_mode ? 1 : std::max<uint64_t>(1, (chunk_sizes[k] + chunk_bytes - 1) / chunk_bytes);
+      const uint64_t pieces =
+          images_mode ? 1 : std::max<uint64_t>(1, (chunk_sizes[k] + chunk_bytes - 1) / chunk_bytes);
       std::vector<uint64_t> addrs;
       for (uint64_t j = 0; j < pieces; ++j) {
         hsize_t coord[4] = {images_mode ? k : (next_piece + j) * chunk_bytes, 0, 0, 0};
@@ -370,11 +386,14 @@ Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file) {
           return Status::Corrupt(file, ": chunk ", k, " has no storage");
         }
         if (images_mode && size != chunk_sizes[k]) {
-          return Status::Corrupt(file, ": chunk ", k, " is ", size, " bytes, table says ", chunk_sizes[k]);
+          return Status::Corrupt(file, ": chunk ", k, " is ", size, " bytes, table says ",
+                                 chunk_sizes[k]);
         }
-        if (!images_mode && size != chunk_bytes) return Status::Corrupt(file, ": records chunk of unexpected size");
+        if (!images_mode && size != chunk_bytes)
+          return Status::Corrupt(file, ": records chunk of unexpected size");
         if (addr + size > store->file_bytes) {
-          return Status::Corrupt(file, ": chunk ", k, " lies past the end of the file (truncated?)");
+          return Status::Corrupt(file, ": chunk ", k,
+                                 " lies past the end of the file (truncated?)");
         }
         addrs.push_back(addr);
       }

@@ -10,9 +10,12 @@ using nlohmann::json;
 
 std::string_view EncodingName(Encoding encoding) {
   switch (encoding) {
-    case Encoding::kJpeg: return "jpeg";
-    case Encoding::kRaw: return "raw";
-    case Encoding::kZstd: return "zstd";
+    case Encoding::kJpeg:
+      return "jpeg";
+    case Encoding::kRaw:
+      return "raw";
+    case Encoding::kZstd:
+      return "zstd";
   }
   return "unknown";
 }
@@ -29,8 +32,10 @@ bool ParseEncoding(std::string_view name, Encoding* out) {
 
 std::string_view BackendName(Backend backend) {
   switch (backend) {
-    case Backend::kLmdb: return "lmdb";
-    case Backend::kHdf5: return "hdf5";
+    case Backend::kLmdb:
+      return "lmdb";
+    case Backend::kHdf5:
+      return "hdf5";
   }
   return "unknown";
 }
@@ -100,7 +105,8 @@ Result<Manifest> Manifest::FromJson(const std::string& text, const std::string& 
   Manifest m;
   try {
     if (j.value("format", std::string()) != kFormatName) {
-      return Status::Corrupt(origin, ": not a shardfeed manifest (\"format\" is not \"shardfeed\")");
+      return Status::Corrupt(origin,
+                             ": not a shardfeed manifest (\"format\" is not \"shardfeed\")");
     }
     m.format_version = j.at("format_version").get<uint32_t>();
     if (m.format_version != kFormatVersion) {

@@ -17,9 +17,9 @@ class ShardStore {
  public:
   virtual ~ShardStore() = default;
   ShardHeader header{};
-  const IndexEntry* index = nullptr;        // header.sample_count entries
-  std::vector<const uint8_t*> chunk_data;   // header.chunk_count pointers
-  std::vector<uint64_t> chunk_size;         // their sizes
+  const IndexEntry* index = nullptr;       // header.sample_count entries
+  std::vector<const uint8_t*> chunk_data;  // header.chunk_count pointers
+  std::vector<uint64_t> chunk_size;        // their sizes
   uint64_t file_bytes = 0;
   // The mapped region, for madvise.
   const uint8_t* map_base = nullptr;
@@ -44,7 +44,7 @@ Result<std::unique_ptr<ArchiveWriter::ShardSink>> CreateLmdbSink(const std::stri
 
 Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file);
 Result<std::unique_ptr<ArchiveWriter::ShardSink>> CreateHdf5Sink(const std::string& file,
-                                                                const WriterOptions& options);
+                                                                 const WriterOptions& options);
 // Adds the final manifest (JSON) as an attribute of a finished HDF5 shard.
 Status AnnotateHdf5Shard(const std::string& file, const std::string& manifest_json);
 

@@ -7,16 +7,26 @@ namespace shardfeed {
 
 const char* StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: return "invalid argument";
-    case StatusCode::kIOError: return "I/O error";
-    case StatusCode::kCorrupt: return "corrupt";
-    case StatusCode::kChecksumMismatch: return "checksum mismatch";
-    case StatusCode::kUnsupported: return "unsupported";
-    case StatusCode::kNotFound: return "not found";
-    case StatusCode::kResourceExhausted: return "limit exceeded";
-    case StatusCode::kCancelled: return "cancelled";
-    case StatusCode::kInternal: return "internal error";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kInvalidArgument:
+      return "invalid argument";
+    case StatusCode::kIOError:
+      return "I/O error";
+    case StatusCode::kCorrupt:
+      return "corrupt";
+    case StatusCode::kChecksumMismatch:
+      return "checksum mismatch";
+    case StatusCode::kUnsupported:
+      return "unsupported";
+    case StatusCode::kNotFound:
+      return "not found";
+    case StatusCode::kResourceExhausted:
+      return "limit exceeded";
+    case StatusCode::kCancelled:
+      return "cancelled";
+    case StatusCode::kInternal:
+      return "internal error";
   }
   return "unknown";
 }

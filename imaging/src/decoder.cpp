@@ -19,15 +19,24 @@ namespace shardfeed::imaging {
 
 const char* ImageFormatName(ImageFormat format) {
   switch (format) {
-    case ImageFormat::kJpeg: return "JPEG";
-    case ImageFormat::kPng: return "PNG";
-    case ImageFormat::kWebp: return "WebP";
-    case ImageFormat::kBmp: return "BMP";
-    case ImageFormat::kGif: return "GIF";
-    case ImageFormat::kTiff: return "TIFF";
-    case ImageFormat::kHeif: return "HEIF/AVIF";
-    case ImageFormat::kStbOther: return "TGA/PNM/PSD";
-    case ImageFormat::kUnknown: break;
+    case ImageFormat::kJpeg:
+      return "JPEG";
+    case ImageFormat::kPng:
+      return "PNG";
+    case ImageFormat::kWebp:
+      return "WebP";
+    case ImageFormat::kBmp:
+      return "BMP";
+    case ImageFormat::kGif:
+      return "GIF";
+    case ImageFormat::kTiff:
+      return "TIFF";
+    case ImageFormat::kHeif:
+      return "HEIF/AVIF";
+    case ImageFormat::kStbOther:
+      return "TGA/PNM/PSD";
+    case ImageFormat::kUnknown:
+      break;
   }
   return "unknown";
 }
@@ -92,7 +101,8 @@ void CmykToRgb(const uint8_t* in, uint8_t* out, size_t pixels, bool inverted) {
 void CompositeOverWhite(const uint8_t* rgba, size_t pixels, uint8_t* rgb) {
   for (size_t i = 0; i < pixels; ++i, rgba += 4, rgb += 3) {
     unsigned a = rgba[3];
-    for (int c = 0; c < 3; ++c) rgb[c] = static_cast<uint8_t>((rgba[c] * a + 255 * (255 - a) + 127) / 255);
+    for (int c = 0; c < 3; ++c)
+      rgb[c] = static_cast<uint8_t>((rgba[c] * a + 255 * (255 - a) + 127) / 255);
   }
 }
 
@@ -144,8 +154,7 @@ Decoder::Decoder() : jpeg_(std::make_unique<JpegState>()) {}
 Decoder::~Decoder() = default;
 
 Status Decoder::DecodeJpegRegion(const uint8_t* data, size_t size, const JpegRegion& region,
-                                 Image* out, const Limits& limits, int* scale_num,
-                                 bool strict) {
+                                 Image* out, const Limits& limits, int* scale_num, bool strict) {
   JpegState& s = *jpeg_;
   jpeg_decompress_struct& cinfo = s.cinfo;
   s.err.warnings = 0;
@@ -167,14 +176,15 @@ Status Decoder::DecodeJpegRegion(const uint8_t* data, size_t size, const JpegReg
   if (rw == 0 || rh == 0) rx = 0, ry = 0, rw = iw, rh = ih;
   if (rx >= iw || ry >= ih || rw > iw - rx || rh > ih - ry) {
     jpeg_abort_decompress(&cinfo);
-    return Status::InvalidArgument("region ", rw, "x", rh, "+", rx, "+", ry, " outside a ", iw,
-                                   "x", ih, " JPEG");
+    return Status::InvalidArgument("region ", rw, "x", rh, "+", rx, "+", ry, " outside a ", iw, "x",
+                                   ih, " JPEG");
   }
   // Scales with SIMD IDCTs in libjpeg-turbo: 1/8, 2/8, 4/8, 8/8. Pick the smallest that covers.
   int n = 8;
   for (int cand : {1, 2, 4}) {
     if ((uint64_t{rw} * cand + 7) / 8 >= region.min_width &&
-        (uint64_t{rh} * cand + 7) / 8 >= region.min_height && region.min_width + region.min_height > 0) {
+        (uint64_t{rh} * cand + 7) / 8 >= region.min_height &&
+        region.min_width + region.min_height > 0) {
       n = cand;
       break;
     }
@@ -227,8 +237,8 @@ Status Decoder::DecodeJpegRegion(const uint8_t* data, size_t size, const JpegReg
   return Status::OK();
 }
 
-Status Decoder::DecodeAtLeast(const uint8_t* data, size_t size, uint32_t min_short_side,
-                              Image* out, const Limits& limits, bool strict) {
+Status Decoder::DecodeAtLeast(const uint8_t* data, size_t size, uint32_t min_short_side, Image* out,
+                              const Limits& limits, bool strict) {
   ImageFormat format = SniffFormat(data, size);
   if (format != ImageFormat::kJpeg) return DecodeOther(format, data, size, out, limits);
   SF_ASSIGN_OR_RETURN(JpegInfo info, ProbeJpeg(data, size, /*check_end=*/false, limits));

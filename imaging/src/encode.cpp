@@ -8,7 +8,8 @@
 namespace shardfeed::imaging {
 
 Result<std::vector<uint8_t>> EncodeJpeg(const Image& image, int quality) {
-  if (quality < 1 || quality > 100) return Status::InvalidArgument("JPEG quality ", quality, " not in 1..100");
+  if (quality < 1 || quality > 100)
+    return Status::InvalidArgument("JPEG quality ", quality, " not in 1..100");
   if (image.channels != 3) return Status::InvalidArgument("EncodeJpeg takes RGB images");
   tjhandle tj = tjInitCompress();
   if (!tj) return Status::Internal("tjInitCompress: ", tjGetErrorStr2(nullptr));

@@ -16,9 +16,7 @@ uint16_t Rd16(const uint8_t* p, bool le) {
   return le ? static_cast<uint16_t>(p[0] | p[1] << 8) : static_cast<uint16_t>(p[1] | p[0] << 8);
 }
 
-bool IsSof(uint8_t m) {
-  return m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC;
-}
+bool IsSof(uint8_t m) { return m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC; }
 
 }  // namespace
 
@@ -50,8 +48,7 @@ int ParseExifOrientation(const uint8_t* p, size_t n) {
   return 1;
 }
 
-Result<JpegInfo> ProbeJpeg(const uint8_t* data, size_t size, bool check_end,
-                           const Limits& limits) {
+Result<JpegInfo> ProbeJpeg(const uint8_t* data, size_t size, bool check_end, const Limits& limits) {
   JpegInfo info;
   if (size < 4 || data[0] != 0xFF || data[1] != 0xD8) {
     return Status::Corrupt("not a JPEG (no start-of-image marker)");
@@ -90,7 +87,8 @@ Result<JpegInfo> ProbeJpeg(const uint8_t* data, size_t size, bool check_end,
       if (info.components != 1 && info.components != 3 && info.components != 4) {
         return Status::Unsupported("JPEG with ", info.components, " components");
       }
-      if (seg_len < 6u + 3u * info.components) return Status::Corrupt("JPEG frame header too short");
+      if (seg_len < 6u + 3u * info.components)
+        return Status::Corrupt("JPEG frame header too short");
       if (uint64_t{info.width} * info.height > limits.max_pixels) {
         return Status::ResourceExhausted("image of ", info.width, "x", info.height,
                                          " exceeds the limit of ", limits.max_pixels, " pixels");

@@ -1,10 +1,9 @@
 // Resampling (OpenCV imgproc: SIMD area averaging and bilinear) and pixel rearrangements.
-#include <opencv2/core.hpp>
-#include <opencv2/imgproc.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <opencv2/core.hpp>
+#include <opencv2/imgproc.hpp>
 
 #include "shardfeed/imaging/image.h"
 
@@ -42,8 +41,7 @@ void ResizeInto(const uint8_t* src, uint32_t src_w, uint32_t src_h, size_t src_s
   cv::resize(in, out, out.size(), 0, 0, ratio >= 2.0 ? cv::INTER_AREA : cv::INTER_LINEAR);
 }
 
-void ShortSideSize(uint32_t w, uint32_t h, uint32_t short_side, uint32_t* out_w,
-                   uint32_t* out_h) {
+void ShortSideSize(uint32_t w, uint32_t h, uint32_t short_side, uint32_t* out_w, uint32_t* out_h) {
   if (w <= h) {
     *out_w = short_side;
     *out_h = std::max<uint32_t>(1, static_cast<uint32_t>(std::lround(double(h) * short_side / w)));
@@ -67,10 +65,9 @@ void ResizeShortSide(const Image& src, uint32_t short_side, bool center_crop, Im
   uint32_t side = std::min(src.width, src.height);
   uint32_t x0 = (src.width - side) / 2, y0 = (src.height - side) / 2;
   out->Resize(short_side, short_side, src.channels);
-  const uint8_t* origin =
-      src.pixels.data() + (size_t{y0} * src.width + x0) * src.channels;
-  ResizeInto(origin, side, side, size_t{src.width} * src.channels, src.channels,
-             out->pixels.data(), short_side, short_side);
+  const uint8_t* origin = src.pixels.data() + (size_t{y0} * src.width + x0) * src.channels;
+  ResizeInto(origin, side, side, size_t{src.width} * src.channels, src.channels, out->pixels.data(),
+             short_side, short_side);
 }
 
 void FlipHorizontal(uint8_t* pixels, uint32_t w, uint32_t h, uint32_t channels, size_t stride) {
@@ -78,7 +75,8 @@ void FlipHorizontal(uint8_t* pixels, uint32_t w, uint32_t h, uint32_t channels, 
   for (uint32_t y = 0; y < h; ++y) {
     uint8_t* row = pixels + y * stride;
     for (uint32_t a = 0, b = w - 1; a < b; ++a, --b) {
-      for (uint32_t c = 0; c < channels; ++c) std::swap(row[a * channels + c], row[b * channels + c]);
+      for (uint32_t c = 0; c < channels; ++c)
+        std::swap(row[a * channels + c], row[b * channels + c]);
     }
   }
 }
@@ -93,13 +91,34 @@ void ApplyOrientation(Image* image, int orientation) {
     for (uint32_t x = 0; x < w; ++x) {
       uint32_t dx, dy;
       switch (orientation) {
-        case 2: dx = w - 1 - x; dy = y; break;          // mirror horizontal
-        case 3: dx = w - 1 - x; dy = h - 1 - y; break;  // rotate 180
-        case 4: dx = x; dy = h - 1 - y; break;          // mirror vertical
-        case 5: dx = y; dy = x; break;                  // transpose
-        case 6: dx = h - 1 - y; dy = x; break;          // rotate 90 clockwise
-        case 7: dx = h - 1 - y; dy = w - 1 - x; break;  // transverse
-        default: dx = y; dy = w - 1 - x; break;         // 8: rotate 270 clockwise
+        case 2:
+          dx = w - 1 - x;
+          dy = y;
+          break;  // mirror horizontal
+        case 3:
+          dx = w - 1 - x;
+          dy = h - 1 - y;
+          break;  // rotate 180
+        case 4:
+          dx = x;
+          dy = h - 1 - y;
+          break;  // mirror vertical
+        case 5:
+          dx = y;
+          dy = x;
+          break;  // transpose
+        case 6:
+          dx = h - 1 - y;
+          dy = x;
+          break;  // rotate 90 clockwise
+        case 7:
+          dx = h - 1 - y;
+          dy = w - 1 - x;
+          break;  // transverse
+        default:
+          dx = y;
+          dy = w - 1 - x;
+          break;  // 8: rotate 270 clockwise
       }
       std::memcpy(&out[(size_t{dy} * ow + dx) * ch], &image->pixels[(size_t{y} * w + x) * ch], ch);
     }

@@ -7,12 +7,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <unistd.h>
-
-#include <nlohmann/json.hpp>
-
 #include <zstd.h>
 
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "dlpack_export.h"
 #include "shardfeed/converter/archive_tools.h"
@@ -27,16 +25,21 @@ using namespace shardfeed_py;
 
 namespace {
 
-PyObject* g_error = nullptr;        // shardfeed.Error
-PyObject* g_data_error = nullptr;   // shardfeed.DataError (corrupt data, checksum mismatch)
+PyObject* g_error = nullptr;         // shardfeed.Error
+PyObject* g_data_error = nullptr;    // shardfeed.DataError (corrupt data, checksum mismatch)
 PyObject* g_worker_error = nullptr;  // shardfeed.WorkerError (a worker process died)
 
 [[noreturn]] void Raise(const Status& s) {
   switch (s.code()) {
-    case StatusCode::kInvalidArgument: throw py::value_error(s.message());
-    case StatusCode::kNotFound: PyErr_SetString(PyExc_FileNotFoundError, s.message().c_str()); break;
+    case StatusCode::kInvalidArgument:
+      throw py::value_error(s.message());
+    case StatusCode::kNotFound:
+      PyErr_SetString(PyExc_FileNotFoundError, s.message().c_str());
+      break;
     case StatusCode::kCorrupt:
-    case StatusCode::kChecksumMismatch: PyErr_SetString(g_data_error, s.ToString().c_str()); break;
+    case StatusCode::kChecksumMismatch:
+      PyErr_SetString(g_data_error, s.ToString().c_str());
+      break;
     default:
       if (s.message().find("worker process") != std::string::npos) {
         PyErr_SetString(g_worker_error, s.message().c_str());
@@ -93,16 +96,20 @@ py::tuple GetItem(const PyArchive& a, int64_t i) {
     } else {
       image->Resize(r.entry->width, r.entry->height, 3);
       if (enc == format::Encoding::kRaw) {
-        if (r.size != image->pixels.size()) s = Status::Corrupt("raw record size mismatch");
-        else std::memcpy(image->pixels.data(), r.data, r.size);
+        if (r.size != image->pixels.size())
+          s = Status::Corrupt("raw record size mismatch");
+        else
+          std::memcpy(image->pixels.data(), r.data, r.size);
       } else {
         size_t n = ZSTD_decompress(image->pixels.data(), image->pixels.size(), r.data, r.size);
-        if (ZSTD_isError(n) || n != image->pixels.size()) s = Status::Corrupt("zstd record does not decompress");
+        if (ZSTD_isError(n) || n != image->pixels.size())
+          s = Status::Corrupt("zstd record does not decompress");
       }
     }
     if (!s.ok()) {
       py::gil_scoped_acquire acquire;
-      Raise(Status(s.code(), a.archive->path() + ": sample " + std::to_string(i) + ": " + s.message()));
+      Raise(Status(s.code(),
+                   a.archive->path() + ": sample " + std::to_string(i) + ": " + s.message()));
     }
   }
   auto arr = View<uint8_t>(image->pixels.data(), {image->height, image->width, 3}, image);
@@ -114,41 +121,68 @@ reader::LoaderOptions ParseLoaderOptions(const py::dict& kw) {
   for (auto item : kw) {
     std::string k = py::str(item.first);
     py::handle v = item.second;
-    if (k == "batch_size") o.batch_size = v.cast<uint32_t>();
-    else if (k == "shuffle") o.shuffle = v.cast<bool>();
-    else if (k == "seed") o.seed = v.cast<uint64_t>();
-    else if (k == "drop_last") o.drop_last = v.cast<bool>();
-    else if (k == "workers") o.workers = v.cast<int>();
-    else if (k == "prefetch") o.prefetch = v.cast<uint32_t>();
-    else if (k == "rank") o.rank = v.cast<uint32_t>();
-    else if (k == "world_size") o.world_size = v.cast<uint32_t>();
-    else if (k == "size") o.transform.size = v.cast<uint32_t>();
-    else if (k == "flip") o.transform.flip = v.cast<bool>();
-    else if (k == "skip_errors") o.skip_errors = v.cast<bool>();
-    else if (k == "verify_checksums") o.transform.verify_checksums = v.cast<bool>();
-    else if (k == "center_ratio") o.transform.center_ratio = v.cast<double>();
-    else if (k == "scaled_decode") o.transform.scaled_decode = v.cast<bool>();
+    if (k == "batch_size")
+      o.batch_size = v.cast<uint32_t>();
+    else if (k == "shuffle")
+      o.shuffle = v.cast<bool>();
+    else if (k == "seed")
+      o.seed = v.cast<uint64_t>();
+    else if (k == "drop_last")
+      o.drop_last = v.cast<bool>();
+    else if (k == "workers")
+      o.workers = v.cast<int>();
+    else if (k == "prefetch")
+      o.prefetch = v.cast<uint32_t>();
+    else if (k == "rank")
+      o.rank = v.cast<uint32_t>();
+    else if (k == "world_size")
+      o.world_size = v.cast<uint32_t>();
+    else if (k == "size")
+      o.transform.size = v.cast<uint32_t>();
+    else if (k == "flip")
+      o.transform.flip = v.cast<bool>();
+    else if (k == "skip_errors")
+      o.skip_errors = v.cast<bool>();
+    else if (k == "verify_checksums")
+      o.transform.verify_checksums = v.cast<bool>();
+    else if (k == "center_ratio")
+      o.transform.center_ratio = v.cast<double>();
+    else if (k == "scaled_decode")
+      o.transform.scaled_decode = v.cast<bool>();
     else if (k == "crop") {
       std::string c = v.cast<std::string>();
-      if (c == "center") o.transform.crop = reader::Crop::kCenter;
-      else if (c == "random") o.transform.crop = reader::Crop::kRandom;
-      else if (c == "none") o.transform.crop = reader::Crop::kNone;
-      else throw py::value_error("crop must be 'center', 'random' or 'none', not '" + c + "'");
+      if (c == "center")
+        o.transform.crop = reader::Crop::kCenter;
+      else if (c == "random")
+        o.transform.crop = reader::Crop::kRandom;
+      else if (c == "none")
+        o.transform.crop = reader::Crop::kNone;
+      else
+        throw py::value_error("crop must be 'center', 'random' or 'none', not '" + c + "'");
     } else if (k == "layout") {
       std::string l = v.cast<std::string>();
-      if (l == "nhwc") o.transform.layout = reader::Layout::kNHWC;
-      else if (l == "nchw") o.transform.layout = reader::Layout::kNCHW;
-      else throw py::value_error("layout must be 'nhwc' or 'nchw', not '" + l + "'");
+      if (l == "nhwc")
+        o.transform.layout = reader::Layout::kNHWC;
+      else if (l == "nchw")
+        o.transform.layout = reader::Layout::kNCHW;
+      else
+        throw py::value_error("layout must be 'nhwc' or 'nchw', not '" + l + "'");
     } else if (k == "mode") {
       std::string m = v.cast<std::string>();
-      if (m == "threads") o.mode = reader::WorkerMode::kThreads;
-      else if (m == "processes") o.mode = reader::WorkerMode::kProcesses;
-      else throw py::value_error("mode must be 'threads' or 'processes', not '" + m + "'");
+      if (m == "threads")
+        o.mode = reader::WorkerMode::kThreads;
+      else if (m == "processes")
+        o.mode = reader::WorkerMode::kProcesses;
+      else
+        throw py::value_error("mode must be 'threads' or 'processes', not '" + m + "'");
     } else if (k == "device") {
       std::string d = v.cast<std::string>();
-      if (d == "cpu") o.device = false;
-      else if (d == "cuda" || d.rfind("cuda:", 0) == 0) o.device = true;
-      else throw py::value_error("device must be 'cpu' or 'cuda', not '" + d + "'");
+      if (d == "cpu")
+        o.device = false;
+      else if (d == "cuda" || d.rfind("cuda:", 0) == 0)
+        o.device = true;
+      else
+        throw py::value_error("device must be 'cpu' or 'cuda', not '" + d + "'");
     } else {
       throw py::type_error("unexpected loader option '" + k + "'");
     }
@@ -203,31 +237,38 @@ PYBIND11_MODULE(_native, m) {
       .def("__len__", [](const PyArchive& a) { return a.archive->size(); })
       .def("__getitem__", &GetItem)
       .def_property_readonly("path", [](const PyArchive& a) { return a.archive->path(); })
-      .def_property_readonly("class_names", [](const PyArchive& a) { return a.archive->manifest().class_names; })
-      .def_property_readonly("encoding", [](const PyArchive& a) {
-        return std::string(format::EncodingName(a.archive->manifest().encoding));
-      })
-      .def_property_readonly("shape", [](const PyArchive& a) -> py::object {
-        const auto& mf = a.archive->manifest();
-        if (!mf.height) return py::none();
-        return py::make_tuple(mf.height, mf.width, mf.channels);
-      })
+      .def_property_readonly("class_names",
+                             [](const PyArchive& a) { return a.archive->manifest().class_names; })
+      .def_property_readonly(
+          "encoding",
+          [](const PyArchive& a) {
+            return std::string(format::EncodingName(a.archive->manifest().encoding));
+          })
+      .def_property_readonly("shape",
+                             [](const PyArchive& a) -> py::object {
+                               const auto& mf = a.archive->manifest();
+                               if (!mf.height) return py::none();
+                               return py::make_tuple(mf.height, mf.width, mf.channels);
+                             })
       .def_property_readonly("opened_in_pid", [](const PyArchive& a) { return a.pid; })
-      .def("label", [](const PyArchive& a, uint64_t i) {
-        if (i >= a.archive->size()) throw py::index_error("sample index out of range");
-        return a.archive->Label(i);
-      })
-      .def("labels", [](const PyArchive& a) {
-        py::array_t<int64_t> out(static_cast<ssize_t>(a.archive->size()));
-        auto* p = out.mutable_data();
-        for (uint64_t i = 0; i < a.archive->size(); ++i) p[i] = a.archive->Label(i);
-        return out;
-      })
+      .def("label",
+           [](const PyArchive& a, uint64_t i) {
+             if (i >= a.archive->size()) throw py::index_error("sample index out of range");
+             return a.archive->Label(i);
+           })
+      .def("labels",
+           [](const PyArchive& a) {
+             py::array_t<int64_t> out(static_cast<ssize_t>(a.archive->size()));
+             auto* p = out.mutable_data();
+             for (uint64_t i = 0; i < a.archive->size(); ++i) p[i] = a.archive->Label(i);
+             return out;
+           })
       .def("record", [](const PyArchive& a, uint64_t i) {
         // The stored payload, zero-copy: a read-only memoryview into the mapping.
         if (i >= a.archive->size()) throw py::index_error("sample index out of range");
         format::RecordView r = a.archive->Get(i);
-        auto arr = View<uint8_t>(const_cast<uint8_t*>(r.data), {static_cast<ssize_t>(r.size)}, a.archive);
+        auto arr =
+            View<uint8_t>(const_cast<uint8_t*>(r.data), {static_cast<ssize_t>(r.size)}, a.archive);
         py::detail::array_proxy(arr.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
         return arr;
       });
@@ -246,53 +287,66 @@ PYBIND11_MODULE(_native, m) {
              return l;
            }),
            py::arg("archive"))
-      .def("start_epoch", [](PyLoader& l, uint64_t epoch, uint64_t position) {
-        Check(l.loader->StartEpoch(epoch, position));
-      }, py::arg("epoch"), py::arg("position") = 0)
-      .def("next", [](PyLoader& l, uintptr_t consumer_stream) -> py::object {
-        if (::getpid() != l.pid) {
-          throw py::value_error("this Loader's workers live in process " + std::to_string(l.pid) +
-                                "; create the loader in the process that iterates it");
-        }
-        Result<reader::Batch> r = Status::Internal("unset");
-        {
-          py::gil_scoped_release release;
-          r = l.loader->Next();
-        }
-        reader::Batch b = Check(std::move(r));
-        if (!b) return py::none();
-        const std::vector<int64_t> batch_shape = b.shape();
-        std::vector<ssize_t> shape(batch_shape.begin(), batch_shape.end());
-        auto images = View<uint8_t>(b.images(), shape, b.lease());
-        auto labels = View<int64_t>(const_cast<int64_t*>(b.labels()), {b.size()}, b.lease());
-        auto indices = View<uint64_t>(const_cast<uint64_t*>(b.indices()), {b.size()}, b.lease());
-        if (!l.loader->on_device()) return py::make_tuple(images, labels, indices);
-        // The consumer's stream waits for this batch's copy; the host does not block.
-        Check(b.Wait(reinterpret_cast<void*>(consumer_stream)));
-        const int device = reader::CurrentCudaDevice();
-        auto dimages = ExportDlpack(const_cast<void*>(b.device_images()), shape, kDLUInt, 8,
-                                    kDLCUDA, device, b.lease());
-        auto dlabels = ExportDlpack(const_cast<int64_t*>(b.device_labels()), {b.size()}, kDLInt,
-                                    64, kDLCUDA, device, b.lease());
-        return py::make_tuple(images, labels, indices, dimages, dlabels);
-      }, py::arg("consumer_stream") = 0)
-      .def("state", [](const PyLoader& l) {
-        reader::LoaderState s = l.loader->State();
-        py::dict d;
-        d["epoch"] = s.epoch;
-        d["position"] = s.position;
-        d["seed"] = s.seed;
-        return d;
-      })
+      .def(
+          "start_epoch",
+          [](PyLoader& l, uint64_t epoch, uint64_t position) {
+            Check(l.loader->StartEpoch(epoch, position));
+          },
+          py::arg("epoch"), py::arg("position") = 0)
+      .def(
+          "next",
+          [](PyLoader& l, uintptr_t consumer_stream) -> py::object {
+            if (::getpid() != l.pid) {
+              throw py::value_error("this Loader's workers live in process " +
+                                    std::to_string(l.pid) +
+                                    "; create the loader in the process that iterates it");
+            }
+            Result<reader::Batch> r = Status::Internal("unset");
+            {
+              py::gil_scoped_release release;
+              r = l.loader->Next();
+            }
+            reader::Batch b = Check(std::move(r));
+            if (!b) return py::none();
+            const std::vector<int64_t> batch_shape = b.shape();
+            std::vector<ssize_t> shape(batch_shape.begin(), batch_shape.end());
+            auto images = View<uint8_t>(b.images(), shape, b.lease());
+            auto labels = View<int64_t>(const_cast<int64_t*>(b.labels()), {b.size()}, b.lease());
+            auto indices =
+                View<uint64_t>(const_cast<uint64_t*>(b.indices()), {b.size()}, b.lease());
+            if (!l.loader->on_device()) return py::make_tuple(images, labels, indices);
+            // The consumer's stream waits for this batch's copy; the host does not block.
+            Check(b.Wait(reinterpret_cast<void*>(consumer_stream)));
+            const int device = reader::CurrentCudaDevice();
+            auto dimages = ExportDlpack(const_cast<void*>(b.device_images()), shape, kDLUInt, 8,
+                                        kDLCUDA, device, b.lease());
+            auto dlabels = ExportDlpack(const_cast<int64_t*>(b.device_labels()), {b.size()}, kDLInt,
+                                        64, kDLCUDA, device, b.lease());
+            return py::make_tuple(images, labels, indices, dimages, dlabels);
+          },
+          py::arg("consumer_stream") = 0)
+      .def("state",
+           [](const PyLoader& l) {
+             reader::LoaderState s = l.loader->State();
+             py::dict d;
+             d["epoch"] = s.epoch;
+             d["position"] = s.position;
+             d["seed"] = s.seed;
+             return d;
+           })
       .def("stats", [](const PyLoader& l) { return StatsDict(l.loader->Stats()); })
       .def("__len__", [](const PyLoader& l) { return l.loader->batches_per_epoch(); })
-      .def_property_readonly("samples_per_epoch", [](const PyLoader& l) { return l.loader->samples_per_epoch(); })
-      .def_property_readonly("out_size", [](const PyLoader& l) {
-        return py::make_tuple(l.loader->out_height(), l.loader->out_width());
-      })
-      .def_property_readonly("pinned", [](const PyLoader& l) { return reader::PinKindName(l.loader->pin_kind()); })
+      .def_property_readonly("samples_per_epoch",
+                             [](const PyLoader& l) { return l.loader->samples_per_epoch(); })
+      .def_property_readonly("out_size",
+                             [](const PyLoader& l) {
+                               return py::make_tuple(l.loader->out_height(), l.loader->out_width());
+                             })
+      .def_property_readonly(
+          "pinned", [](const PyLoader& l) { return reader::PinKindName(l.loader->pin_kind()); })
       .def_property_readonly("on_device", [](const PyLoader& l) { return l.loader->on_device(); })
-      .def_property_readonly("worker_pids", [](const PyLoader& l) { return l.loader->worker_pids(); })
+      .def_property_readonly("worker_pids",
+                             [](const PyLoader& l) { return l.loader->worker_pids(); })
       .def("close", [](PyLoader& l) {
         py::gil_scoped_release release;
         l.loader.reset();
@@ -301,80 +355,113 @@ PYBIND11_MODULE(_native, m) {
   m.def("cuda_available", &reader::CudaAvailable);
   m.def("cuda_unavailable_reason", &reader::CudaUnavailableReason);
 
-  m.def("pack", [](const std::string& src, const std::string& out, py::kwargs kw) {
-    converter::PackOptions o;
-    std::string list;
-    for (auto item : kw) {
-      std::string k = py::str(item.first);
-      py::handle v = item.second;
-      if (k == "encoding") {
-        if (!format::ParseEncoding(v.cast<std::string>(), &o.encoding)) throw py::value_error("encoding must be jpeg, raw or zstd");
-      } else if (k == "size") o.size = v.cast<uint32_t>();
-      else if (k == "crop") {
-        std::string c = v.cast<std::string>();
-        if (c != "none" && c != "center") throw py::value_error("crop must be 'none' or 'center'");
-        o.center_crop = c == "center";
-      } else if (k == "quality") o.quality = v.cast<int>();
-      else if (k == "level") o.level = v.cast<int>();
-      else if (k == "workers") o.workers = v.cast<int>();
-      else if (k == "shuffle") o.shuffle = v.cast<bool>();
-      else if (k == "seed") o.seed = v.cast<uint64_t>();
-      else if (k == "strict") o.strict = v.cast<bool>();
-      else if (k == "overwrite") o.writer.overwrite = v.cast<bool>();
-      else if (k == "shard_size") o.writer.shard_bytes = v.cast<uint64_t>();
-      else if (k == "chunk_size") o.writer.chunk_bytes = v.cast<uint64_t>();
-      else if (k == "max_pixels") o.limits.max_pixels = v.cast<uint64_t>();
-      else if (k == "list") list = v.cast<std::string>();
-      else if (k == "backend") {
-        if (!format::ParseBackend(v.cast<std::string>(), &o.writer.backend)) throw py::value_error("backend must be lmdb or hdf5");
-      }
-      else if (k == "validate") {
-        std::string s = v.cast<std::string>();
-        if (s == "none") o.validation = converter::Validation::kNone;
-        else if (s == "header") o.validation = converter::Validation::kHeader;
-        else if (s == "full") o.validation = converter::Validation::kFull;
-        else throw py::value_error("validate must be none, header or full");
-      } else throw py::type_error("unexpected pack option '" + k + "'");
-    }
-    converter::PackResult result;
-    Status st;
-    {
-      py::gil_scoped_release release;
-      auto source = list.empty() ? converter::ScanImageFolder(src) : converter::ReadListFile(list, src);
-      st = source.ok() ? converter::Pack(*source, out, o, &result) : source.status();
-    }
-    Check(st);
-    return FromJson(converter::PackReportJson(result, src));
-  }, py::arg("src"), py::arg("out"));
+  m.def(
+      "pack",
+      [](const std::string& src, const std::string& out, py::kwargs kw) {
+        converter::PackOptions o;
+        std::string list;
+        for (auto item : kw) {
+          std::string k = py::str(item.first);
+          py::handle v = item.second;
+          if (k == "encoding") {
+            if (!format::ParseEncoding(v.cast<std::string>(), &o.encoding))
+              throw py::value_error("encoding must be jpeg, raw or zstd");
+          } else if (k == "size")
+            o.size = v.cast<uint32_t>();
+          else if (k == "crop") {
+            std::string c = v.cast<std::string>();
+            if (c != "none" && c != "center")
+              throw py::value_error("crop must be 'none' or 'center'");
+            o.center_crop = c == "center";
+          } else if (k == "quality")
+            o.quality = v.cast<int>();
+          else if (k == "level")
+            o.level = v.cast<int>();
+          else if (k == "workers")
+            o.workers = v.cast<int>();
+          else if (k == "shuffle")
+            o.shuffle = v.cast<bool>();
+          else if (k == "seed")
+            o.seed = v.cast<uint64_t>();
+          else if (k == "strict")
+            o.strict = v.cast<bool>();
+          else if (k == "overwrite")
+            o.writer.overwrite = v.cast<bool>();
+          else if (k == "shard_size")
+            o.writer.shard_bytes = v.cast<uint64_t>();
+          else if (k == "chunk_size")
+            o.writer.chunk_bytes = v.cast<uint64_t>();
+          else if (k == "max_pixels")
+            o.limits.max_pixels = v.cast<uint64_t>();
+          else if (k == "list")
+            list = v.cast<std::string>();
+          else if (k == "backend") {
+            if (!format::ParseBackend(v.cast<std::string>(), &o.writer.backend))
+              throw py::value_error("backend must be lmdb or hdf5");
+          } else if (k == "validate") {
+            std::string s = v.cast<std::string>();
+            if (s == "none")
+              o.validation = converter::Validation::kNone;
+            else if (s == "header")
+              o.validation = converter::Validation::kHeader;
+            else if (s == "full")
+              o.validation = converter::Validation::kFull;
+            else
+              throw py::value_error("validate must be none, header or full");
+          } else
+            throw py::type_error("unexpected pack option '" + k + "'");
+        }
+        converter::PackResult result;
+        Status st;
+        {
+          py::gil_scoped_release release;
+          auto source =
+              list.empty() ? converter::ScanImageFolder(src) : converter::ReadListFile(list, src);
+          st = source.ok() ? converter::Pack(*source, out, o, &result) : source.status();
+        }
+        Check(st);
+        return FromJson(converter::PackReportJson(result, src));
+      },
+      py::arg("src"), py::arg("out"));
 
-  m.def("verify", [](const std::string& path, bool decode, int workers) {
-    auto archive = Check(format::Archive::Open(path));
-    converter::VerifyOptions o;
-    o.decode = decode;
-    o.workers = workers;
-    std::string json;
-    {
-      py::gil_scoped_release release;
-      json = converter::Verify(*archive, o).ToJson();
-    }
-    return FromJson(json);
-  }, py::arg("path"), py::arg("decode") = false, py::arg("workers") = 0);
+  m.def(
+      "verify",
+      [](const std::string& path, bool decode, int workers) {
+        auto archive = Check(format::Archive::Open(path));
+        converter::VerifyOptions o;
+        o.decode = decode;
+        o.workers = workers;
+        std::string json;
+        {
+          py::gil_scoped_release release;
+          json = converter::Verify(*archive, o).ToJson();
+        }
+        return FromJson(json);
+      },
+      py::arg("path"), py::arg("decode") = false, py::arg("workers") = 0);
 
-  m.def("convert", [](const std::string& path, const std::string& out, const std::string& backend,
-                      bool overwrite) {
-    format::Backend b;
-    if (!format::ParseBackend(backend, &b)) throw py::value_error("backend must be lmdb or hdf5");
-    auto archive = Check(format::Archive::Open(path));
-    Result<uint64_t> n = Status::Internal("unset");
-    {
-      py::gil_scoped_release release;
-      n = converter::Convert(*archive, out, b, overwrite);
-    }
-    return Check(std::move(n));
-  }, py::arg("path"), py::arg("out"), py::arg("backend"), py::arg("overwrite") = false);
+  m.def(
+      "convert",
+      [](const std::string& path, const std::string& out, const std::string& backend,
+         bool overwrite) {
+        format::Backend b;
+        if (!format::ParseBackend(backend, &b))
+          throw py::value_error("backend must be lmdb or hdf5");
+        auto archive = Check(format::Archive::Open(path));
+        Result<uint64_t> n = Status::Internal("unset");
+        {
+          py::gil_scoped_release release;
+          n = converter::Convert(*archive, out, b, overwrite);
+        }
+        return Check(std::move(n));
+      },
+      py::arg("path"), py::arg("out"), py::arg("backend"), py::arg("overwrite") = false);
 
-  m.def("inspect", [](const std::string& path) {
-    auto archive = Check(format::Archive::Open(path));
-    return FromJson(converter::InspectJson(*archive));
-  }, py::arg("path"));
+  m.def(
+      "inspect",
+      [](const std::string& path) {
+        auto archive = Check(format::Archive::Open(path));
+        return FromJson(converter::InspectJson(*archive));
+      },
+      py::arg("path"));
 }

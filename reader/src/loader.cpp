@@ -27,8 +27,8 @@ size_t Batch::image_bytes() const {
 const void* Batch::device_images() const { return device_ ? device_->device_data() : nullptr; }
 
 const int64_t* Batch::device_labels() const {
-  return device_ ? reinterpret_cast<const int64_t*>(static_cast<const uint8_t*>(device_->device_data()) +
-                                                    device_label_offset_)
+  return device_ ? reinterpret_cast<const int64_t*>(
+                       static_cast<const uint8_t*>(device_->device_data()) + device_label_offset_)
                  : nullptr;
 }
 
@@ -70,8 +70,8 @@ bool Loader::Impl::Claim(Task* task) {
         slot.generation = generation;
         slot.state = SlotState::kFilling;
         const uint64_t first = b * options.batch_size;
-        slot.count = static_cast<uint32_t>(
-            std::min<uint64_t>(options.batch_size, order.size() - first));
+        slot.count =
+            static_cast<uint32_t>(std::min<uint64_t>(options.batch_size, order.size() - first));
         slot.remaining = slot.count;
         slot.skipped = 0;
         slot.error = Status::OK();
@@ -218,7 +218,8 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
   const size_t n_slots = options.prefetch;
   impl->slots.resize(n_slots);
   impl->filling.assign(n_slots, -1);
-  for (size_t i = 0; i < n_slots; ++i) impl->free_slots.push_back(static_cast<int>(n_slots - 1 - i));
+  for (size_t i = 0; i < n_slots; ++i)
+    impl->free_slots.push_back(static_cast<int>(n_slots - 1 - i));
 
   if (options.mode == WorkerMode::kProcesses) {
     SF_RETURN_IF_ERROR(impl->StartProcesses());
@@ -338,7 +339,7 @@ Result<Batch> Loader::Next() {
   batch.number_ = b;
   const int64_t n = slot.count, h = p.out_h, w = p.out_w;
   batch.shape_ = p.options.transform.layout == Layout::kNCHW ? std::vector<int64_t>{n, 3, h, w}
-                                                              : std::vector<int64_t>{n, h, w, 3};
+                                                             : std::vector<int64_t>{n, h, w, 3};
   if (!p.device_slots.empty()) {
     batch.device_ = p.device_slots[s].get();
     batch.device_label_offset_ = p.labels_offset;
@@ -347,11 +348,11 @@ Result<Batch> Loader::Next() {
   // The lease: a token whose deleter returns the slot. Impl outlives leases only if the
   // consumer drops them first; Loader's destructor waits for none (see Impl::Shutdown).
   std::shared_ptr<Impl> keep = p.self.lock();
-  batch.lease_ = std::shared_ptr<void>(reinterpret_cast<void*>(static_cast<intptr_t>(s + 1)),
-                                       [keep](void* token) {
-                                         int slot_index = static_cast<int>(reinterpret_cast<intptr_t>(token)) - 1;
-                                         if (keep) keep->ReleaseSlot(slot_index);
-                                       });
+  batch.lease_ = std::shared_ptr<void>(
+      reinterpret_cast<void*>(static_cast<intptr_t>(s + 1)), [keep](void* token) {
+        int slot_index = static_cast<int>(reinterpret_cast<intptr_t>(token)) - 1;
+        if (keep) keep->ReleaseSlot(slot_index);
+      });
   return batch;
 }
 

@@ -45,8 +45,12 @@ struct Loader::Impl {
 
   uint8_t* SlotBase(int s) const { return ring_base + size_t(s) * slot_bytes; }
   uint8_t* SlotImages(int s) const { return SlotBase(s); }
-  int64_t* SlotLabels(int s) const { return reinterpret_cast<int64_t*>(SlotBase(s) + labels_offset); }
-  uint64_t* SlotIndices(int s) const { return reinterpret_cast<uint64_t*>(SlotBase(s) + indices_offset); }
+  int64_t* SlotLabels(int s) const {
+    return reinterpret_cast<int64_t*>(SlotBase(s) + labels_offset);
+  }
+  uint64_t* SlotIndices(int s) const {
+    return reinterpret_cast<uint64_t*>(SlotBase(s) + indices_offset);
+  }
 
   std::weak_ptr<Impl> self;
   std::shared_ptr<const format::Archive> archive;
@@ -55,7 +59,7 @@ struct Loader::Impl {
   uint32_t out_h = 0, out_w = 0;
   size_t sample_bytes = 0, slot_bytes = 0, labels_offset = 0, indices_offset = 0;
 
-  PinnedBuffer ring;          // thread mode: the ring; process mode: adopts the shared mapping
+  PinnedBuffer ring;  // thread mode: the ring; process mode: adopts the shared mapping
   uint8_t* ring_base = nullptr;
   std::vector<std::unique_ptr<DeviceSlot>> device_slots;
   std::vector<std::thread> threads;  // workers (thread mode) or dispatchers (process mode)

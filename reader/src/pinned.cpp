@@ -62,10 +62,14 @@ std::string CudaUnavailableReason() { return Probe().reason; }
 
 const char* PinKindName(PinKind kind) {
   switch (kind) {
-    case PinKind::kCudaHostAlloc: return "cudaHostAlloc";
-    case PinKind::kCudaRegistered: return "cudaHostRegister";
-    case PinKind::kMlocked: return "mlock";
-    case PinKind::kPageable: return "pageable (mlock refused)";
+    case PinKind::kCudaHostAlloc:
+      return "cudaHostAlloc";
+    case PinKind::kCudaRegistered:
+      return "cudaHostRegister";
+    case PinKind::kMlocked:
+      return "mlock";
+    case PinKind::kPageable:
+      return "pageable (mlock refused)";
   }
   return "?";
 }
@@ -133,11 +137,16 @@ void PinnedBuffer::Release() {
   if (!data_) return;
   switch (kind_) {
 #ifdef SHARDFEED_WITH_CUDA
-    case PinKind::kCudaHostAlloc: cudaFreeHost(data_); break;
-    case PinKind::kCudaRegistered: cudaHostUnregister(data_); break;
+    case PinKind::kCudaHostAlloc:
+      cudaFreeHost(data_);
+      break;
+    case PinKind::kCudaRegistered:
+      cudaHostUnregister(data_);
+      break;
 #else
     case PinKind::kCudaHostAlloc:
-    case PinKind::kCudaRegistered: break;
+    case PinKind::kCudaRegistered:
+      break;
 #endif
     case PinKind::kMlocked:
       ::munlock(data_, size_);
@@ -164,12 +173,12 @@ Result<std::unique_ptr<DeviceSlot>> DeviceSlot::Create(size_t bytes) {
   std::unique_ptr<DeviceSlot> s(new DeviceSlot());
   SF_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&s->device_, bytes), "cudaMalloc"));
   cudaStream_t stream;
-  SF_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                                "cudaStreamCreate"));
+  SF_RETURN_IF_ERROR(
+      CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"));
   s->stream_ = stream;
   cudaEvent_t event;
-  SF_RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
-                                "cudaEventCreate"));
+  SF_RETURN_IF_ERROR(
+      CudaStatus(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate"));
   s->event_ = event;
   return s;
 }
@@ -192,9 +201,9 @@ Status DeviceSlot::Synchronize() {
 }
 
 Status DeviceSlot::StreamWait(void* stream) {
-  return CudaStatus(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream),
-                                        static_cast<cudaEvent_t>(event_), 0),
-                    "cudaStreamWaitEvent");
+  return CudaStatus(
+      cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event_), 0),
+      "cudaStreamWaitEvent");
 }
 
 #else

@@ -89,7 +89,8 @@ Status Loader::Impl::StartProcesses() {
   if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     int err = errno;
     ::close(fd);
-    return Status::IOError("ftruncate of the shared ring (", bytes, " bytes): ", std::strerror(err));
+    return Status::IOError("ftruncate of the shared ring (", bytes,
+                           " bytes): ", std::strerror(err));
   }
   void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
@@ -140,8 +141,7 @@ void Loader::Impl::DispatchTo(size_t c) {
     }
     if (!alive) {
       Status dead = Status::IOError("worker process ", child.pid, " ", DescribeExit(child.pid),
-                                    " while decoding sample ", task.index, " of ",
-                                    archive->path());
+                                    " while decoding sample ", task.index, " of ", archive->path());
       Complete(task, dead, StageTimes());
       {
         std::lock_guard<std::mutex> lock(mu);

@@ -92,8 +92,8 @@ Status SampleDecoder::DecodeInto(uint64_t index, uint64_t seed, uint8_t* dst, St
   if (out_h_ == 0) return Status::InvalidArgument("no output shape (see OutputShape)");
   Status s = DecodeRecord(index, seed, dst, times);
   if (!s.ok()) {
-    return Status(s.code(), archive_->path() + ": sample " + std::to_string(index) + ": " +
-                                s.message());
+    return Status(s.code(),
+                  archive_->path() + ": sample " + std::to_string(index) + ": " + s.message());
   }
   return s;
 }
@@ -120,8 +120,7 @@ void SampleDecoder::Finish(const uint8_t* src, uint32_t w, uint32_t h, size_t st
   times->resize += Since(t);
 }
 
-Status SampleDecoder::DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst,
-                                   StageTimes* times) {
+Status SampleDecoder::DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst, StageTimes* times) {
   if (index >= archive_->size()) return Status::InvalidArgument("index out of range");
   auto t0 = Clock::now();
   if (options_.verify_checksums) SF_RETURN_IF_ERROR(archive_->VerifyRecord(index));
@@ -137,7 +136,8 @@ Status SampleDecoder::DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst,
   const uint32_t disp_h = swap_axes ? e.width : e.height;
   CropRect rect{0, 0, disp_w, disp_h};
   if (options_.crop == Crop::kCenter) rect = CenterCropRect(disp_w, disp_h, options_.center_ratio);
-  if (options_.crop == Crop::kRandom) rect = RandomResizedCropRect(disp_w, disp_h, options_, crop_seed);
+  if (options_.crop == Crop::kRandom)
+    rect = RandomResizedCropRect(disp_w, disp_h, options_, crop_seed);
 
   auto t = Clock::now();
   switch (static_cast<Encoding>(e.encoding)) {
@@ -165,15 +165,18 @@ Status SampleDecoder::DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst,
     case Encoding::kRaw:
     case Encoding::kZstd: {
       const size_t bytes = size_t{e.height} * e.width * 3;
-      if (e.channels != 3) return Status::Corrupt("pixel record with ", int{e.channels}, " channels");
+      if (e.channels != 3)
+        return Status::Corrupt("pixel record with ", int{e.channels}, " channels");
       const uint8_t* pixels = r.data;
       if (e.encoding == uint8_t(Encoding::kRaw)) {
-        if (r.size != bytes) return Status::Corrupt("raw record of ", r.size, " bytes, expected ", bytes);
+        if (r.size != bytes)
+          return Status::Corrupt("raw record of ", r.size, " bytes, expected ", bytes);
       } else {
         pixels_.resize(bytes);
         size_t n = ZSTD_decompressDCtx(zstd_->dctx, pixels_.data(), bytes, r.data, r.size);
         if (ZSTD_isError(n)) return Status::Corrupt("zstd: ", ZSTD_getErrorName(n));
-        if (n != bytes) return Status::Corrupt("zstd record decompressed to ", n, " bytes, expected ", bytes);
+        if (n != bytes)
+          return Status::Corrupt("zstd record decompressed to ", n, " bytes, expected ", bytes);
         pixels = pixels_.data();
       }
       times->decode += Since(t);

@@ -77,7 +77,8 @@ TEST_CASE("jpeg packing keeps every JPEG byte-identical and labels right") {
   REQUIRE(n.ok());
   CHECK(*n == 36);
   CHECK(ReadBytes(dir / "x/cat/00000000.jpg") == ReadBytes(src->items[0].path));
-  CHECK(ReadBytes(dir / "x/zebra/00000035.jpg") == std::vector<uint8_t>(a->Get(35).data, a->Get(35).data + a->Get(35).size));
+  CHECK(ReadBytes(dir / "x/zebra/00000035.jpg") ==
+        std::vector<uint8_t>(a->Get(35).data, a->Get(35).data + a->Get(35).size));
 }
 
 TEST_CASE("raw and zstd records hold exactly the converter's decode and resize") {

@@ -36,7 +36,8 @@ std::shared_ptr<Archive> PackAs(const std::string& out, Backend backend, Encodin
   return *a;
 }
 
-std::vector<uint8_t> Epoch(std::shared_ptr<Archive> a, reader::WorkerMode mode = reader::WorkerMode::kThreads) {
+std::vector<uint8_t> Epoch(std::shared_ptr<Archive> a,
+                           reader::WorkerMode mode = reader::WorkerMode::kThreads) {
   reader::LoaderOptions o;
   o.batch_size = 7;
   o.shuffle = true;
@@ -113,7 +114,8 @@ TEST_CASE("convert round-trips between backends without changing a record") {
   auto z = PackAs(dir / "z", Backend::kHdf5, Encoding::kZstd, 24, true);
   REQUIRE(converter::Convert(*z, dir / "zl", Backend::kLmdb).ok());
   auto zl = *Archive::Open(dir / "zl");
-  for (uint64_t i = 0; i < z->size(); ++i) REQUIRE(zl->Get(i).entry->checksum == z->Get(i).entry->checksum);
+  for (uint64_t i = 0; i < z->size(); ++i)
+    REQUIRE(zl->Get(i).entry->checksum == z->Get(i).entry->checksum);
 }
 
 TEST_CASE("a flipped byte in an HDF5 chunk is caught by verify") {

@@ -20,8 +20,8 @@ namespace fs = std::filesystem;
 using testing::TempDir;
 
 // Returns how many of `iterations` damaged copies crashed the reader.
-int Sweep(const std::string& archive, const std::string& shard_name, int iterations,
-          size_t region, uint32_t seed) {
+int Sweep(const std::string& archive, const std::string& shard_name, int iterations, size_t region,
+          uint32_t seed) {
   auto original = testing::ReadBytes(archive + "/" + shard_name);
   std::mt19937 rng(seed);
   int crashes = 0;
@@ -76,7 +76,8 @@ TEST_CASE("damaged archives never crash the reader") {
                                std::string(format::EncodingName(enc)));
       converter::PackResult r;
       REQUIRE(converter::Pack(*src, out, o, &r).ok());
-      const std::string shard = backend == format::Backend::kLmdb ? "shard-00000.mdb" : "shard-00000.h5";
+      const std::string shard =
+          backend == format::Backend::kLmdb ? "shard-00000.mdb" : "shard-00000.h5";
       INFO(out);
       CHECK(Sweep(out, shard, 60, SIZE_MAX, 1) == 0);  // anywhere
       CHECK(Sweep(out, shard, 60, 8192, 2) == 0);      // the container's own pages

@@ -125,7 +125,7 @@ TEST_CASE("every input kind decodes to upright RGB under the colour policy") {
     double mean = 0;
     for (uint8_t v : img.pixels) mean += v;
     mean /= img.pixels.size();
-    CHECK(mean > 60);   // an inverted conversion gives a near-black or near-white image
+    CHECK(mean > 60);  // an inverted conversion gives a near-black or near-white image
     CHECK(mean < 200);
   }
 }

@@ -171,7 +171,7 @@ TEST_CASE("ranks are disjoint, complete and have equal batch counts") {
         CHECK(unique.size() == all.size());  // disjoint
         CHECK(all.size() >= 103 - world * 8 - world);
       } else {
-        CHECK(unique.size() == 103);  // complete
+        CHECK(unique.size() == 103);      // complete
         CHECK(all.size() - 103 < world);  // padding only to equalise ranks
       }
     }
@@ -361,8 +361,10 @@ TEST_CASE("worker processes give the same batches; a killed worker is an error, 
   Status seen;
   for (int i = 0; i < 20 && seen.ok(); ++i) {
     auto b = (*procs)->Next();
-    if (!b.ok()) seen = b.status();
-    else if (!*b) break;
+    if (!b.ok())
+      seen = b.status();
+    else if (!*b)
+      break;
   }
   CHECK(!seen.ok());
   CHECK(seen.message().find("worker process") != std::string::npos);

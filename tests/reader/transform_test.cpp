@@ -14,7 +14,8 @@ namespace {
 using format::Archive;
 using testing::TempDir;
 
-std::shared_ptr<Archive> PackSample(const std::string& out, format::Encoding enc = format::Encoding::kJpeg,
+std::shared_ptr<Archive> PackSample(const std::string& out,
+                                    format::Encoding enc = format::Encoding::kJpeg,
                                     uint32_t size = 0) {
   auto src = converter::ScanImageFolder(testing::SampleDir());
   REQUIRE(src.ok());
@@ -63,7 +64,8 @@ TEST_CASE("center crop equals a reference decode of the same image") {
     REQUIRE(exact.DecodeInto(i, 0, got.data(), &t).ok());
     REQUIRE(scaled.DecodeInto(i, 0, got_scaled.data(), &t).ok());
     const auto& e = *a->Get(i).entry;
-    uint32_t w = e.orientation >= 5 ? e.height : e.width, h = e.orientation >= 5 ? e.width : e.height;
+    uint32_t w = e.orientation >= 5 ? e.height : e.width,
+             h = e.orientation >= 5 ? e.width : e.height;
     auto want = Reference(*a, i, CenterCropRect(w, h, o.center_ratio), 40);
     INFO("sample " << i);
     // Region decode of the same pixels: identical up to libjpeg's upsampling at crop edges.

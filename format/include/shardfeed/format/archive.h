@@ -112,10 +112,10 @@ class ArchiveWriter {
   std::unique_ptr<ShardSink> sink_;
   std::vector<ShardInfo> shards_;
   std::vector<uint64_t> class_counts_;
-  std::vector<uint8_t> chunk_;      // the chunk being filled
-  std::vector<IndexEntry> index_;   // the open shard's index
-  uint32_t chunk_count_ = 0;        // chunks flushed in the open shard
-  uint64_t shard_first_ = 0;        // global index of the open shard's first sample
+  std::vector<uint8_t> chunk_;     // the chunk being filled
+  std::vector<IndexEntry> index_;  // the open shard's index
+  uint32_t chunk_count_ = 0;       // chunks flushed in the open shard
+  uint64_t shard_first_ = 0;       // global index of the open shard's first sample
   struct HashState;
   std::unique_ptr<HashState> hash_;  // the open shard's content hash
   uint64_t samples_ = 0, bytes_ = 0, shard_payload_ = 0;

@@ -26,14 +26,14 @@ struct Manifest {
   Backend backend = Backend::kLmdb;
   Encoding encoding = Encoding::kJpeg;
   uint64_t sample_count = 0;
-  std::vector<std::string> class_names;    // label i is class_names[i]
-  std::vector<uint64_t> class_counts;      // samples per label
+  std::vector<std::string> class_names;  // label i is class_names[i]
+  std::vector<uint64_t> class_counts;    // samples per label
   // Fixed shape of every record's pixels (raw/zstd with --size and --crop), else all zero.
   uint32_t height = 0, width = 0, channels = 0;
-  uint64_t source_bytes = 0;   // bytes of the source files that were packed
-  std::string created_by;      // "shardfeed <version>"
-  std::string created_at;      // UTC, ISO 8601
-  std::string options_json;    // the pack options as a JSON object (free-form, for humans)
+  uint64_t source_bytes = 0;  // bytes of the source files that were packed
+  std::string created_by;     // "shardfeed <version>"
+  std::string created_at;     // UTC, ISO 8601
+  std::string options_json;   // the pack options as a JSON object (free-form, for humans)
   std::vector<ShardInfo> shards;
 
   std::string ToJson() const;

@@ -15,9 +15,9 @@ namespace shardfeed {
 
 enum class StatusCode : int {
   kOk = 0,
-  kInvalidArgument = 1,  // the caller asked for something impossible
-  kIOError = 2,          // the OS or a library failed to read or write
-  kCorrupt = 3,          // a container or image is structurally broken
+  kInvalidArgument = 1,   // the caller asked for something impossible
+  kIOError = 2,           // the OS or a library failed to read or write
+  kCorrupt = 3,           // a container or image is structurally broken
   kChecksumMismatch = 4,  // stored data no longer matches its checksum (data loss)
   kUnsupported = 5,       // valid input we do not handle (e.g. 12-bit JPEG)
   kNotFound = 6,
@@ -95,7 +95,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {  // NOLINT
     if (status_.ok()) status_ = Status::Internal("Result constructed from OK status");
   }
@@ -130,10 +130,10 @@ void Result<T>::Die() const {
 #define SF_CONCAT_INNER(a, b) a##b
 #define SF_CONCAT(a, b) SF_CONCAT_INNER(a, b)
 
-#define SF_RETURN_IF_ERROR(expr)               \
-  do {                                         \
-    ::shardfeed::Status sf_status_ = (expr);   \
-    if (!sf_status_.ok()) return sf_status_;   \
+#define SF_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::shardfeed::Status sf_status_ = (expr); \
+    if (!sf_status_.ok()) return sf_status_; \
   } while (0)
 
 #define SF_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \

@@ -15,8 +15,8 @@
 #include <cstdint>
 #include <memory>
 #include <new>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardfeed/format/status.h"
@@ -74,7 +74,7 @@ struct JpegInfo {
   int orientation = 1;             // EXIF orientation, 1..8
   bool adobe = false;              // has an Adobe APP14 marker
   bool progressive = false;
-  bool complete = false;           // an end-of-image marker follows the first scan
+  bool complete = false;  // an end-of-image marker follows the first scan
 };
 
 // Parses markers up to the first scan, then (if `check_end`) looks for the end-of-image marker in

@@ -47,8 +47,8 @@ struct LoaderState {
 
 struct EpochStats {
   uint64_t epoch = 0, batches = 0, images = 0, skipped = 0;
-  double seconds = 0;          // first StartEpoch to last batch
-  double wait_seconds = 0;     // consumer blocked in Next(): data was late
+  double seconds = 0;           // first StartEpoch to last batch
+  double wait_seconds = 0;      // consumer blocked in Next(): data was late
   double consumer_seconds = 0;  // consumer's time between batches (its "training step")
   // Per-stage worker time, summed over workers (seconds of CPU, roughly).
   double read = 0, decode = 0, collate = 0, copy = 0;
@@ -113,8 +113,8 @@ class Loader {
   // worker (decode failure naming the sample, dead worker process) is returned here.
   Result<Batch> Next();
 
-  LoaderState State() const;   // to resume: StartEpoch(state.epoch, state.position)
-  EpochStats Stats() const;    // of the current (or just finished) epoch
+  LoaderState State() const;  // to resume: StartEpoch(state.epoch, state.position)
+  EpochStats Stats() const;   // of the current (or just finished) epoch
   uint64_t batches_per_epoch() const;
   uint64_t samples_per_epoch() const;  // on this rank
   const LoaderOptions& options() const;

@@ -26,7 +26,7 @@ struct TransformOptions {
   bool flip = false;    // random horizontal flip (p = 0.5), seeded per sample
   Layout layout = Layout::kNHWC;
   double center_ratio = 224.0 / 256.0;
-  double scale_min = 0.08, scale_max = 1.0;            // RandomResizedCrop scale
+  double scale_min = 0.08, scale_max = 1.0;             // RandomResizedCrop scale
   double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;  // RandomResizedCrop aspect ratio
   bool scaled_decode = true;   // let libjpeg-turbo decode at 1/2, 1/4, 1/8 when it suffices
   bool cropped_decode = true;  // decode only the crop's rows and iMCU columns (else: whole image)
@@ -44,9 +44,9 @@ CropRect RandomResizedCropRect(uint32_t width, uint32_t height, const TransformO
 CropRect CenterCropRect(uint32_t width, uint32_t height, double ratio);
 
 struct StageTimes {
-  double read = 0;     // record lookup in the map (and checksum, if enabled)
-  double decode = 0;   // entropy decode / decompress / read from the map
-  double resize = 0;   // crop, resize, flip and layout into the slot
+  double read = 0;    // record lookup in the map (and checksum, if enabled)
+  double decode = 0;  // entropy decode / decompress / read from the map
+  double resize = 0;  // crop, resize, flip and layout into the slot
 };
 
 class SampleDecoder {
@@ -76,9 +76,9 @@ class SampleDecoder {
   TransformOptions options_;
   uint32_t out_h_ = 0, out_w_ = 0;
   imaging::Decoder decoder_;
-  imaging::Image image_;          // decoded region / whole image
-  std::vector<uint8_t> pixels_;   // decompressed zstd record
-  std::vector<uint8_t> planar_;   // HWC staging for NCHW output
+  imaging::Image image_;         // decoded region / whole image
+  std::vector<uint8_t> pixels_;  // decompressed zstd record
+  std::vector<uint8_t> planar_;  // HWC staging for NCHW output
   struct Zstd;
   std::unique_ptr<Zstd> zstd_;
 };
