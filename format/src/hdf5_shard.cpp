@@ -33,7 +33,13 @@ std::mutex& Hdf5Lock() {
 
 void QuietHdf5() {
   static std::once_flag once;
-  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+  std::call_once(once, [] {
+    // HDF5 1.10 crashes in its atexit handler when a file failed to close (a full disk during
+    // writing). Every file we open is closed explicitly, so the handler has nothing to do for
+    // us; skipping it is safe. (No effect if another user, e.g. h5py, initialised HDF5 first.)
+    H5dont_atexit();
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  });
 }
 
 // Closes an HDF5 handle of any kind at scope exit.

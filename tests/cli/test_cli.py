@@ -197,3 +197,20 @@ def test_hostile_folder(tmp_path):
     assert v["ok"] and v["samples"] == 6
     info = json.loads(run("inspect", out, "--json", check=0).stdout)
     assert [c["name"] for c in info["classes"]] == ["bad", "wéird class"]
+
+
+def _limit_file_size():
+    import resource
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes then fail with EFBIG, like ENOSPC
+    resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+
+
+@pytest.mark.parametrize("backend", ["lmdb", "hdf5"])
+def test_a_full_disk_fails_cleanly_and_leaves_no_archive(tmp_path, backend):
+    out = tmp_path / "a"
+    p = subprocess.run([CLI, "pack", GOOD, str(out), "--encoding", "raw", "--backend", backend],
+                       capture_output=True, text=True, preexec_fn=_limit_file_size, timeout=120)
+    assert p.returncode == 3, (p.returncode, p.stderr)
+    assert "error" in p.stderr and "a.partial/shard-00000" in p.stderr, p.stderr  # names the file
+    assert not out.exists() and not (tmp_path / "a.partial").exists()
+    run("pack", GOOD, out, "--encoding", "raw", "--backend", backend, check=0)  # room again: works
