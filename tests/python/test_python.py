@@ -224,3 +224,33 @@ def test_pack_inspect_verify_functions(tmp_path):
     loader = shardfeed.Loader(a, batch_size=36, crop="none", size=0)
     batch = next(iter(loader))
     assert np.array_equal(batch.images[0], image)  # raw copy path gives the record's pixels
+
+
+def _distributed_rank(rank, world, init_file, archive_path, queue):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
+    loader = sft.Loader(archive_path, batch_size=4, shuffle=True, seed=8, size=16)
+    indices = [int(i) for b in loader._loader for i in b.indices]
+    queue.put((rank, len(loader), indices))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_torch_distributed_rank_and_world_are_picked_up(archive_path, tmp_path):
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    world = 2
+    procs = [ctx.Process(target=_distributed_rank,
+                         args=(r, world, str(tmp_path / "init"), archive_path, queue))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    results = sorted(queue.get(timeout=60) for _ in range(world))
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert [r for r, _, _ in results] == [0, 1]
+    assert results[0][1] == results[1][1]  # equal len() on every rank
+    a, b = set(results[0][2]), set(results[1][2])
+    assert not (a & b) and a | b == set(range(36))
