@@ -84,7 +84,7 @@ void PrintUsage() {
       "  inspect ARCHIVE     samples, classes, encoding, shapes, sizes\n"
       "  extract ARCHIVE DIR write the samples back as an image folder\n"
       "  bench ARCHIVE       read epochs as training would and report images/s\n"
-      "  convert ARCHIVE OUT rewrite an archive into the other backend (--backend lmdb|hdf5)\n\n"
+      "  convert ARCHIVE OUT rewrite an archive into the other backend (LMDB <-> HDF5)\n\n"
       "Run 'shardfeed <command> --help' for a command's options.\n");
 }
 
@@ -311,20 +311,24 @@ int CmdConvert(int argc, char** argv) {
   bool overwrite = false;
   desc.add_options()("archive", po::value(&path)->required(), "archive to read")(
       "out", po::value(&out)->required(), "archive to write")(
-      "backend", po::value(&backend)->required(), "lmdb | hdf5")(
+      "backend", po::value(&backend), "lmdb | hdf5 (default: the one ARCHIVE does not use)")(
       "overwrite", po::bool_switch(&overwrite), "replace an existing archive at OUT");
   po::positional_options_description pos;
   pos.add("archive", 1).add("out", 1);
   po::variables_map vm;
   int rc =
-      ParseArgs(argc, argv, desc, pos, vm, "shardfeed convert ARCHIVE OUT --backend lmdb|hdf5");
+      ParseArgs(argc, argv, desc, pos, vm, "shardfeed convert ARCHIVE OUT [--backend lmdb|hdf5]");
   if (rc >= 0) return rc;
-  format::Backend b;
-  if (!format::ParseBackend(backend, &b)) {
-    return Fail(Status::InvalidArgument("--backend must be lmdb or hdf5, not '", backend, "'"));
-  }
   auto archive = format::Archive::Open(path);
   if (!archive.ok()) return Fail(archive.status());
+  format::Backend b;
+  if (backend.empty()) {
+    b = (*archive)->manifest().backend == format::Backend::kLmdb ? format::Backend::kHdf5
+                                                                 : format::Backend::kLmdb;
+    backend = std::string(format::BackendName(b));
+  } else if (!format::ParseBackend(backend, &b)) {
+    return Fail(Status::InvalidArgument("--backend must be lmdb or hdf5, not '", backend, "'"));
+  }
   auto n = converter::Convert(**archive, out, b, overwrite);
   if (!n.ok()) return Fail(n.status());
   std::printf("converted %llu records from %s (%s) to %s (%s)\n",

@@ -142,7 +142,7 @@ def test_hdf5_backend_and_convert(tmp_path):
     v = json.loads(run("verify", h5, "--decode", "--json", check=0).stdout)
     assert v["ok"] and v["checked"] == 36
     assert json.loads(run("inspect", h5, "--json", check=0).stdout)["backend"] == "hdf5"
-    run("convert", h5, tmp_path / "l", "--backend", "lmdb", check=0)
+    run("convert", h5, tmp_path / "l", check=0)  # the other backend by default
     a = json.loads(run("inspect", tmp_path / "l", "--json", check=0).stdout)
     assert a["backend"] == "lmdb" and a["samples"] == 36
     b = json.loads(run("bench", h5, "--size", "32", "--batch-size", "8", "--json", check=0).stdout)
