@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j "$(nproc)"
+cmake --build build -j "$(nproc)" --target shardfeed
 work=build/demo
 rm -rf "$work" && mkdir -p "$work"
 /usr/bin/python3 scripts/make_sample_data.py "$work/images" --per-class 200 --bad "$work/broken"
