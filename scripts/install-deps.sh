@@ -9,7 +9,8 @@ PKGS=(
   libzstd-dev                       # per-record compression
   libxxhash-dev                     # XXH3 record checksums
   libjpeg62-turbo-dev libturbojpeg0-dev  # JPEG decode/encode (libjpeg-turbo)
-  libpng-dev libwebp-dev libstb-dev # other input formats
+  libpng-dev libwebp-dev libstb-dev libtiff-dev libheif-dev  # other input formats
+  libheif-examples                  # heif-enc: the test data's HEIC/AVIF files
   libopencv-imgproc-dev             # resizing (SIMD area/bilinear)
   libboost-program-options-dev      # CLI
   nlohmann-json3-dev                # manifest and reports

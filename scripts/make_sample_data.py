@@ -2,7 +2,7 @@
 """Writes shardfeed's built-in sample data: a small ImageFolder tree of real image files (JPEG in
 its common variants, PNG, BMP, WebP, GIF) and, with --bad, a folder of broken and hostile files.
 
-    make_sample_data.py OUT [--per-class N] [--bad BAD_OUT]
+    make_sample_data.py OUT [--per-class N] [--bad BAD_OUT] [--formats FORMATS_OUT]
 
 Images are drawn deterministically (smooth gradients, shapes and noise, so JPEG has real work to
 do) and saved by Pillow, an encoder independent of shardfeed's own.
@@ -11,6 +11,7 @@ import argparse
 import io
 import os
 import struct
+import subprocess
 
 import numpy as np
 from PIL import Image
@@ -119,11 +120,40 @@ def write_bad(out, seed=99):
     return sorted(list(files) + ["dangling.jpg"])
 
 
+def write_formats(out, seed=7):
+    """The less common formats real photo folders hold, in one class folder 'formats': TIFF
+    (RGB, 16-bit gray, CMYK, with alpha) by Pillow, HEIC and AVIF by libheif's heif-enc.
+    Returns {file name: (width, height)} of the upright images."""
+    rng = np.random.RandomState(seed)
+    d = os.path.join(out, "formats")
+    os.makedirs(d, exist_ok=True)
+    sizes = {}
+    img = photo_like(rng, 90, 70)
+    img.save(os.path.join(d, "rgb.tif"))
+    sizes["rgb.tif"] = img.size
+    g16 = (np.array(img.convert("L"), np.uint16) * 257).astype(np.uint16)
+    Image.fromarray(g16, "I;16").save(os.path.join(d, "gray16.tif"))
+    sizes["gray16.tif"] = img.size
+    img.convert("CMYK").save(os.path.join(d, "cmyk.tif"), compression="tiff_lzw")
+    sizes["cmyk.tif"] = img.size
+    img.convert("RGBA").save(os.path.join(d, "alpha.tif"))
+    sizes["alpha.tif"] = img.size
+    png = os.path.join(d, ".source.png")
+    img.save(png)
+    for name, extra in (("photo.heic", []), ("photo.avif", ["-A"])):
+        subprocess.run(["heif-enc", "-q", "90", *extra, png, "-o", os.path.join(d, name)],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        sizes[name] = img.size
+    os.remove(png)
+    return sizes
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
     ap.add_argument("--per-class", type=int, default=12)
     ap.add_argument("--bad", help="also write broken files to this folder")
+    ap.add_argument("--formats", help="also write TIFF/HEIC/AVIF files to this folder")
     args = ap.parse_args()
     write_good(args.out, args.per_class)
     n = args.per_class * len(CLASSES)
@@ -131,6 +161,9 @@ def main():
     if args.bad:
         names = write_bad(args.bad)
         print("wrote %d broken files to %s" % (len(names), args.bad))
+    if args.formats:
+        sizes = write_formats(args.formats)
+        print("wrote %d TIFF/HEIF/AVIF files to %s" % (len(sizes), args.formats))
 
 
 if __name__ == "__main__":

@@ -54,6 +54,11 @@ inline std::string SampleDir() {
   std::string base = d ? d : SHARDFEED_BINARY_DIR "/test-data";
   return base + "/good";
 }
+inline std::string FormatsDir() {
+  const char* d = std::getenv("SHARDFEED_TEST_DATA");
+  std::string base = d ? d : SHARDFEED_BINARY_DIR "/test-data";
+  return base + "/formats";
+}
 inline std::string BadDir() {
   const char* d = std::getenv("SHARDFEED_TEST_DATA");
   std::string base = d ? d : SHARDFEED_BINARY_DIR "/test-data";

@@ -6,12 +6,16 @@
 #include <jpeglib.h>
 // clang-format on
 #include <png.h>
+#include <libheif/heif.h>
 #include <stb/stb_image.h>
+#include <tiffio.h>
 #include <webp/decode.h>
 
 #include <algorithm>
 #include <csetjmp>
 #include <cstring>
+#include <memory>
+#include <mutex>
 
 #include "shardfeed/imaging/image.h"
 
@@ -54,7 +58,14 @@ ImageFormat SniffFormat(const uint8_t* d, size_t n) {
   if (n >= 4 && (std::memcmp(d, "II*\0", 4) == 0 || std::memcmp(d, "MM\0*", 4) == 0)) {
     return ImageFormat::kTiff;
   }
-  if (n >= 12 && std::memcmp(d + 4, "ftyp", 4) == 0) return ImageFormat::kHeif;
+  if (n >= 12 && std::memcmp(d + 4, "ftyp", 4) == 0) {
+    // ISO-BMFF: an image only for the HEIF/AVIF brands (MP4 and MOV videos share the box).
+    for (const char* brand : {"heic", "heix", "heim", "heis", "hevc", "hevx", "mif1", "msf1",
+                              "avif", "avis"}) {
+      if (std::memcmp(d + 8, brand, 4) == 0) return ImageFormat::kHeif;
+    }
+    return ImageFormat::kUnknown;
+  }
   if (n >= 4 && std::memcmp(d, "8BPS", 4) == 0) return ImageFormat::kStbOther;
   if (n >= 3 && d[0] == 'P' && d[1] >= '1' && d[1] <= '6' &&
       (d[2] == '\n' || d[2] == ' ' || d[2] == '\r' || d[2] == '\t')) {
@@ -114,6 +125,114 @@ Status CheckPixels(uint64_t w, uint64_t h, const Limits& limits) {
   }
   if (w > 65535 || h > 65535) {
     return Status::Unsupported("image of ", w, "x", h, " has a side over 65535 pixels");
+  }
+  return Status::OK();
+}
+
+// libtiff reads from a file-like object; this one is a byte range in memory.
+struct MemoryTiff {
+  const uint8_t* data;
+  size_t size;
+  size_t pos;
+};
+
+tsize_t TiffRead(thandle_t h, tdata_t buf, tsize_t n) {
+  auto* m = static_cast<MemoryTiff*>(h);
+  size_t k = std::min<size_t>(static_cast<size_t>(n), m->size - m->pos);
+  std::memcpy(buf, m->data + m->pos, k);
+  m->pos += k;
+  return static_cast<tsize_t>(k);
+}
+tsize_t TiffWrite(thandle_t, tdata_t, tsize_t) { return -1; }
+toff_t TiffSeek(thandle_t h, toff_t off, int whence) {
+  auto* m = static_cast<MemoryTiff*>(h);
+  uint64_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? m->pos : m->size;
+  uint64_t target = base + off;
+  if (target > m->size) return static_cast<toff_t>(-1);
+  m->pos = static_cast<size_t>(target);
+  return m->pos;
+}
+int TiffClose(thandle_t) { return 0; }
+toff_t TiffSize(thandle_t h) { return static_cast<MemoryTiff*>(h)->size; }
+int TiffMap(thandle_t h, tdata_t* base, toff_t* size) {
+  auto* m = static_cast<MemoryTiff*>(h);
+  *base = const_cast<uint8_t*>(m->data);
+  *size = m->size;
+  return 1;
+}
+void TiffUnmap(thandle_t, tdata_t, toff_t) {}
+
+// TIFF in any of its photometric forms (gray, palette, RGB, CMYK, YCbCr, 16-bit), first page,
+// through libtiff's RGBA interface; alpha composited over white.
+Status DecodeTiff(const uint8_t* data, size_t size, Image* out, const Limits& limits) {
+  static std::once_flag quiet;
+  std::call_once(quiet, [] {
+    TIFFSetErrorHandler(nullptr);  // reasons are reported through Status, not stderr
+    TIFFSetWarningHandler(nullptr);
+  });
+  MemoryTiff mem{data, size, 0};
+  TIFF* tif = TIFFClientOpen("memory", "rm", &mem, TiffRead, TiffWrite, TiffSeek, TiffClose,
+                             TiffSize, TiffMap, TiffUnmap);
+  if (!tif) return Status::Corrupt("TIFF header unreadable");
+  std::unique_ptr<TIFF, void (*)(TIFF*)> guard(tif, TIFFClose);
+  uint32_t w = 0, h = 0;
+  TIFFGetField(tif, TIFFTAG_IMAGEWIDTH, &w);
+  TIFFGetField(tif, TIFFTAG_IMAGELENGTH, &h);
+  SF_RETURN_IF_ERROR(CheckPixels(w, h, limits));
+  std::vector<uint32_t> raster(size_t{w} * h);
+  if (!TIFFReadRGBAImageOriented(tif, w, h, raster.data(), ORIENTATION_TOPLEFT, 0)) {
+    return Status::Corrupt("TIFF decode failed");
+  }
+  out->Resize(w, h, 3);
+  uint8_t* dst = out->pixels.data();
+  for (size_t i = 0; i < raster.size(); ++i, dst += 3) {
+    uint32_t p = raster[i];
+    unsigned a = TIFFGetA(p);
+    // libtiff's RGBA is premultiplied by alpha: compositing over white adds (255 - a).
+    dst[0] = static_cast<uint8_t>(std::min(255u, TIFFGetR(p) + 255 - a));
+    dst[1] = static_cast<uint8_t>(std::min(255u, TIFFGetG(p) + 255 - a));
+    dst[2] = static_cast<uint8_t>(std::min(255u, TIFFGetB(p) + 255 - a));
+  }
+  return Status::OK();
+}
+
+// HEIF/HEIC (phone photos) and AVIF through libheif: the primary image, its rotation and
+// mirroring applied, alpha composited over white.
+Status DecodeHeif(const uint8_t* data, size_t size, Image* out, const Limits& limits) {
+  std::unique_ptr<heif_context, void (*)(heif_context*)> ctx(heif_context_alloc(),
+                                                             heif_context_free);
+  heif_error err = heif_context_read_from_memory_without_copy(ctx.get(), data, size, nullptr);
+  if (err.code != heif_error_Ok) return Status::Corrupt("HEIF: ", err.message);
+  heif_image_handle* handle_raw = nullptr;
+  err = heif_context_get_primary_image_handle(ctx.get(), &handle_raw);
+  if (err.code != heif_error_Ok) return Status::Corrupt("HEIF: ", err.message);
+  std::unique_ptr<heif_image_handle, void (*)(const heif_image_handle*)> handle(
+      handle_raw, heif_image_handle_release);
+  const int w = heif_image_handle_get_width(handle.get());
+  const int h = heif_image_handle_get_height(handle.get());
+  SF_RETURN_IF_ERROR(CheckPixels(static_cast<uint64_t>(std::max(w, 0)),
+                                 static_cast<uint64_t>(std::max(h, 0)), limits));
+  const bool alpha = heif_image_handle_has_alpha_channel(handle.get());
+  heif_image* img_raw = nullptr;
+  err = heif_decode_image(handle.get(), &img_raw, heif_colorspace_RGB,
+                          alpha ? heif_chroma_interleaved_RGBA : heif_chroma_interleaved_RGB,
+                          nullptr);
+  if (err.code != heif_error_Ok) return Status::Corrupt("HEIF decode failed: ", err.message);
+  std::unique_ptr<heif_image, void (*)(const heif_image*)> img(img_raw, heif_image_release);
+  int stride = 0;
+  const uint8_t* plane = heif_image_get_plane_readonly(img.get(), heif_channel_interleaved, &stride);
+  const int iw = heif_image_get_width(img.get(), heif_channel_interleaved);
+  const int ih = heif_image_get_height(img.get(), heif_channel_interleaved);
+  if (!plane || iw <= 0 || ih <= 0) return Status::Corrupt("HEIF decode gave no pixels");
+  out->Resize(static_cast<uint32_t>(iw), static_cast<uint32_t>(ih), 3);
+  for (int y = 0; y < ih; ++y) {
+    const uint8_t* row = plane + size_t(y) * stride;
+    uint8_t* dst = out->pixels.data() + size_t(y) * iw * 3;
+    if (alpha) {
+      CompositeOverWhite(row, size_t(iw), dst);
+    } else {
+      std::memcpy(dst, row, size_t(iw) * 3);
+    }
   }
   return Status::OK();
 }
@@ -312,8 +431,9 @@ Status Decoder::DecodeOther(ImageFormat format, const uint8_t* data, size_t size
       return Status::OK();
     }
     case ImageFormat::kTiff:
+      return DecodeTiff(data, size, out, limits);
     case ImageFormat::kHeif:
-      return Status::Unsupported(ImageFormatName(format), " images are not supported");
+      return DecodeHeif(data, size, out, limits);
     case ImageFormat::kJpeg:
       return Decode(data, size, out, limits);
     case ImageFormat::kUnknown:

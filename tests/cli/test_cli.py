@@ -188,7 +188,7 @@ def test_hostile_folder(tmp_path):
     reasons = {os.path.basename(s["path"]): s["reason"] for s in report["skipped"]}
     assert "not a regular file" in reasons["zero.jpg"]
     assert "not a regular file" in reasons["pipe.png"]
-    assert "HEIF" in reasons["movie.mp4"]  # an ISO-BMFF file: named, not read in full
+    assert "not an image" in reasons["movie.mp4"]  # MP4 shares HEIF's box: told apart, not read
     assert "not an image" in reasons["thumbs.db"] and "not an image" in reasons["page.svg"]
     ignored = {os.path.basename(s["path"]): s["reason"] for s in report["ignored"]}
     assert "cycle" in ignored.get("loop", "") or "cycle" in " ".join(ignored.values())
@@ -214,3 +214,14 @@ def test_a_full_disk_fails_cleanly_and_leaves_no_archive(tmp_path, backend):
     assert "error" in p.stderr and "a.partial/shard-00000" in p.stderr, p.stderr  # names the file
     assert not out.exists() and not (tmp_path / "a.partial").exists()
     run("pack", GOOD, out, "--encoding", "raw", "--backend", backend, check=0)  # room again: works
+
+
+def test_tiff_heic_avif_are_packed(tmp_path):
+    out = tmp_path / "a"
+    src = os.path.join(DATA, "formats")
+    run("pack", src, out, "--encoding", "raw", "--report", tmp_path / "r.json", check=0)
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["packed"] == 6 and report["skipped"] == []
+    run("pack", src, tmp_path / "j", check=0)  # re-encoded to JPEG
+    v = json.loads(run("verify", tmp_path / "j", "--decode", "--json", check=0).stdout)
+    assert v["ok"] and v["samples"] == 6

@@ -184,6 +184,37 @@ TEST_CASE("orientation transforms compose to identity") {
   CHECK(t.pixels == img.pixels);
 }
 
+TEST_CASE("TIFF, HEIC and AVIF decode to upright RGB") {
+  Decoder d;
+  Image img;
+  for (const char* f : {"rgb.tif", "gray16.tif", "cmyk.tif", "alpha.tif", "photo.heic",
+                        "photo.avif"}) {
+    auto bytes = ReadBytes(testing::FormatsDir() + "/formats/" + f);
+    Status s = d.Decode(bytes.data(), bytes.size(), &img, {});
+    INFO(f << ": " << s.ToString());
+    REQUIRE(s.ok());
+    CHECK(img.width == 90);
+    CHECK(img.height == 70);
+  }
+  // The lossless TIFF holds exactly the pixels of the same image as PNG-equivalent RGB;
+  // its 16-bit gray twin reduces to the same gray levels on all three channels.
+  auto rgb = ReadBytes(testing::FormatsDir() + "/formats/rgb.tif");
+  auto gray = ReadBytes(testing::FormatsDir() + "/formats/gray16.tif");
+  Image a, g;
+  REQUIRE(d.Decode(rgb.data(), rgb.size(), &a, {}).ok());
+  REQUIRE(d.Decode(gray.data(), gray.size(), &g, {}).ok());
+  for (size_t i = 0; i < g.pixels.size(); i += 3) REQUIRE(g.pixels[i] == g.pixels[i + 1]);
+  // Lossy HEIC of the same photo stays close to the lossless TIFF.
+  auto heic = ReadBytes(testing::FormatsDir() + "/formats/photo.heic");
+  Image h;
+  REQUIRE(d.Decode(heic.data(), heic.size(), &h, {}).ok());
+  CHECK(MeanAbsDiff(a, h) < 12.0);
+  Limits tiny;
+  tiny.max_pixels = 1000;
+  CHECK(d.Decode(heic.data(), heic.size(), &h, tiny).code() == StatusCode::kResourceExhausted);
+  CHECK(d.Decode(rgb.data(), rgb.size(), &h, tiny).code() == StatusCode::kResourceExhausted);
+}
+
 TEST_CASE("non-images and unsupported formats are named as such") {
   Decoder d;
   Image img;
@@ -193,6 +224,8 @@ TEST_CASE("non-images and unsupported formats are named as such") {
   CHECK(s.message().find("not an image") != std::string::npos);
   const uint8_t tiff[] = {'I', 'I', '*', 0, 8, 0, 0, 0};
   CHECK(d.Decode(tiff, sizeof(tiff), &img, {}).message().find("TIFF") != std::string::npos);
+  const uint8_t mp4[] = {0, 0, 0, 0x18, 'f', 't', 'y', 'p', 'm', 'p', '4', '2', 0, 0, 0, 0};
+  CHECK(d.Decode(mp4, sizeof(mp4), &img, {}).message().find("not an image") != std::string::npos);
 }
 
 }  // namespace
