@@ -255,7 +255,15 @@ int CmdVerify(int argc, char** argv) {
     }
     return Fail(archive.status());
   }
-  converter::VerifyReport report = converter::Verify(**archive, opt);
+  const bool tty = !json && ::isatty(STDERR_FILENO);
+  auto progress = [tty](uint64_t done, uint64_t total) {
+    if (!tty) return;
+    std::fprintf(stderr, "\r\033[Kverifying %llu/%llu (%.1f%%)", static_cast<unsigned long long>(done),
+                 static_cast<unsigned long long>(total), total ? 100.0 * done / total : 100.0);
+    std::fflush(stderr);
+  };
+  converter::VerifyReport report = converter::Verify(**archive, opt, progress);
+  if (tty) std::fprintf(stderr, "\n");
   if (json) {
     std::printf("%s", report.ToJson().c_str());
   } else {
