@@ -38,6 +38,8 @@ int CmdBench(int argc, char** argv) {
       "JPEG decoding: scaled (DCT-scaled and cropped) | cropped (full scale, crop rows and "
       "columns only) | full (whole image, then crop)")(
       "step-ms", po::value(&step_ms)->default_value(0), "simulated training step per batch (ms)")(
+      "skip-errors", po::bool_switch(&opt.skip_errors),
+      "a sample that fails to decode becomes zeros with label -1 (counted), not an error")(
       "json", "print one JSON object");
   po::positional_options_description pos;
   pos.add("archive", 1);
@@ -123,6 +125,7 @@ int CmdBench(int argc, char** argv) {
          {"seconds", secs},
          {"images_per_second", st.images / secs},
          {"wait_fraction", st.wait_fraction()},
+         {"skipped", st.skipped},
          {"wait_seconds", st.wait_seconds},
          {"consumer_seconds", st.consumer_seconds},
          {"stage_seconds",

@@ -258,8 +258,9 @@ int CmdVerify(int argc, char** argv) {
   const bool tty = !json && ::isatty(STDERR_FILENO);
   auto progress = [tty](uint64_t done, uint64_t total) {
     if (!tty) return;
-    std::fprintf(stderr, "\r\033[Kverifying %llu/%llu (%.1f%%)", static_cast<unsigned long long>(done),
-                 static_cast<unsigned long long>(total), total ? 100.0 * done / total : 100.0);
+    std::fprintf(stderr, "\r\033[Kverifying %llu/%llu (%.1f%%)",
+                 static_cast<unsigned long long>(done), static_cast<unsigned long long>(total),
+                 total ? 100.0 * done / total : 100.0);
     std::fflush(stderr);
   };
   converter::VerifyReport report = converter::Verify(**archive, opt, progress);
