@@ -5,19 +5,17 @@ worker, JPEG bytes decoded by Pillow), in one run, on the same cores and batch s
 
     hdf5_bench.py CORPUS [--build build] [--workers N] [--batch-size 64] [--epochs 2]
 """
-import argparse
 import io
-import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 import h5py
 import numpy as np
 import torch
+from common import arguments, dataloader_ips, shardfeed_ips
 from PIL import Image
 from torchvision import transforms
 
@@ -50,24 +48,11 @@ class H5JpegDataset(torch.utils.data.Dataset):
 def h5py_ips(path, workers, batch, epochs):
     dl = torch.utils.data.DataLoader(H5JpegDataset(path), batch_size=batch, shuffle=True,
                                      num_workers=workers, persistent_workers=True)
-    for _ in dl:
-        break
-    n, t = 0, time.perf_counter()
-    for _ in range(epochs):
-        for x, _ in dl:
-            n += x.shape[0]
-    return n / (time.perf_counter() - t)
+    return dataloader_ips(dl, epochs)
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("corpus")
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--workers", type=int, default=os.cpu_count())
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=3, help="alternating runs of each shardfeed reader")
-    args = ap.parse_args()
+    args = arguments(__doc__, repeats=(int, 3, "alternating runs of each shardfeed reader"))
     sf = os.path.join(args.build, "shardfeed")
     torch.set_num_threads(1)
     tmp = tempfile.mkdtemp(prefix="shardfeed-h5bench-", dir=os.path.dirname(os.path.abspath(args.corpus)))
@@ -76,12 +61,7 @@ def main():
     subprocess.run([sf, "convert", lmdb, h5, "--backend", "hdf5"], check=True, stdout=subprocess.DEVNULL)
 
     def bench(archive):
-        r = json.loads(subprocess.run(
-            [sf, "bench", archive, "--batch-size", str(args.batch_size), "--workers",
-             str(args.workers), "--epochs", str(args.epochs + 1), "--json"],
-            check=True, capture_output=True, text=True).stdout)
-        eps = r["epochs"][1:]
-        return sum(e["images"] for e in eps) / sum(e["seconds"] for e in eps)
+        return shardfeed_ips(sf, archive, args)
 
     # Alternate the two shardfeed runs so drift on a shared machine hits both alike.
     runs = {"lmdb": [], "hdf5": []}

@@ -9,7 +9,6 @@ CORPUS is an ImageFolder tree (bench/make_corpus.py makes one). All runs read a 
 scanning the folder and, for shardfeed, process start-up.
 """
 import argparse
-import io
 import os
 import shutil
 import subprocess

@@ -8,16 +8,15 @@ the same images, cores and batch size, in one run.
 CORPUS is an ImageFolder tree of JPEGs (bench/make_corpus.py). The script packs it twice (JPEG
 passthrough; raw 224x224 centre crops) into a temporary folder next to it.
 """
-import argparse
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 import torch
+from common import arguments, dataloader_ips, shardfeed_ips
 from torch.utils.data import DataLoader
 from torchvision import datasets, transforms
 
@@ -37,24 +36,11 @@ def torchvision_ips(corpus, crop, workers, batch, epochs):
     ds = datasets.ImageFolder(corpus, transform=tf)
     dl = DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers,
                     persistent_workers=True, prefetch_factor=2)
-    for _ in dl:  # warm-up epoch: worker start-up and page cache, as shardfeed gets
-        break
-    t = time.perf_counter()
-    n = 0
-    for _ in range(epochs):
-        for images, labels in dl:
-            n += images.shape[0]
-    return n / (time.perf_counter() - t)
+    return dataloader_ips(dl, epochs)
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("corpus")
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--workers", type=int, default=os.cpu_count())
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--epochs", type=int, default=2)
-    args = ap.parse_args()
+    args = arguments(__doc__)
     sf = os.path.join(args.build, "shardfeed")
     ceiling = os.path.join(args.build, "shardfeed_ceiling")
     tmp = tempfile.mkdtemp(prefix="shardfeed-readbench-",
@@ -63,13 +49,8 @@ def main():
     subprocess.run([sf, "pack", args.corpus, jpeg, "-q"], check=True, stdout=subprocess.DEVNULL)
     subprocess.run([sf, "pack", args.corpus, raw, "-q", "--encoding", "raw", "--size", "224",
                     "--crop", "center"], check=True, stdout=subprocess.DEVNULL)
-    common = ["--batch-size", str(args.batch_size), "--workers", str(args.workers),
-              "--epochs", str(args.epochs + 1), "--json"]
-
     def bench(archive, *extra):
-        r = run_json([sf, "bench", archive, *common, *extra])
-        eps = r["epochs"][1:]  # the first epoch warms the page cache and the ring
-        return sum(e["images"] for e in eps) / sum(e["seconds"] for e in eps)
+        return shardfeed_ips(sf, archive, args, *extra)
 
     torch.set_num_threads(1)
     res = {}

@@ -18,7 +18,7 @@ from . import _native
 from ._native import DataError, Error, WorkerError, cuda_available, cuda_unavailable_reason
 
 __all__ = ["Archive", "Loader", "Batch", "pack", "convert", "verify", "inspect", "Error", "DataError",
-           "WorkerError", "cuda_available"]
+           "WorkerError", "cuda_available", "cuda_unavailable_reason"]
 
 __version__ = "0.1.0"
 
