@@ -247,6 +247,10 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
   std::mutex mu;
   std::condition_variable cv_ready, cv_space;
   size_t next_claim = 0, next_write = 0;
+  // Bytes held by prepared-but-unwritten records. Past the budget only the record the writer
+  // waits for may be prepared, so a folder of huge images cannot take the memory.
+  constexpr uint64_t kPendingBudget = uint64_t{1} << 30;
+  uint64_t pending_bytes = 0;
   bool stop = false;
 
   auto work = [&]() {
@@ -255,7 +259,10 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
       size_t i;
       {
         std::unique_lock<std::mutex> lock(mu);
-        cv_space.wait(lock, [&] { return stop || next_claim < next_write + window; });
+        cv_space.wait(lock, [&] {
+          return stop || (next_claim < next_write + window &&
+                          (pending_bytes < kPendingBudget || next_claim == next_write));
+        });
         if (stop || next_claim >= items.size()) return;
         i = next_claim++;
       }
@@ -264,6 +271,7 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
       {
         std::lock_guard<std::mutex> lock(mu);
         ready[i % window] = 1;
+        pending_bytes += slot.payload.capacity();
       }
       cv_ready.notify_all();
     }
@@ -298,6 +306,9 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
     ++stats.done;
     {
       std::lock_guard<std::mutex> lock(mu);
+      pending_bytes -= slot.payload.capacity();
+      // A slot keeps its buffer for the next record, unless one huge image left it oversized.
+      if (slot.payload.capacity() > (uint64_t{64} << 20)) imaging::Bytes().swap(slot.payload);
       ready[i % window] = 0;
       ++next_write;
       if (!failure.ok()) stop = true;
