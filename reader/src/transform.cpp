@@ -57,6 +57,20 @@ CropRect RandomResizedCropRect(uint32_t width, uint32_t height, const TransformO
   return {(width - w) / 2, (height - h) / 2, w, h};
 }
 
+CropRect StoredRect(const CropRect& r, int orientation, uint32_t w, uint32_t h) {
+  // (w, h) is the stored size; r is in displayed coordinates. Inverse of ApplyOrientation.
+  switch (orientation) {
+    case 2: return {w - r.x - r.width, r.y, r.width, r.height};
+    case 3: return {w - r.x - r.width, h - r.y - r.height, r.width, r.height};
+    case 4: return {r.x, h - r.y - r.height, r.width, r.height};
+    case 5: return {r.y, r.x, r.height, r.width};
+    case 6: return {r.y, h - r.x - r.width, r.height, r.width};
+    case 7: return {w - r.y - r.height, h - r.x - r.width, r.height, r.width};
+    case 8: return {w - r.y - r.height, r.x, r.height, r.width};
+    default: return r;
+  }
+}
+
 struct SampleDecoder::Zstd {
   Zstd() : dctx(ZSTD_createDCtx()) {}
   ~Zstd() { ZSTD_freeDCtx(dctx); }
@@ -144,15 +158,23 @@ Status SampleDecoder::DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst, 
     case Encoding::kJpeg: {
       imaging::Limits limits;
       limits.max_pixels = uint64_t{65535} * 65535;  // the packer already applied its limit
-      if (e.orientation <= 1 && options_.cropped_decode) {
-        imaging::JpegRegion region{rect.x, rect.y, rect.width, rect.height, 0, 0};
-        if (options_.scaled_decode) region.min_width = out_w_, region.min_height = out_h_;
+      if (options_.cropped_decode) {
+        // The crop is in upright coordinates; decode its preimage in the stored image (phone
+        // photos are mostly stored rotated), then turn just that region upright.
+        const bool swap = e.orientation >= 5 && e.orientation <= 8;
+        CropRect stored = StoredRect(rect, e.orientation, e.width, e.height);
+        imaging::JpegRegion region{stored.x, stored.y, stored.width, stored.height, 0, 0};
+        if (options_.scaled_decode) {
+          region.min_width = swap ? out_h_ : out_w_;
+          region.min_height = swap ? out_w_ : out_h_;
+        }
         SF_RETURN_IF_ERROR(decoder_.DecodeJpegRegion(r.data, r.size, region, &image_, limits));
+        imaging::ApplyOrientation(&image_, e.orientation);
         times->decode += Since(t);
         Finish(image_.pixels.data(), image_.width, image_.height, 0, flip, dst, times);
         return Status::OK();
       }
-      // Rotated images (rare), or cropped decoding off: decode whole, turn upright, then crop.
+      // Cropped decoding off: decode whole, turn upright, then crop.
       SF_RETURN_IF_ERROR(decoder_.Decode(r.data, r.size, &image_, limits));
       times->decode += Since(t);
       if (image_.width != disp_w || image_.height != disp_h) {

@@ -129,6 +129,58 @@ TEST_CASE("random crops and flips are reproducible per (seed, epoch, sample)") {
   CHECK(differing > 30);  // new crops every epoch
 }
 
+TEST_CASE("crops of EXIF-rotated JPEGs decode only their region, for all 8 orientations") {
+  // One stored JPEG; its orientation tag rewritten 1..8. A crop taken in upright coordinates
+  // must equal full decode + orientation + crop, whatever the orientation.
+  imaging::Image img;
+  img.Resize(160, 96);
+  for (uint32_t y = 0; y < 96; ++y)
+    for (uint32_t x = 0; x < 160; ++x) {
+      uint8_t* p = &img.pixels[(size_t{y} * 160 + x) * 3];
+      p[0] = static_cast<uint8_t>(x * 255 / 159);
+      p[1] = static_cast<uint8_t>(y * 255 / 95);
+      p[2] = static_cast<uint8_t>(((x / 16) + (y / 16)) % 2 ? 220 : 30);
+    }
+  auto plain = imaging::EncodeJpeg(img, 95);
+  REQUIRE(plain.ok());
+  // APP1 Exif with one IFD entry (Orientation), inserted after SOI.
+  auto with_orientation = [&](uint8_t o) {
+    const uint8_t app1[] = {0xFF, 0xE1, 0x00, 0x22, 'E', 'x', 'i', 'f', 0, 0, 'I', 'I', 42, 0, 8, 0,
+                            0,    0,    1,    0,    0x12, 0x01, 3, 0, 1, 0, 0, 0, o, 0, 0, 0, 0, 0,
+                            0,    0};
+    std::vector<uint8_t> out(plain->begin(), plain->begin() + 2);
+    out.insert(out.end(), app1, app1 + sizeof(app1));
+    out.insert(out.end(), plain->begin() + 2, plain->end());
+    return out;
+  };
+  for (uint8_t o = 1; o <= 8; ++o) {
+    auto jpeg = with_orientation(o);
+    auto info = imaging::ProbeJpeg(jpeg.data(), jpeg.size(), true, {});
+    REQUIRE(info.ok());
+    REQUIRE(info->orientation == o);
+    const uint32_t dw = o >= 5 ? 96 : 160, dh = o >= 5 ? 160 : 96;
+    CropRect rect{dw / 5, dh / 7, dw / 2, dh / 2};
+    CropRect stored = StoredRect(rect, o, 160, 96);
+    imaging::Decoder d;
+    imaging::Image region, full;
+    REQUIRE(d.DecodeJpegRegion(jpeg.data(), jpeg.size(),
+                               {stored.x, stored.y, stored.width, stored.height, 0, 0}, &region,
+                               {}).ok());
+    imaging::ApplyOrientation(&region, o);
+    REQUIRE(d.Decode(jpeg.data(), jpeg.size(), &full, {}).ok());
+    REQUIRE(full.width == dw);
+    REQUIRE(region.width == rect.width);
+    REQUIRE(region.height == rect.height);
+    double diff = 0;
+    for (uint32_t y = 0; y < rect.height; ++y)
+      for (uint32_t x = 0; x < rect.width * 3; ++x)
+        diff += std::abs(int(region.pixels[y * rect.width * 3 + x]) -
+                         int(full.pixels[(size_t{y + rect.y} * dw + rect.x) * 3 + x]));
+    INFO("orientation " << int(o));
+    CHECK(diff / (rect.width * rect.height * 3) < 1.0);
+  }
+}
+
 TEST_CASE("random-resized-crop rectangles follow torchvision's bounds") {
   TransformOptions o;
   for (uint64_t seed = 0; seed < 2000; ++seed) {

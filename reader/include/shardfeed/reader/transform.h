@@ -42,6 +42,9 @@ struct CropRect {
 CropRect RandomResizedCropRect(uint32_t width, uint32_t height, const TransformOptions& options,
                                uint64_t seed);
 CropRect CenterCropRect(uint32_t width, uint32_t height, double ratio);
+// The rectangle of a stored image (stored size w x h) that EXIF orientation 1..8 turns into
+// `displayed`.
+CropRect StoredRect(const CropRect& displayed, int orientation, uint32_t w, uint32_t h);
 
 struct StageTimes {
   double read = 0;    // record lookup in the map (and checksum, if enabled)
