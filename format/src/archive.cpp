@@ -182,6 +182,15 @@ void Archive::Advise(Access access) const {
   }
 }
 
+void Archive::WillNeed(uint64_t index) const {
+  if (index >= size()) return;
+  const RecordView r = Get(index);
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  uintptr_t start = reinterpret_cast<uintptr_t>(r.data) & ~(page - 1);
+  uintptr_t end = reinterpret_cast<uintptr_t>(r.data) + r.size;
+  ::madvise(reinterpret_cast<void*>(start), end - start, MADV_WILLNEED);  // advisory
+}
+
 uint64_t Archive::FileBytes() const {
   uint64_t total = 0;
   for (const auto& shard : shards_) total += shard->file_bytes;

@@ -76,6 +76,10 @@ bool Loader::Impl::Claim(Task* task) {
         slot.skipped = 0;
         slot.error = Status::OK();
         filling[b % filling.size()] = s;
+        // A batch just started: have the kernel read the next one's records meanwhile.
+        const uint64_t next_first = std::min<uint64_t>(order.size(), first + options.batch_size);
+        const uint64_t next_last = std::min<uint64_t>(order.size(), next_first + options.batch_size);
+        task->prefetch.assign(order.begin() + next_first, order.begin() + next_last);
       }
       if (s >= 0) {
         task->slot = s;
@@ -159,11 +163,20 @@ void Loader::Impl::ReleaseSlot(int s) {
   cv_work.notify_all();
 }
 
+void Loader::Impl::IssuePrefetch(Task* task, StageTimes* times) {
+  if (task->prefetch.empty()) return;
+  auto t = Clock::now();
+  for (uint64_t index : task->prefetch) archive->WillNeed(index);
+  task->prefetch.clear();
+  times->read += Seconds(Clock::now() - t);
+}
+
 void Loader::Impl::ThreadWorker() {
   SampleDecoder decoder(archive, options.transform);
   Task task;
   while (Claim(&task)) {
     StageTimes times;
+    IssuePrefetch(&task, &times);
     uint8_t* dst = SlotImages(task.slot) + size_t{task.position} * sample_bytes;
     Status s = decoder.DecodeInto(task.index, task.seed, dst, &times);
     Complete(task, s, times);

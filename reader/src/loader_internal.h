@@ -22,6 +22,7 @@ struct Task {
   uint64_t index = 0;     // archive sample index
   uint64_t seed = 0;      // augmentation seed
   uint64_t generation = 0;
+  std::vector<uint64_t> prefetch;  // samples of the next batch, to madvise before decoding
 };
 
 struct Loader::Impl {
@@ -40,6 +41,7 @@ struct Loader::Impl {
   void ReleaseSlot(int slot);
   int batch_slot(uint64_t batch) const;  // slot filling or holding `batch`, or -1 (mu held)
   void ThreadWorker();
+  void IssuePrefetch(Task* task, StageTimes* times);  // madvise the next batch (no lock held)
   Status StartProcesses();
   void StopWorkers();
 

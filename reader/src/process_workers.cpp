@@ -132,6 +132,8 @@ void Loader::Impl::DispatchTo(size_t c) {
   Task task;
   std::string message;
   while (Claim(&task)) {
+    StageTimes prefetch_time;
+    IssuePrefetch(&task, &prefetch_time);  // the mapping is shared: the parent's advice counts
     WireTask wt{task.slot, task.position, task.index, task.seed};
     WireResult r{};
     bool alive = SendAll(child.task_fd, &wt, sizeof(wt)) && RecvAll(child.result_fd, &r, sizeof(r));

@@ -53,6 +53,9 @@ class Archive {
   // Advises the kernel about the access pattern of every shard mapping (madvise).
   enum class Access { kNormal, kSequential, kRandom, kWillNeed };
   void Advise(Access access) const;
+  // Asks the kernel to start reading a record's pages (madvise WILLNEED) without waiting:
+  // readers call it for samples they will need soon, so cold data arrives in parallel.
+  void WillNeed(uint64_t index) const;
   // Bytes of all shard files.
   uint64_t FileBytes() const;
 
