@@ -38,6 +38,10 @@ int CmdBench(int argc, char** argv) {
       "JPEG decoding: scaled (DCT-scaled and cropped) | cropped (full scale, crop rows and "
       "columns only) | full (whole image, then crop)")(
       "step-ms", po::value(&step_ms)->default_value(0), "simulated training step per batch (ms)")(
+      "shuffle-block", po::value(&opt.shuffle_block)->default_value(0),
+      "locality-friendly shuffle: blocks of this many consecutive samples (0: global shuffle)")(
+      "shuffle-window", po::value(&opt.shuffle_window)->default_value(8),
+      "with --shuffle-block: samples are mixed within windows of this many blocks")(
       "skip-errors", po::bool_switch(&opt.skip_errors),
       "a sample that fails to decode becomes zeros with label -1 (counted), not an error")(
       "json", "print one JSON object");

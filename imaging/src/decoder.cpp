@@ -5,8 +5,8 @@
 // clang-format off
 #include <jpeglib.h>
 // clang-format on
-#include <png.h>
 #include <libheif/heif.h>
+#include <png.h>
 #include <stb/stb_image.h>
 #include <tiffio.h>
 #include <webp/decode.h>
@@ -60,8 +60,8 @@ ImageFormat SniffFormat(const uint8_t* d, size_t n) {
   }
   if (n >= 12 && std::memcmp(d + 4, "ftyp", 4) == 0) {
     // ISO-BMFF: an image only for the HEIF/AVIF brands (MP4 and MOV videos share the box).
-    for (const char* brand : {"heic", "heix", "heim", "heis", "hevc", "hevx", "mif1", "msf1",
-                              "avif", "avis"}) {
+    for (const char* brand :
+         {"heic", "heix", "heim", "heis", "hevc", "hevx", "mif1", "msf1", "avif", "avis"}) {
       if (std::memcmp(d + 8, brand, 4) == 0) return ImageFormat::kHeif;
     }
     return ImageFormat::kUnknown;
@@ -220,7 +220,8 @@ Status DecodeHeif(const uint8_t* data, size_t size, Image* out, const Limits& li
   if (err.code != heif_error_Ok) return Status::Corrupt("HEIF decode failed: ", err.message);
   std::unique_ptr<heif_image, void (*)(const heif_image*)> img(img_raw, heif_image_release);
   int stride = 0;
-  const uint8_t* plane = heif_image_get_plane_readonly(img.get(), heif_channel_interleaved, &stride);
+  const uint8_t* plane =
+      heif_image_get_plane_readonly(img.get(), heif_channel_interleaved, &stride);
   const int iw = heif_image_get_width(img.get(), heif_channel_interleaved);
   const int ih = heif_image_get_height(img.get(), heif_channel_interleaved);
   if (!plane || iw <= 0 || ih <= 0) return Status::Corrupt("HEIF decode gave no pixels");

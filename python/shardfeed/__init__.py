@@ -92,8 +92,9 @@ class Batch(tuple):
 class Loader:
     """Shuffled, fixed-shape uint8 batches from an archive.
 
-    Options: batch_size=64, shuffle=False, seed=0, drop_last=False, workers=0 (all cores),
-    prefetch=4, crop='center'|'random'|'none', size=224, flip=False, layout='nhwc'|'nchw',
+    Options: batch_size=64, shuffle=False, seed=0, drop_last=False, shuffle_block=0 and
+    shuffle_window=8 (a locality-friendly block shuffle for archives larger than RAM; 0 keeps
+    the true global shuffle), workers=0 (all cores), prefetch=4, crop='center'|'random'|'none', size=224, flip=False, layout='nhwc'|'nchw',
     rank=0, world_size=1, mode='threads'|'processes', device='cpu'|'cuda', skip_errors=False,
     verify_checksums=False.
 

@@ -129,6 +129,10 @@ reader::LoaderOptions ParseLoaderOptions(const py::dict& kw) {
       o.seed = v.cast<uint64_t>();
     else if (k == "drop_last")
       o.drop_last = v.cast<bool>();
+    else if (k == "shuffle_block")
+      o.shuffle_block = v.cast<uint32_t>();
+    else if (k == "shuffle_window")
+      o.shuffle_window = v.cast<uint32_t>();
     else if (k == "workers")
       o.workers = v.cast<int>();
     else if (k == "prefetch")

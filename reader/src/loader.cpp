@@ -78,7 +78,8 @@ bool Loader::Impl::Claim(Task* task) {
         filling[b % filling.size()] = s;
         // A batch just started: have the kernel read the next one's records meanwhile.
         const uint64_t next_first = std::min<uint64_t>(order.size(), first + options.batch_size);
-        const uint64_t next_last = std::min<uint64_t>(order.size(), next_first + options.batch_size);
+        const uint64_t next_last =
+            std::min<uint64_t>(order.size(), next_first + options.batch_size);
         task->prefetch.assign(order.begin() + next_first, order.begin() + next_last);
       }
       if (s >= 0) {
@@ -219,6 +220,8 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
   so.rank = options.rank;
   so.world_size = options.world_size;
   so.batch_size = options.batch_size;
+  so.shuffle_block = options.shuffle_block;
+  so.shuffle_window = options.shuffle_window;
   impl->sampler = std::make_unique<Sampler>(impl->archive->size(), so);
 
   // Slot layout: images, then labels (int64), then indices (uint64), each 64-byte aligned.

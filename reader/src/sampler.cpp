@@ -31,7 +31,27 @@ std::vector<uint64_t> Sampler::EpochOrder(uint64_t epoch) const {
   std::iota(global.begin(), global.end(), uint64_t{0});
   if (options_.shuffle) {
     Rng rng(MixSeed(options_.seed, epoch, 0x5348554646ull));
-    for (uint64_t i = n_; i > 1; --i) std::swap(global[i - 1], global[rng.Below(i)]);
+    auto shuffle = [&rng](uint64_t* first, uint64_t count) {
+      for (uint64_t i = count; i > 1; --i) std::swap(first[i - 1], first[rng.Below(i)]);
+    };
+    const uint64_t block = options_.shuffle_block;
+    if (block == 0 || block >= n_) {
+      shuffle(global.data(), n_);
+    } else {
+      // Shuffle whole blocks, then samples inside each window of consecutive (shuffled) blocks.
+      const uint64_t blocks = (n_ + block - 1) / block;
+      std::vector<uint64_t> block_order(blocks);
+      std::iota(block_order.begin(), block_order.end(), uint64_t{0});
+      shuffle(block_order.data(), blocks);
+      global.clear();
+      for (uint64_t b : block_order) {
+        for (uint64_t i = b * block; i < std::min(n_, (b + 1) * block); ++i) global.push_back(i);
+      }
+      const uint64_t window = block * std::max<uint32_t>(1, options_.shuffle_window);
+      for (uint64_t start = 0; start < n_; start += window) {
+        shuffle(global.data() + start, std::min(window, n_ - start));
+      }
+    }
   }
   const uint64_t w = options_.world_size;
   const uint64_t total = per_rank_ * w;

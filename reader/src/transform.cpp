@@ -60,14 +60,22 @@ CropRect RandomResizedCropRect(uint32_t width, uint32_t height, const TransformO
 CropRect StoredRect(const CropRect& r, int orientation, uint32_t w, uint32_t h) {
   // (w, h) is the stored size; r is in displayed coordinates. Inverse of ApplyOrientation.
   switch (orientation) {
-    case 2: return {w - r.x - r.width, r.y, r.width, r.height};
-    case 3: return {w - r.x - r.width, h - r.y - r.height, r.width, r.height};
-    case 4: return {r.x, h - r.y - r.height, r.width, r.height};
-    case 5: return {r.y, r.x, r.height, r.width};
-    case 6: return {r.y, h - r.x - r.width, r.height, r.width};
-    case 7: return {w - r.y - r.height, h - r.x - r.width, r.height, r.width};
-    case 8: return {w - r.y - r.height, r.x, r.height, r.width};
-    default: return r;
+    case 2:
+      return {w - r.x - r.width, r.y, r.width, r.height};
+    case 3:
+      return {w - r.x - r.width, h - r.y - r.height, r.width, r.height};
+    case 4:
+      return {r.x, h - r.y - r.height, r.width, r.height};
+    case 5:
+      return {r.y, r.x, r.height, r.width};
+    case 6:
+      return {r.y, h - r.x - r.width, r.height, r.width};
+    case 7:
+      return {w - r.y - r.height, h - r.x - r.width, r.height, r.width};
+    case 8:
+      return {w - r.y - r.height, r.x, r.height, r.width};
+    default:
+      return r;
   }
 }
 

@@ -187,8 +187,8 @@ TEST_CASE("orientation transforms compose to identity") {
 TEST_CASE("TIFF, HEIC and AVIF decode to upright RGB") {
   Decoder d;
   Image img;
-  for (const char* f : {"rgb.tif", "gray16.tif", "cmyk.tif", "alpha.tif", "photo.heic",
-                        "photo.avif"}) {
+  for (const char* f :
+       {"rgb.tif", "gray16.tif", "cmyk.tif", "alpha.tif", "photo.heic", "photo.avif"}) {
     auto bytes = ReadBytes(testing::FormatsDir() + "/formats/" + f);
     Status s = d.Decode(bytes.data(), bytes.size(), &img, {});
     INFO(f << ": " << s.ToString());

@@ -143,6 +143,40 @@ TEST_CASE("the shuffled order is the same for any worker count and changes per e
   CHECK(by_workers[1] != identity);
 }
 
+TEST_CASE("block shuffle visits every sample once and reads from few blocks at a time") {
+  TempDir dir;
+  auto archive = MakeRawArchive(dir / "a", 1000);
+  std::vector<uint64_t> first;
+  for (int workers : {1, 3}) {
+    LoaderOptions o = CopyOptions(25, workers);
+    o.shuffle = true;
+    o.seed = 12;
+    o.shuffle_block = 50;
+    o.shuffle_window = 4;
+    auto loader = Loader::Create(archive, o);
+    REQUIRE(loader.ok());
+    Delivered d = ReadEpoch(**loader, 0);
+    REQUIRE(d.indices.size() == 1000);
+    CHECK(std::set<uint64_t>(d.indices.begin(), d.indices.end()).size() == 1000);
+    // Each window of 4 x 50 consecutive positions draws from at most 4 blocks of the archive.
+    for (size_t start = 0; start < 1000; start += 200) {
+      std::set<uint64_t> blocks;
+      for (size_t k = start; k < start + 200; ++k) blocks.insert(d.indices[k] / 50);
+      CHECK(blocks.size() <= 4);
+    }
+    if (workers == 1) {
+      first = d.indices;
+      auto next = ReadEpoch(**loader, 1).indices;
+      CHECK(next != first);
+    } else {
+      CHECK(d.indices == first);  // the worker count does not matter
+    }
+  }
+  std::vector<uint64_t> sorted = first;
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(first != sorted);
+}
+
 TEST_CASE("ranks are disjoint, complete and have equal batch counts") {
   TempDir dir;
   auto archive = MakeRawArchive(dir / "a", 103);

@@ -145,9 +145,9 @@ TEST_CASE("crops of EXIF-rotated JPEGs decode only their region, for all 8 orien
   REQUIRE(plain.ok());
   // APP1 Exif with one IFD entry (Orientation), inserted after SOI.
   auto with_orientation = [&](uint8_t o) {
-    const uint8_t app1[] = {0xFF, 0xE1, 0x00, 0x22, 'E', 'x', 'i', 'f', 0, 0, 'I', 'I', 42, 0, 8, 0,
-                            0,    0,    1,    0,    0x12, 0x01, 3, 0, 1, 0, 0, 0, o, 0, 0, 0, 0, 0,
-                            0,    0};
+    const uint8_t app1[] = {0xFF, 0xE1, 0x00, 0x22, 'E', 'x', 'i', 'f', 0,    0,    'I', 'I',
+                            42,   0,    8,    0,    0,   0,   1,   0,   0x12, 0x01, 3,   0,
+                            1,    0,    0,    0,    o,   0,   0,   0,   0,    0,    0,   0};
     std::vector<uint8_t> out(plain->begin(), plain->begin() + 2);
     out.insert(out.end(), app1, app1 + sizeof(app1));
     out.insert(out.end(), plain->begin() + 2, plain->end());
@@ -164,8 +164,8 @@ TEST_CASE("crops of EXIF-rotated JPEGs decode only their region, for all 8 orien
     imaging::Decoder d;
     imaging::Image region, full;
     REQUIRE(d.DecodeJpegRegion(jpeg.data(), jpeg.size(),
-                               {stored.x, stored.y, stored.width, stored.height, 0, 0}, &region,
-                               {}).ok());
+                               {stored.x, stored.y, stored.width, stored.height, 0, 0}, &region, {})
+                .ok());
     imaging::ApplyOrientation(&region, o);
     REQUIRE(d.Decode(jpeg.data(), jpeg.size(), &full, {}).ok());
     REQUIRE(full.width == dw);

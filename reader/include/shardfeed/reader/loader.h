@@ -29,6 +29,8 @@ struct LoaderOptions {
   bool shuffle = false;
   uint64_t seed = 0;
   bool drop_last = false;
+  uint32_t shuffle_block = 0;  // see SamplerOptions: 0 = true global shuffle
+  uint32_t shuffle_window = 8;
   uint32_t rank = 0, world_size = 1;
   int workers = 0;        // 0: all cores
   uint32_t prefetch = 4;  // ring slots (batches decoded ahead); memory = prefetch x batch

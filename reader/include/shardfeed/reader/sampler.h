@@ -17,6 +17,12 @@ struct SamplerOptions {
   uint32_t rank = 0;
   uint32_t world_size = 1;
   uint32_t batch_size = 1;
+  // Locality-friendly shuffle for archives larger than RAM: 0 keeps the true global shuffle.
+  // Otherwise samples are cut into blocks of `shuffle_block` consecutive indices, the blocks
+  // are shuffled, and samples are shuffled within each window of `shuffle_window` blocks, so
+  // any stretch of the epoch reads from at most `shuffle_window` blocks of the archive.
+  uint32_t shuffle_block = 0;
+  uint32_t shuffle_window = 8;
 };
 
 class Sampler {
