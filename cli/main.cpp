@@ -185,7 +185,8 @@ int CmdPack(int argc, char** argv) {
   opt.options_json = options.dump();
 
   Result<converter::SourceList> source =
-      list.empty() ? converter::ScanImageFolder(src) : converter::ReadListFile(list, src);
+      list.empty() ? converter::ScanImageFolder(src, converter::OutputPaths(out))
+                   : converter::ReadListFile(list, src);
   if (!source.ok()) return Fail(source.status());
 
   const bool tty = !vm.count("quiet") && ::isatty(STDERR_FILENO);

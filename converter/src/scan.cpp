@@ -52,15 +52,34 @@ Status ListDir(const std::string& dir, DirEntries* out) {
   return Status::OK();
 }
 
+using FileId = std::pair<dev_t, ino_t>;
+
+bool IdOf(const std::string& path, FileId* id) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return false;
+  *id = {st.st_dev, st.st_ino};
+  return true;
+}
+
 struct Walker {
-  std::set<std::pair<dev_t, ino_t>> active;  // directories on the current path (cycle guard)
+  std::set<FileId> active;                     // directories on the current path (cycle guard)
+  const std::set<FileId>* excluded = nullptr;  // the archive being written, if inside the tree
   std::vector<std::pair<std::string, std::string>> found;  // (dir, name) of candidate files
   std::vector<SkippedFile>* ignored;
+
+  bool Excluded(const std::string& path) const {
+    FileId id;
+    return excluded && !excluded->empty() && IdOf(path, &id) && excluded->count(id);
+  }
 
   Status Walk(const std::string& dir) {
     struct stat st;
     if (::stat(dir.c_str(), &st) != 0) {
       ignored->push_back({dir, std::string("cannot read directory: ") + std::strerror(errno)});
+      return Status::OK();
+    }
+    if (Excluded(dir)) {
+      ignored->push_back({dir, "the output archive"});
       return Status::OK();
     }
     auto key = std::make_pair(st.st_dev, st.st_ino);
@@ -79,6 +98,8 @@ struct Walker {
     for (const std::string& f : entries.files) {
       if (f[0] == '.') {
         ignored->push_back({Join(dir, f), "hidden file"});
+      } else if (Excluded(Join(dir, f))) {
+        ignored->push_back({Join(dir, f), "the output archive"});
       } else {
         found.emplace_back(dir, f);
       }
@@ -100,7 +121,13 @@ struct Walker {
 
 }  // namespace
 
-Result<SourceList> ScanImageFolder(const std::string& root) {
+Result<SourceList> ScanImageFolder(const std::string& root,
+                                   const std::vector<std::string>& exclude) {
+  std::set<FileId> excluded;
+  for (const std::string& path : exclude) {
+    FileId id;
+    if (IdOf(path, &id)) excluded.insert(id);
+  }
   struct stat st;
   if (::stat(root.c_str(), &st) != 0) {
     return Status::NotFound(root, ": ", std::strerror(errno));
@@ -118,11 +145,14 @@ Result<SourceList> ScanImageFolder(const std::string& root) {
     list.ignored.push_back({Join(root, f), "not inside a class folder"});
   }
   for (const std::string& d : top.dirs) {
+    FileId id;
     if (d[0] == '.') {
       list.ignored.push_back({Join(root, d), "hidden directory"});
-      continue;
+    } else if (IdOf(Join(root, d), &id) && excluded.count(id)) {
+      list.ignored.push_back({Join(root, d), "the output archive"});
+    } else {
+      list.class_names.push_back(d);
     }
-    list.class_names.push_back(d);
   }
   if (list.class_names.empty()) {
     return Status::InvalidArgument(root, ": no class folders (expected ROOT/<class>/<image>)");
@@ -130,6 +160,7 @@ Result<SourceList> ScanImageFolder(const std::string& root) {
   for (size_t label = 0; label < list.class_names.size(); ++label) {
     Walker walker;
     walker.ignored = &list.ignored;
+    walker.excluded = &excluded;
     SF_RETURN_IF_ERROR(walker.Walk(Join(root, list.class_names[label])));
     // torchvision: sorted(os.walk(...)) then sorted file names: by directory, then by name.
     std::sort(walker.found.begin(), walker.found.end());
@@ -138,6 +169,12 @@ Result<SourceList> ScanImageFolder(const std::string& root) {
     }
   }
   return list;
+}
+
+std::vector<std::string> OutputPaths(const std::string& out) {
+  std::string base = out;
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  return {base, base + ".partial", base + ".lock", base + ".old"};
 }
 
 Result<SourceList> ReadListFile(const std::string& list_file, const std::string& root) {

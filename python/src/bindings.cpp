@@ -419,8 +419,8 @@ PYBIND11_MODULE(_native, m) {
         Status st;
         {
           py::gil_scoped_release release;
-          auto source =
-              list.empty() ? converter::ScanImageFolder(src) : converter::ReadListFile(list, src);
+          auto source = list.empty() ? converter::ScanImageFolder(src, converter::OutputPaths(out))
+                                     : converter::ReadListFile(list, src);
           st = source.ok() ? converter::Pack(*source, out, o, &result) : source.status();
         }
         Check(st);

@@ -225,3 +225,19 @@ def test_tiff_heic_avif_are_packed(tmp_path):
     run("pack", src, tmp_path / "j", check=0)  # re-encoded to JPEG
     v = json.loads(run("verify", tmp_path / "j", "--decode", "--json", check=0).stdout)
     assert v["ok"] and v["samples"] == 6
+
+
+def test_packing_into_the_image_folder_never_packs_the_archive(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(GOOD, src)
+    out = src / "train.sf"
+    run("pack", src, out, check=0)
+    # A stale partial output from a killed run, and the archive itself, sit inside the tree.
+    os.makedirs(src / "train.sf.partial")
+    shutil.copy(out / "manifest.json", src / "train.sf.partial" / "manifest.json")
+    run("pack", src, out, "--overwrite", "--report", tmp_path / "r.json", check=0)
+    info = json.loads(run("inspect", out, "--json", check=0).stdout)
+    assert [c["name"] for c in info["classes"]] == ["cat", "dog", "zebra"]
+    assert info["samples"] == 36
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert any(i["reason"] == "the output archive" for i in report["ignored"])

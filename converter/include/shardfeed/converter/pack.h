@@ -32,7 +32,13 @@ struct SourceList {
 // An ImageFolder tree: each sub-directory of `root` is a class (labels by sorted name, as
 // torchvision's ImageFolder assigns them); every non-hidden file below it, recursively, is a
 // candidate sample, in torchvision's order. Symlinks are followed; directory cycles are cut.
-Result<SourceList> ScanImageFolder(const std::string& root);
+// Paths in `exclude` (the archive being written and its siblings, when the output lies inside
+// the tree) are ignored, so packing into the image folder never packs an archive into itself.
+Result<SourceList> ScanImageFolder(const std::string& root,
+                                   const std::vector<std::string>& exclude = {});
+
+// The paths a pack to `out` creates beside it: out, out.partial, out.lock, out.old.
+std::vector<std::string> OutputPaths(const std::string& out);
 
 // A list file: "path label" per line (Caffe convert_imageset; the label is the last
 // whitespace-separated field, so paths may hold spaces) or "index<TAB>label<TAB>path" (MXNet
