@@ -48,18 +48,8 @@ int CmdBench(int argc, char** argv) {
   po::positional_options_description pos;
   pos.add("archive", 1);
   po::variables_map vm;
-  desc.add_options()("help,h", "show this help");
-  try {
-    po::store(po::command_line_parser(argc, argv).options(desc).positional(pos).run(), vm);
-    if (vm.count("help")) {
-      std::cout << "usage: shardfeed bench ARCHIVE [options]\n\n" << desc << "\n";
-      return 0;
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "shardfeed: error: %s\n", e.what());
-    return 2;
-  }
+  int rc = ParseArgs(argc, argv, desc, pos, vm, "shardfeed bench ARCHIVE [options]");
+  if (rc >= 0) return rc;
   if (crop == "center")
     opt.transform.crop = reader::Crop::kCenter;
   else if (crop == "random")

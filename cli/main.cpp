@@ -61,34 +61,6 @@ bool ParseBytes(const std::string& text, uint64_t* out) {
   return true;
 }
 
-std::string FormatDuration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  int s = static_cast<int>(seconds + 0.5);
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%d:%02d:%02d", s / 3600, (s / 60) % 60, s % 60);
-  return buf;
-}
-
-}  // namespace shardfeed::cli
-
-namespace {
-
-using cli::Fail;
-
-void PrintUsage() {
-  std::printf(
-      "usage: shardfeed <command> [options]\n\n"
-      "commands:\n"
-      "  pack SRC OUT        pack an image folder (or --list FILE) into an archive\n"
-      "  verify ARCHIVE      check every record checksum and shard hash (--decode: decode too)\n"
-      "  inspect ARCHIVE     samples, classes, encoding, shapes, sizes\n"
-      "  extract ARCHIVE DIR write the samples back as an image folder\n"
-      "  bench ARCHIVE       read epochs as training would and report images/s\n"
-      "  convert ARCHIVE OUT rewrite an archive into the other backend (LMDB <-> HDF5)\n\n"
-      "Run 'shardfeed <command> --help' for a command's options.\n");
-}
-
-// Parses argv for a subcommand. Returns -1 to continue, else an exit code.
 int ParseArgs(int argc, char** argv, po::options_description& desc,
               po::positional_options_description& pos, po::variables_map& vm, const char* usage) {
   desc.add_options()("help,h", "show this help");
@@ -104,6 +76,34 @@ int ParseArgs(int argc, char** argv, po::options_description& desc,
     return 2;
   }
   return -1;
+}
+
+std::string FormatDuration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  int s = static_cast<int>(seconds + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%d:%02d:%02d", s / 3600, (s / 60) % 60, s % 60);
+  return buf;
+}
+
+}  // namespace shardfeed::cli
+
+namespace {
+
+using cli::Fail;
+using cli::ParseArgs;
+
+void PrintUsage() {
+  std::printf(
+      "usage: shardfeed <command> [options]\n\n"
+      "commands:\n"
+      "  pack SRC OUT        pack an image folder (or --list FILE) into an archive\n"
+      "  verify ARCHIVE      check every record checksum and shard hash (--decode: decode too)\n"
+      "  inspect ARCHIVE     samples, classes, encoding, shapes, sizes\n"
+      "  extract ARCHIVE DIR write the samples back as an image folder\n"
+      "  bench ARCHIVE       read epochs as training would and report images/s\n"
+      "  convert ARCHIVE OUT rewrite an archive into the other backend (LMDB <-> HDF5)\n\n"
+      "Run 'shardfeed <command> --help' for a command's options.\n");
 }
 
 int CmdPack(int argc, char** argv) {

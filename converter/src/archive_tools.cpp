@@ -32,7 +32,6 @@ int ResolveWorkers(int workers) {
 Status CheckDecodes(const format::RecordView& r, imaging::Decoder& decoder, ZSTD_DCtx* dctx,
                     std::vector<uint8_t>* scratch) {
   const format::IndexEntry& e = *r.entry;
-  const size_t pixels = size_t{e.height} * e.width * e.channels;
   switch (static_cast<Encoding>(e.encoding)) {
     case Encoding::kJpeg: {
       imaging::Image img;
@@ -47,19 +46,9 @@ Status CheckDecodes(const format::RecordView& r, imaging::Decoder& decoder, ZSTD
       return Status::OK();
     }
     case Encoding::kRaw:
-      if (r.size != pixels)
-        return Status::Corrupt("raw payload of ", r.size, " bytes, expected ", pixels);
-      return Status::OK();
-    case Encoding::kZstd: {
-      unsigned long long content = ZSTD_getFrameContentSize(r.data, r.size);
-      if (content != pixels)
-        return Status::Corrupt("zstd frame declares ", content, " bytes, expected ", pixels);
-      scratch->resize(pixels);
-      size_t n = ZSTD_decompressDCtx(dctx, scratch->data(), pixels, r.data, r.size);
-      if (ZSTD_isError(n)) return Status::Corrupt("zstd: ", ZSTD_getErrorName(n));
-      if (n != pixels) return Status::Corrupt("zstd payload decompressed to ", n, " bytes");
-      return Status::OK();
-    }
+    case Encoding::kZstd:
+      scratch->resize(format::PixelBytes(e));
+      return format::ReadPixelRecord(r, dctx, scratch->data());
   }
   return Status::Corrupt("unknown encoding ", int{e.encoding});
 }
@@ -279,17 +268,8 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir)
       continue;
     }
     img.Resize(e.width, e.height, 3);
-    if (static_cast<Encoding>(e.encoding) == Encoding::kRaw) {
-      if (r.size != img.pixels.size())
-        return Status::Corrupt(archive.path(), ": sample ", i, ": raw size mismatch");
-      std::memcpy(img.pixels.data(), r.data, r.size);
-    } else {
-      size_t n = ZSTD_decompressDCtx(dctx, img.pixels.data(), img.pixels.size(), r.data, r.size);
-      if (ZSTD_isError(n) || n != img.pixels.size()) {
-        return Status::Corrupt(archive.path(), ": sample ", i,
-                               ": zstd payload does not decompress");
-      }
-    }
+    SF_RETURN_IF_ERROR(format::ReadPixelRecord(r, dctx, img.pixels.data())
+                           .WithContext(archive.path() + ": sample " + std::to_string(i)));
     SF_ASSIGN_OR_RETURN(std::vector<uint8_t> png, imaging::EncodePng(img));
     SF_RETURN_IF_ERROR(WriteWholeFile(path, png.data(), png.size()));
   }

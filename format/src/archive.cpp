@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -22,6 +23,30 @@ namespace shardfeed::format {
 namespace fs = std::filesystem;
 
 uint64_t RecordChecksum(const void* data, size_t size) { return XXH3_64bits(data, size); }
+
+Status ReadPixelRecord(const RecordView& r, void* dctx, uint8_t* out) {
+  const IndexEntry& e = *r.entry;
+  const size_t bytes = PixelBytes(e);
+  if (e.channels != 3) return Status::Corrupt("pixel record with ", int{e.channels}, " channels");
+  if (e.encoding == uint8_t(Encoding::kRaw)) {
+    if (r.size != bytes)
+      return Status::Corrupt("raw record of ", r.size, " bytes, expected ", bytes);
+    std::memcpy(out, r.data, bytes);
+    return Status::OK();
+  }
+  if (e.encoding != uint8_t(Encoding::kZstd)) return Status::Corrupt("not a pixel record");
+  unsigned long long content = ZSTD_getFrameContentSize(r.data, r.size);
+  if (content != bytes) {
+    return Status::Corrupt("zstd frame declares ", content, " bytes, expected ", bytes);
+  }
+  size_t n = dctx ? ZSTD_decompressDCtx(static_cast<ZSTD_DCtx*>(dctx), out, bytes, r.data, r.size)
+                  : ZSTD_decompress(out, bytes, r.data, r.size);
+  if (ZSTD_isError(n)) return Status::Corrupt("zstd: ", ZSTD_getErrorName(n));
+  if (n != bytes) {
+    return Status::Corrupt("zstd record decompressed to ", n, " bytes, expected ", bytes);
+  }
+  return Status::OK();
+}
 
 std::string ShardFileName(Backend backend, size_t number) {
   char buf[64];

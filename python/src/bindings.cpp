@@ -7,7 +7,6 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <unistd.h>
-#include <zstd.h>
 
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -95,16 +94,7 @@ py::tuple GetItem(const PyArchive& a, int64_t i) {
       if (s.ok()) imaging::ApplyOrientation(image.get(), r.entry->orientation);
     } else {
       image->Resize(r.entry->width, r.entry->height, 3);
-      if (enc == format::Encoding::kRaw) {
-        if (r.size != image->pixels.size())
-          s = Status::Corrupt("raw record size mismatch");
-        else
-          std::memcpy(image->pixels.data(), r.data, r.size);
-      } else {
-        size_t n = ZSTD_decompress(image->pixels.data(), image->pixels.size(), r.data, r.size);
-        if (ZSTD_isError(n) || n != image->pixels.size())
-          s = Status::Corrupt("zstd record does not decompress");
-      }
+      s = format::ReadPixelRecord(r, nullptr, image->pixels.data());
     }
     if (!s.ok()) {
       py::gil_scoped_acquire acquire;

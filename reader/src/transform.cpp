@@ -194,19 +194,13 @@ Status SampleDecoder::DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst, 
     }
     case Encoding::kRaw:
     case Encoding::kZstd: {
-      const size_t bytes = size_t{e.height} * e.width * 3;
-      if (e.channels != 3)
-        return Status::Corrupt("pixel record with ", int{e.channels}, " channels");
+      // Raw records are resized straight from the map; only zstd needs a decoded copy.
       const uint8_t* pixels = r.data;
-      if (e.encoding == uint8_t(Encoding::kRaw)) {
-        if (r.size != bytes)
-          return Status::Corrupt("raw record of ", r.size, " bytes, expected ", bytes);
-      } else {
-        pixels_.resize(bytes);
-        size_t n = ZSTD_decompressDCtx(zstd_->dctx, pixels_.data(), bytes, r.data, r.size);
-        if (ZSTD_isError(n)) return Status::Corrupt("zstd: ", ZSTD_getErrorName(n));
-        if (n != bytes)
-          return Status::Corrupt("zstd record decompressed to ", n, " bytes, expected ", bytes);
+      const bool raw_in_place = e.encoding == uint8_t(Encoding::kRaw) && e.channels == 3 &&
+                                r.size == format::PixelBytes(e);
+      if (!raw_in_place) {
+        pixels_.resize(format::PixelBytes(e));
+        SF_RETURN_IF_ERROR(format::ReadPixelRecord(r, zstd_->dctx, pixels_.data()));
         pixels = pixels_.data();
       }
       times->decode += Since(t);

@@ -126,6 +126,14 @@ class ArchiveWriter {
   int lock_fd_ = -1;
 };
 
+// Bytes a raw/zstd record holds once decoded: height * width * channels.
+inline size_t PixelBytes(const IndexEntry& e) { return size_t{e.height} * e.width * e.channels; }
+
+// Checks a raw/zstd record against its index entry and writes its PixelBytes() pixels to `out`
+// (raw: copied; zstd: decompressed with `dctx`, a ZSTD_DCtx* the caller owns, or a temporary one
+// when null). kCorrupt for a wrong size, a frame that does not decompress, or another encoding.
+Status ReadPixelRecord(const RecordView& record, void* dctx, uint8_t* out);
+
 // XXH3-64 of a byte range (seed 0): the record checksum.
 uint64_t RecordChecksum(const void* data, size_t size);
 
