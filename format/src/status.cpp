@@ -27,6 +27,8 @@ const char* StatusCodeName(StatusCode code) {
       return "cancelled";
     case StatusCode::kInternal:
       return "internal error";
+    case StatusCode::kTimeout:
+      return "timed out";
   }
   return "unknown";
 }

@@ -15,10 +15,11 @@
 import os
 
 from . import _native
-from ._native import DataError, Error, WorkerError, cuda_available, cuda_unavailable_reason
+from ._native import (DataError, Error, Timeout, WorkerError, cuda_available,
+                      cuda_unavailable_reason)
 
 __all__ = ["Archive", "Loader", "Batch", "pack", "convert", "verify", "inspect", "Error", "DataError",
-           "WorkerError", "cuda_available", "cuda_unavailable_reason"]
+           "WorkerError", "Timeout", "cuda_available", "cuda_unavailable_reason"]
 
 __version__ = "0.1.0"
 
@@ -95,8 +96,14 @@ class Loader:
     Options: batch_size=64, shuffle=False, seed=0, drop_last=False, shuffle_block=0 and
     shuffle_window=8 (a locality-friendly block shuffle for archives larger than RAM; 0 keeps
     the true global shuffle), workers=0 (all cores), prefetch=4, crop='center'|'random'|'none', size=224, flip=False, layout='nhwc'|'nchw',
-    rank=0, world_size=1, mode='threads'|'processes', device='cpu'|'cuda', skip_errors=False,
-    verify_checksums=False.
+    rank=0, world_size=1, mode='threads'|'processes', device='cpu'|'cuda'|'cuda:N',
+    skip_errors=False, verify_checksums=False, timeout=120 (seconds with no sample completed
+    before shardfeed.Timeout is raised; 0 or None waits forever).
+
+    Lifecycle: leaving an iteration early (break, an exception) and starting another is always
+    safe; Ctrl-C while waiting raises KeyboardInterrupt; `close()` stops the workers (bounded
+    time) and any later use raises shardfeed.Error; after os.fork() the child's copy builds its
+    own workers on first use and never touches the parent's.
 
     Iterating yields Batch objects ((images, labels) numpy arrays) that are views into the
     loader's ring: keeping more than `prefetch - 1` of them alive (e.g. list(loader)) starves the
@@ -114,9 +121,12 @@ class Loader:
         self._delivered = 0         # batches delivered in the epoch under way
         self._native = None
         self._pid = None
+        self._closed = False
         self._handle()  # validate options now
 
     def _handle(self):
+        if self._closed:
+            raise Error("this Loader is closed")
         if self._native is None or self._pid != os.getpid():
             self._native = _native.Loader(self.archive._handle(), **self.options)
             self._pid = os.getpid()
@@ -200,9 +210,19 @@ class Loader:
         return self._handle().worker_pids
 
     def close(self):
+        """Stops the workers (bounded: processes are killed after a grace period) and frees the
+        ring once no batch is held. Any later use raises shardfeed.Error. Idempotent."""
+        self._closed = True
         if self._native is not None:
-            self._native.close()
+            if self._pid == os.getpid():
+                self._native.close()
             self._native = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 def pack(src, out, **options):

@@ -27,6 +27,7 @@ namespace {
 PyObject* g_error = nullptr;         // shardfeed.Error
 PyObject* g_data_error = nullptr;    // shardfeed.DataError (corrupt data, checksum mismatch)
 PyObject* g_worker_error = nullptr;  // shardfeed.WorkerError (a worker process died)
+PyObject* g_timeout = nullptr;       // shardfeed.Timeout (no batch within the loader's timeout)
 
 [[noreturn]] void Raise(const Status& s) {
   switch (s.code()) {
@@ -38,6 +39,9 @@ PyObject* g_worker_error = nullptr;  // shardfeed.WorkerError (a worker process 
     case StatusCode::kCorrupt:
     case StatusCode::kChecksumMismatch:
       PyErr_SetString(g_data_error, s.ToString().c_str());
+      break;
+    case StatusCode::kTimeout:
+      PyErr_SetString(g_timeout, s.message().c_str());
       break;
     default:
       if (s.message().find("worker process") != std::string::npos) {
@@ -143,6 +147,8 @@ reader::LoaderOptions ParseLoaderOptions(const py::dict& kw) {
       o.transform.center_ratio = v.cast<double>();
     else if (k == "scaled_decode")
       o.transform.scaled_decode = v.cast<bool>();
+    else if (k == "timeout")
+      o.timeout = v.is_none() ? 0.0 : v.cast<double>();
     else if (k == "crop") {
       std::string c = v.cast<std::string>();
       if (c == "center")
@@ -170,13 +176,18 @@ reader::LoaderOptions ParseLoaderOptions(const py::dict& kw) {
       else
         throw py::value_error("mode must be 'threads' or 'processes', not '" + m + "'");
     } else if (k == "device") {
-      std::string d = v.cast<std::string>();
-      if (d == "cpu")
+      std::string d = py::str(v);  // also a torch.device
+      if (d == "cpu") {
         o.device = false;
-      else if (d == "cuda" || d.rfind("cuda:", 0) == 0)
+      } else if (d == "cuda") {
         o.device = true;
-      else
-        throw py::value_error("device must be 'cpu' or 'cuda', not '" + d + "'");
+      } else if (d.rfind("cuda:", 0) == 0 && d.size() > 5 &&
+                 d.find_first_not_of("0123456789", 5) == std::string::npos && d.size() < 9) {
+        o.device = true;
+        o.device_index = std::stoi(d.substr(5));
+      } else {
+        throw py::value_error("device must be 'cpu', 'cuda' or 'cuda:N', not '" + d + "'");
+      }
     } else {
       throw py::type_error("unexpected loader option '" + k + "'");
     }
@@ -187,6 +198,14 @@ reader::LoaderOptions ParseLoaderOptions(const py::dict& kw) {
 struct PyLoader {
   std::unique_ptr<reader::Loader> loader;
   pid_t pid = 0;
+  // The native loader, or a clear error once close() ran.
+  reader::Loader& get() const {
+    if (!loader) {
+      PyErr_SetString(g_error, "this Loader is closed");
+      throw py::error_already_set();
+    }
+    return *loader;
+  }
 };
 
 py::dict StatsDict(const reader::EpochStats& s) {
@@ -219,6 +238,8 @@ PYBIND11_MODULE(_native, m) {
   g_data_error = data_error.ptr();
   static py::exception<std::runtime_error> worker_error(m, "WorkerError", g_error);
   g_worker_error = worker_error.ptr();
+  static py::exception<std::runtime_error> timeout(m, "Timeout", g_error);
+  g_timeout = timeout.ptr();
 
   py::class_<PyArchive>(m, "Archive")
       .def(py::init([](const std::string& path) {
@@ -284,7 +305,7 @@ PYBIND11_MODULE(_native, m) {
       .def(
           "start_epoch",
           [](PyLoader& l, uint64_t epoch, uint64_t position) {
-            Check(l.loader->StartEpoch(epoch, position));
+            Check(l.get().StartEpoch(epoch, position));
           },
           py::arg("epoch"), py::arg("position") = 0)
       .def(
@@ -295,11 +316,23 @@ PYBIND11_MODULE(_native, m) {
                                     std::to_string(l.pid) +
                                     "; create the loader in the process that iterates it");
             }
+            reader::Loader& loader = l.get();
             Result<reader::Batch> r = Status::Internal("unset");
+            bool interrupted = false;
             {
               py::gil_scoped_release release;
-              r = l.loader->Next();
+              // Wake for Python's signal handlers while waiting: Ctrl-C raises
+              // KeyboardInterrupt here within kWaitPollSeconds.
+              r = loader.Next([&interrupted]() -> Status {
+                py::gil_scoped_acquire acquire;
+                if (PyErr_CheckSignals() != 0) {
+                  interrupted = true;
+                  return Status::Cancelled("interrupted by a signal");
+                }
+                return Status::OK();
+              });
             }
+            if (interrupted) throw py::error_already_set();
             reader::Batch b = Check(std::move(r));
             if (!b) return py::none();
             const std::vector<int64_t> batch_shape = b.shape();
@@ -308,10 +341,10 @@ PYBIND11_MODULE(_native, m) {
             auto labels = View<int64_t>(const_cast<int64_t*>(b.labels()), {b.size()}, b.lease());
             auto indices =
                 View<uint64_t>(const_cast<uint64_t*>(b.indices()), {b.size()}, b.lease());
-            if (!l.loader->on_device()) return py::make_tuple(images, labels, indices);
+            if (!l.get().on_device()) return py::make_tuple(images, labels, indices);
             // The consumer's stream waits for this batch's copy; the host does not block.
             Check(b.Wait(reinterpret_cast<void*>(consumer_stream)));
-            const int device = reader::CurrentCudaDevice();
+            const int device = b.device();
             auto dimages = ExportDlpack(const_cast<void*>(b.device_images()), shape, kDLUInt, 8,
                                         kDLCUDA, device, b.lease());
             auto dlabels = ExportDlpack(const_cast<int64_t*>(b.device_labels()), {b.size()}, kDLInt,
@@ -321,29 +354,30 @@ PYBIND11_MODULE(_native, m) {
           py::arg("consumer_stream") = 0)
       .def("state",
            [](const PyLoader& l) {
-             reader::LoaderState s = l.loader->State();
+             reader::LoaderState s = l.get().State();
              py::dict d;
              d["epoch"] = s.epoch;
              d["position"] = s.position;
              d["seed"] = s.seed;
              return d;
            })
-      .def("stats", [](const PyLoader& l) { return StatsDict(l.loader->Stats()); })
-      .def("__len__", [](const PyLoader& l) { return l.loader->batches_per_epoch(); })
+      .def("stats", [](const PyLoader& l) { return StatsDict(l.get().Stats()); })
+      .def("__len__", [](const PyLoader& l) { return l.get().batches_per_epoch(); })
       .def_property_readonly("samples_per_epoch",
-                             [](const PyLoader& l) { return l.loader->samples_per_epoch(); })
+                             [](const PyLoader& l) { return l.get().samples_per_epoch(); })
       .def_property_readonly("out_size",
                              [](const PyLoader& l) {
-                               return py::make_tuple(l.loader->out_height(), l.loader->out_width());
+                               return py::make_tuple(l.get().out_height(), l.get().out_width());
                              })
       .def_property_readonly(
-          "pinned", [](const PyLoader& l) { return reader::PinKindName(l.loader->pin_kind()); })
-      .def_property_readonly("on_device", [](const PyLoader& l) { return l.loader->on_device(); })
-      .def_property_readonly("worker_pids",
-                             [](const PyLoader& l) { return l.loader->worker_pids(); })
+          "pinned", [](const PyLoader& l) { return reader::PinKindName(l.get().pin_kind()); })
+      .def_property_readonly("on_device", [](const PyLoader& l) { return l.get().on_device(); })
+      .def_property_readonly("worker_pids", [](const PyLoader& l) { return l.get().worker_pids(); })
+      .def_property_readonly("closed", [](const PyLoader& l) { return !l.loader; })
       .def("close", [](PyLoader& l) {
+        std::unique_ptr<reader::Loader> doomed = std::move(l.loader);
         py::gil_scoped_release release;
-        l.loader.reset();
+        doomed.reset();
       });
 
   m.def("cuda_available", &reader::CudaAvailable);

@@ -3,11 +3,16 @@
 // out, and the ring's size is the only bound on how far workers run ahead (back-pressure).
 #include "shardfeed/reader/loader.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <iomanip>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "loader_internal.h"
@@ -44,6 +49,8 @@ Status Batch::Synchronize() const {
 
 // ---- Impl --------------------------------------------------------------------------------
 
+bool Loader::Impl::InOwnerProcess() const { return ::getpid() == owner_pid; }
+
 void Loader::Impl::Shutdown() {
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -55,10 +62,19 @@ void Loader::Impl::Shutdown() {
   StopWorkers();
 }
 
-bool Loader::Impl::Claim(Task* task) {
+void Loader::Impl::SetFatal(const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (fatal.ok()) fatal = status;
+  }
+  cv_ready.notify_all();
+  cv_work.notify_all();
+}
+
+bool Loader::Impl::Claim(size_t worker, Task* task) {
   std::unique_lock<std::mutex> lock(mu);
   for (;;) {
-    if (stopping) return false;
+    if (stopping || !fatal.ok()) return false;
     if (next_task < order.size()) {
       const uint64_t b = next_task / options.batch_size;
       int s = batch_slot(b);
@@ -73,6 +89,7 @@ bool Loader::Impl::Claim(Task* task) {
         slot.count =
             static_cast<uint32_t>(std::min<uint64_t>(options.batch_size, order.size() - first));
         slot.remaining = slot.count;
+        slot.in_flight = 0;
         slot.skipped = 0;
         slot.error = Status::OK();
         filling[b % filling.size()] = s;
@@ -88,6 +105,8 @@ bool Loader::Impl::Claim(Task* task) {
         task->index = order[next_task];
         task->seed = MixSeed(options.seed, epoch, task->index);
         task->generation = generation;
+        ++slots[s].in_flight;
+        progress[worker] = WorkerProgress{true, task->index, Clock::now()};
         ++next_task;
         return true;
       }
@@ -105,7 +124,14 @@ int Loader::Impl::batch_slot(uint64_t b) const {
   return -1;
 }
 
-void Loader::Impl::Complete(const Task& task, const Status& status, const StageTimes& times) {
+void Loader::Impl::FreeSlot(int s) {
+  slots[s].state = SlotState::kFree;
+  slots[s].in_flight = 0;
+  free_slots.push_back(s);
+}
+
+void Loader::Impl::Complete(size_t worker, const Task& task, const Status& status,
+                            const StageTimes& times) {
   Slot& slot = slots[task.slot];
   int64_t* labels = SlotLabels(task.slot);
   uint64_t* indices = SlotIndices(task.slot);
@@ -121,9 +147,20 @@ void Loader::Impl::Complete(const Task& task, const Status& status, const StageT
   bool last;
   {
     std::lock_guard<std::mutex> lock(mu);
+    progress[worker].busy = false;
+    last_completion = Clock::now();
     stats.decode += times.decode;
     stats.collate += times.resize;
     stats.read += times.read;
+    --slot.in_flight;
+    if (slot.generation != generation) {  // an abandoned epoch's batch: never delivered
+      if (slot.in_flight == 0 && slot.state == SlotState::kFilling) {
+        FreeSlot(task.slot);
+        cv_work.notify_all();
+        cv_ready.notify_all();
+      }
+      return;
+    }
     if (failed) {
       if (options.skip_errors) {
         ++slot.skipped;
@@ -132,12 +169,6 @@ void Loader::Impl::Complete(const Task& task, const Status& status, const StageT
       }
     }
     last = --slot.remaining == 0;
-    if (last && slot.generation != generation) {  // an abandoned epoch's batch
-      slot.state = SlotState::kFree;
-      free_slots.push_back(task.slot);
-      cv_work.notify_all();
-      return;
-    }
   }
   if (!last) return;
   Status copy_status;
@@ -156,12 +187,14 @@ void Loader::Impl::Complete(const Task& task, const Status& status, const StageT
 }
 
 void Loader::Impl::ReleaseSlot(int s) {
+  if (!InOwnerProcess()) return;  // a forked copy's lease: the parent's ring is not ours
+  if (!device_slots.empty()) device_slots[s]->Release();
   {
     std::lock_guard<std::mutex> lock(mu);
-    slots[s].state = SlotState::kFree;
-    free_slots.push_back(s);
+    FreeSlot(s);
   }
   cv_work.notify_all();
+  cv_ready.notify_all();
 }
 
 void Loader::Impl::IssuePrefetch(Task* task, StageTimes* times) {
@@ -172,23 +205,97 @@ void Loader::Impl::IssuePrefetch(Task* task, StageTimes* times) {
   times->read += Seconds(Clock::now() - t);
 }
 
-void Loader::Impl::ThreadWorker() {
-  SampleDecoder decoder(archive, options.transform);
-  Task task;
-  while (Claim(&task)) {
-    StageTimes times;
-    IssuePrefetch(&task, &times);
-    uint8_t* dst = SlotImages(task.slot) + size_t{task.position} * sample_bytes;
-    Status s = decoder.DecodeInto(task.index, task.seed, dst, &times);
-    Complete(task, s, times);
+Status Loader::Impl::OnTimeout(double waited) {
+  const auto now = Clock::now();
+  int slowest = -1;
+  for (size_t w = 0; w < progress.size(); ++w) {
+    if (progress[w].busy && (slowest < 0 || progress[w].since < progress[slowest].since)) {
+      slowest = static_cast<int>(w);
+    }
   }
+  std::ostringstream msg;
+  msg << archive->path() << ": no sample completed for " << std::fixed << std::setprecision(1)
+      << waited << " s (timeout " << options.timeout << " s) while waiting for batch "
+      << next_deliver << " of epoch " << epoch;
+  if (slowest < 0) {
+    msg << "; no worker is decoding";
+  } else {
+    const WorkerProgress& wp = progress[slowest];
+    msg << "; worker " << slowest;
+    if (!children.empty()) msg << " (process " << children[slowest].pid << ")";
+    msg << " has held sample " << wp.index << " for " << Seconds(now - wp.since) << " s";
+  }
+  Status status = Status::Timeout(msg.str());
+  if (!children.empty() && slowest >= 0) {
+    // A stuck or stopped process: kill it, and the loader cannot go on without it.
+    ::kill(children[slowest].pid, SIGKILL);
+    status = Status::Timeout(msg.str(), "; it was killed and this loader cannot continue");
+    if (fatal.ok()) fatal = status;
+  }
+  return status;
+}
+
+namespace {
+
+// An exception escaping a decoder or resizer becomes the sample's error.
+Status FromException(const format::Archive& archive, uint64_t index) {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted(archive.path(), ": sample ", index,
+                                     ": out of memory while decoding");
+  } catch (const std::exception& e) {
+    return Status::Internal(archive.path(), ": sample ", index, ": ", e.what());
+  } catch (...) {
+    return Status::Internal(archive.path(), ": sample ", index, ": unknown exception");
+  }
+}
+
+}  // namespace
+
+Status Loader::Impl::ThreadWorkerLoop(size_t worker, SampleDecoder* decoder) {
+  Task task;
+  while (Claim(worker, &task)) {
+    StageTimes times;
+    Status s;
+    try {
+      IssuePrefetch(&task, &times);
+      uint8_t* dst = SlotImages(task.slot) + size_t{task.position} * sample_bytes;
+      s = decoder->DecodeInto(task.index, task.seed, dst, &times);
+    } catch (...) {
+      s = FromException(*archive, task.index);
+    }
+    Complete(worker, task, s, times);
+  }
+  return Status::OK();
+}
+
+// Thread entry point: nothing escapes it. A failure outside a sample's decode (the worker's own
+// setup, an allocation in Claim) fails the loader with that error.
+void Loader::Impl::ThreadWorker(size_t worker) {
+  Status s;
+  try {
+    SampleDecoder decoder(archive, options.transform);
+    s = ThreadWorkerLoop(worker, &decoder);
+  } catch (const std::exception& e) {
+    s = Status::Internal("loader worker ", worker, ": ", e.what());
+  } catch (...) {
+    s = Status::Internal("loader worker ", worker, ": unknown exception");
+  }
+  if (!s.ok()) SetFatal(s);
 }
 
 // ---- Loader ------------------------------------------------------------------------------
 
 Loader::Loader(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Loader::~Loader() {
-  if (impl_) impl_->Shutdown();
+  if (!impl_) return;
+  if (!impl_->InOwnerProcess()) {
+    // A forked copy: the workers, the lock and the ring belong to the parent. Touch nothing.
+    new std::shared_ptr<Impl>(std::move(impl_));  // deliberately leaked
+    return;
+  }
+  impl_->Shutdown();
 }
 
 Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Archive> archive,
@@ -204,8 +311,13 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
     return Status::Unsupported("device copies requested but CUDA is unavailable: ",
                                CudaUnavailableReason());
   }
+  if (!(options.timeout >= 0)) {
+    return Status::InvalidArgument("timeout must be >= 0 seconds (0: wait forever), not ",
+                                   options.timeout);
+  }
   auto impl = std::make_shared<Impl>();
   impl->self = impl;
+  impl->owner_pid = ::getpid();
   impl->archive = std::move(archive);
   impl->options = options;
   if (impl->options.workers <= 0) {
@@ -225,8 +337,18 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
   impl->sampler = std::make_unique<Sampler>(impl->archive->size(), so);
 
   // Slot layout: images, then labels (int64), then indices (uint64), each 64-byte aligned.
-  impl->sample_bytes = size_t{impl->out_h} * impl->out_w * 3;
   const size_t b = options.batch_size;
+  size_t ring_bytes = 0;
+  if (uint64_t{impl->out_h} * impl->out_w > kMaxOutputPixels ||
+      __builtin_mul_overflow(size_t{impl->out_h} * impl->out_w * 3, b, &ring_bytes) ||
+      __builtin_mul_overflow(ring_bytes, size_t{options.prefetch}, &ring_bytes) ||
+      ring_bytes > kMaxRingBytes) {
+    return Status::InvalidArgument("output ", impl->out_h, "x", impl->out_w, " x batch ", b,
+                                   " x prefetch ", options.prefetch,
+                                   " is beyond the ring's limit of ", kMaxRingBytes >> 30,
+                                   " GiB (or ", kMaxOutputPixels, " pixels per image)");
+  }
+  impl->sample_bytes = size_t{impl->out_h} * impl->out_w * 3;
   auto align = [](size_t n) { return (n + 63) / 64 * 64; };
   impl->labels_offset = align(impl->sample_bytes * b);
   impl->indices_offset = impl->labels_offset + align(b * sizeof(int64_t));
@@ -245,21 +367,32 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
   }
   if (options.device) {
     for (size_t i = 0; i < n_slots; ++i) {
-      SF_ASSIGN_OR_RETURN(auto ds, DeviceSlot::Create(impl->slot_bytes));
+      SF_ASSIGN_OR_RETURN(auto ds, DeviceSlot::Create(impl->slot_bytes, options.device_index));
       impl->device_slots.push_back(std::move(ds));
     }
   }
   if (options.mode == WorkerMode::kThreads) {
+    impl->progress.resize(static_cast<size_t>(impl->options.workers));
     for (int w = 0; w < impl->options.workers; ++w) {
-      impl->threads.emplace_back([p = impl.get()] { p->ThreadWorker(); });
+      impl->threads.emplace_back([p = impl.get(), w] { p->ThreadWorker(static_cast<size_t>(w)); });
     }
   }
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
   // (Create's error paths drop `impl`, whose destructor stops anything started.)
 }
 
+namespace {
+
+Status ForkedCopy(pid_t owner) {
+  return Status::InvalidArgument("this loader's workers live in process ", owner,
+                                 "; this is a forked copy: create a loader in this process");
+}
+
+}  // namespace
+
 Status Loader::StartEpoch(uint64_t epoch, uint64_t start_batch) {
   Impl& p = *impl_;
+  if (!p.InOwnerProcess()) return ForkedCopy(p.owner_pid);
   if (start_batch > batches_per_epoch()) {
     return Status::InvalidArgument("resume position ", start_batch, " is past the epoch's ",
                                    batches_per_epoch(), " batches");
@@ -267,13 +400,17 @@ Status Loader::StartEpoch(uint64_t epoch, uint64_t start_batch) {
   std::vector<uint64_t> order = p.sampler->EpochOrder(epoch);
   {
     std::lock_guard<std::mutex> lock(p.mu);
+    if (!p.fatal.ok()) return p.fatal;
     ++p.generation;
-    // Ready but undelivered batches of the old epoch go back to the ring; filling ones are freed
-    // by their last worker (they see the generation change); leased ones by their consumer.
+    // Undelivered batches of the old epoch are cancelled. Ready ones, and filling ones with no
+    // sample in a worker's hands, go back to the ring now; filling ones with samples in flight
+    // go back when the last of those completes (Complete sees the generation change); leased
+    // ones when their consumer releases them.
     for (size_t s = 0; s < p.slots.size(); ++s) {
-      if (p.slots[s].state == SlotState::kReady) {
-        p.slots[s].state = SlotState::kFree;
-        p.free_slots.push_back(static_cast<int>(s));
+      Impl::Slot& slot = p.slots[s];
+      if (slot.state == SlotState::kReady ||
+          (slot.state == SlotState::kFilling && slot.in_flight == 0)) {
+        p.FreeSlot(static_cast<int>(s));
       }
     }
     std::fill(p.filling.begin(), p.filling.end(), -1);
@@ -292,8 +429,9 @@ Status Loader::StartEpoch(uint64_t epoch, uint64_t start_batch) {
   return Status::OK();
 }
 
-Result<Batch> Loader::Next() {
+Result<Batch> Loader::Next(const WaitHook& hook) {
   Impl& p = *impl_;
+  if (!p.InOwnerProcess()) return ForkedCopy(p.owner_pid);
   auto enter = Clock::now();
   std::unique_lock<std::mutex> lock(p.mu);
   if (!p.started) {
@@ -312,7 +450,7 @@ Result<Batch> Loader::Next() {
   const uint64_t b = p.next_deliver;
   int s = -1;
   bool starved = false;
-  p.cv_ready.wait(lock, [&] {
+  auto ready = [&] {
     if (p.stopping || !p.fatal.ok()) return true;
     s = p.batch_slot(b);
     if (s >= 0 && p.slots[s].state == SlotState::kReady) return true;
@@ -320,7 +458,24 @@ Result<Batch> Loader::Next() {
                 return x.state == SlotState::kLeased;
               });
     return starved;
-  });
+  };
+  // Bounded wait: wake every poll interval for the hook, and give up after `timeout` seconds in
+  // which no sample completed.
+  const double poll = hook ? kWaitPollSeconds : 1.0;
+  while (!ready()) {
+    const auto now = Clock::now();
+    if (p.options.timeout > 0) {
+      const double idle = Seconds(now - std::max(enter, p.last_completion));
+      if (idle >= p.options.timeout) return p.OnTimeout(idle);
+    }
+    p.cv_ready.wait_for(lock, std::chrono::duration<double>(poll));
+    if (hook) {
+      lock.unlock();
+      Status h = hook();
+      lock.lock();
+      if (!h.ok()) return h;
+    }
+  }
   if (!p.fatal.ok()) return p.fatal;
   if (starved) {
     return Status::ResourceExhausted("all ", p.slots.size(),

@@ -31,19 +31,39 @@ struct Loader::Impl {
     uint64_t batch = 0;
     uint64_t generation = 0;
     uint32_t count = 0, remaining = 0, skipped = 0;
+    // Tasks handed to workers and not yet completed. A slot whose epoch was abandoned goes back
+    // to the ring when this reaches zero: no worker can still be writing into it.
+    uint32_t in_flight = 0;
     Status error;
+  };
+
+  // What each worker is doing, for the timeout's message.
+  struct WorkerProgress {
+    bool busy = false;
+    uint64_t index = 0;
+    std::chrono::steady_clock::time_point since;
   };
 
   ~Impl();
   void Shutdown();
-  bool Claim(Task* task);
-  void Complete(const Task& task, const Status& status, const StageTimes& times);
+  bool Claim(size_t worker, Task* task);
+  void Complete(size_t worker, const Task& task, const Status& status, const StageTimes& times);
   void ReleaseSlot(int slot);
+  void FreeSlot(int slot);               // mu held
   int batch_slot(uint64_t batch) const;  // slot filling or holding `batch`, or -1 (mu held)
-  void ThreadWorker();
+  void ThreadWorker(size_t worker);
+  Status ThreadWorkerLoop(size_t worker, SampleDecoder* decoder);
   void IssuePrefetch(Task* task, StageTimes* times);  // madvise the next batch (no lock held)
+  void SetFatal(const Status& status);
+  // A consumer waited `timeout` with no sample completed: the error naming the slowest worker.
+  // Process mode also kills that worker (it is stuck, or stopped).
+  Status OnTimeout(double waited);  // mu held
+  bool InOwnerProcess() const;
+
+  // Process mode (process_workers.cpp).
   Status StartProcesses();
   void StopWorkers();
+  void DispatchTo(size_t child);
 
   uint8_t* SlotBase(int s) const { return ring_base + size_t(s) * slot_bytes; }
   uint8_t* SlotImages(int s) const { return SlotBase(s); }
@@ -55,6 +75,7 @@ struct Loader::Impl {
   }
 
   std::weak_ptr<Impl> self;
+  pid_t owner_pid = 0;  // the process that created the loader; a forked copy never touches it
   std::shared_ptr<const format::Archive> archive;
   LoaderOptions options;
   std::unique_ptr<Sampler> sampler;
@@ -69,25 +90,32 @@ struct Loader::Impl {
   // Process mode.
   struct Child {
     pid_t pid = -1;
-    int task_fd = -1, result_fd = -1;
+    int fd = -1;  // socketpair end: tasks out, results in
   };
   std::vector<Child> children;
   void* shared_map = nullptr;
   size_t shared_size = 0;
-  void DispatchTo(size_t child);
 
   // Everything below is guarded by mu.
   mutable std::mutex mu;
   std::condition_variable cv_work, cv_ready;
   bool stopping = false, started = false;
-  Status fatal;  // a worker process died: every later Next() reports it
+  Status fatal;  // the loader cannot go on (a worker died): every later call reports it
   std::vector<Slot> slots;
   std::vector<int> free_slots;
   std::vector<int> filling;  // batch % prefetch -> slot
   std::vector<uint64_t> order;
+  std::vector<WorkerProgress> progress;
+  std::chrono::steady_clock::time_point last_completion;
   uint64_t epoch = 0, generation = 0, next_task = 0, next_deliver = 0, batches = 0;
   EpochStats stats;
   std::chrono::steady_clock::time_point epoch_start, last_return;
 };
 
+}  // namespace shardfeed::reader
+
+namespace shardfeed::reader {
+// The body of the `shardfeed-worker` program (reader/src/worker_main.cpp): serves one loader's
+// decode tasks over descriptor 3 into the ring mapped from descriptor 4. Returns the exit code.
+int RunWorkerProcess();
 }  // namespace shardfeed::reader

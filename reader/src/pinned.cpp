@@ -60,6 +60,25 @@ int CurrentCudaDevice() {
 }
 std::string CudaUnavailableReason() { return Probe().reason; }
 
+Status SetCudaDevice(int device) {
+  if (device < 0) return Status::OK();
+#ifdef SHARDFEED_WITH_CUDA
+  if (!CudaAvailable()) return Status::Unsupported("CUDA: ", CudaUnavailableReason());
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || device >= count) {
+    cudaGetLastError();
+    return Status::InvalidArgument("CUDA device ", device, " does not exist (", count, " devices)");
+  }
+  cudaError_t err = cudaSetDevice(device);
+  if (err != cudaSuccess) {
+    return Status::IOError("cudaSetDevice(", device, "): ", cudaGetErrorString(err));
+  }
+  return Status::OK();
+#else
+  return Status::Unsupported("CUDA: ", CudaUnavailableReason());
+#endif
+}
+
 const char* PinKindName(PinKind kind) {
   switch (kind) {
     case PinKind::kCudaHostAlloc:
@@ -168,50 +187,83 @@ Status CudaStatus(cudaError_t err, const char* what) {
 }
 }  // namespace
 
-Result<std::unique_ptr<DeviceSlot>> DeviceSlot::Create(size_t bytes) {
+Result<std::unique_ptr<DeviceSlot>> DeviceSlot::Create(size_t bytes, int device) {
   if (!CudaAvailable()) return Status::Unsupported("CUDA: ", CudaUnavailableReason());
   std::unique_ptr<DeviceSlot> s(new DeviceSlot());
+  SF_RETURN_IF_ERROR(SetCudaDevice(device));
+  s->device_index_ = CurrentCudaDevice();
   SF_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&s->device_, bytes), "cudaMalloc"));
   cudaStream_t stream;
   SF_RETURN_IF_ERROR(
       CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"));
   s->stream_ = stream;
-  cudaEvent_t event;
-  SF_RETURN_IF_ERROR(
-      CudaStatus(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate"));
-  s->event_ = event;
+  for (void** slot : {&s->copied_, &s->released_}) {
+    cudaEvent_t event;
+    SF_RETURN_IF_ERROR(
+        CudaStatus(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate"));
+    *slot = event;
+  }
   return s;
 }
 
 DeviceSlot::~DeviceSlot() {
-  if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+  cudaSetDevice(device_index_);
+  if (stream_) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  if (copied_) cudaEventDestroy(static_cast<cudaEvent_t>(copied_));
+  if (released_) cudaEventDestroy(static_cast<cudaEvent_t>(released_));
   if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
   if (device_) cudaFree(device_);
 }
 
 Status DeviceSlot::CopyAsync(const void* src, size_t bytes) {
+  // Worker threads are not the thread that chose the device.
+  SF_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_index_), "cudaSetDevice"));
   auto stream = static_cast<cudaStream_t>(stream_);
+  if (release_failed_) {
+    SF_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
+    release_failed_ = false;
+  } else if (release_pending_) {
+    SF_RETURN_IF_ERROR(
+        CudaStatus(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(released_), 0),
+                   "cudaStreamWaitEvent"));
+  }
+  release_pending_ = false;
   SF_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(device_, src, bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync"));
-  return CudaStatus(cudaEventRecord(static_cast<cudaEvent_t>(event_), stream), "cudaEventRecord");
+  return CudaStatus(cudaEventRecord(static_cast<cudaEvent_t>(copied_), stream), "cudaEventRecord");
 }
 
 Status DeviceSlot::Synchronize() {
-  return CudaStatus(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)), "cudaEventSynchronize");
+  return CudaStatus(cudaEventSynchronize(static_cast<cudaEvent_t>(copied_)),
+                    "cudaEventSynchronize");
 }
 
 Status DeviceSlot::StreamWait(void* stream) {
+  consumer_stream_ = stream;
   return CudaStatus(
-      cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event_), 0),
+      cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(copied_), 0),
       "cudaStreamWaitEvent");
+}
+
+void DeviceSlot::Release() {
+  cudaSetDevice(device_index_);
+  cudaError_t err = cudaEventRecord(static_cast<cudaEvent_t>(released_),
+                                    static_cast<cudaStream_t>(consumer_stream_));
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    release_failed_ = true;
+  }
+  release_pending_ = true;
+  consumer_stream_ = nullptr;
 }
 
 #else
 
-Result<std::unique_ptr<DeviceSlot>> DeviceSlot::Create(size_t) {
+Result<std::unique_ptr<DeviceSlot>> DeviceSlot::Create(size_t, int) {
   return Status::Unsupported("CUDA: ", CudaUnavailableReason());
 }
 DeviceSlot::~DeviceSlot() = default;
+void DeviceSlot::Release() {}
 Status DeviceSlot::CopyAsync(const void*, size_t) { return Status::Unsupported("no CUDA"); }
 Status DeviceSlot::Synchronize() { return Status::Unsupported("no CUDA"); }
 Status DeviceSlot::StreamWait(void*) { return Status::Unsupported("no CUDA"); }

@@ -1,27 +1,54 @@
-// Worker processes: forked at Create(), each decodes into a ring that lives in a memfd mapping
-// shared with the parent (no /dev/shm entry, so nothing is left behind after a crash, and
-// Docker's 64 MB /dev/shm limit does not apply). A parent thread per child hands it one task at
-// a time over a socketpair; a closed socket means the child died, which becomes an error.
+// Worker processes. Each is a fresh `shardfeed-worker` program started with posix_spawn, never
+// a fork() of the (possibly heavily threaded) host: a fork copies locks other threads held and
+// runs atfork handlers of every library loaded, which is how DataLoader-style workers deadlock.
+// A worker gets two descriptors: a socket to its dispatcher thread in the parent (fd 3) and the
+// memfd holding the ring (fd 4), which both map; no /dev/shm entry exists, so nothing is left
+// behind after a crash and Docker's 64 MB /dev/shm limit does not apply. It opens the archive
+// itself, then decodes one task at a time. It exits when the socket closes or when its parent
+// process is gone (getppid() changes), whatever thread started it.
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <thread>
 
 #include "loader_internal.h"
 
+extern char** environ;
+
 namespace shardfeed::reader {
 namespace {
+
+constexpr int kSocketFd = 3, kRingFd = 4;
+constexpr uint32_t kWireMagic = 0x4b574653;  // "SFWK"
+constexpr uint32_t kWireVersion = 1;
+
+// Sent once by the parent after spawning. Same build on both sides (the worker program is found
+// beside the library), checked by version, the struct sizes and the build string.
+struct WireConfig {
+  uint32_t magic, version, transform_bytes, build_bytes;
+  uint64_t ring_bytes, sample_bytes, sample_count;
+  int32_t parent_pid;
+  uint32_t path_bytes;
+};
 
 struct WireTask {
   int32_t slot;
   uint32_t position;
   uint64_t index;
   uint64_t seed;
+  uint64_t offset;  // of the sample's bytes in the ring
 };
 
 struct WireResult {
@@ -29,6 +56,8 @@ struct WireResult {
   uint32_t message_size;
   double read, decode, resize;
 };
+
+const char* BuildString() { return SHARDFEED_VERSION " " __DATE__ " " __TIME__; }
 
 bool SendAll(int fd, const void* data, size_t size) {
   const char* p = static_cast<const char*>(data);
@@ -54,73 +83,174 @@ bool RecvAll(int fd, void* data, size_t size) {
   return true;
 }
 
-[[noreturn]] void ChildMain(Loader::Impl* p, int fd) {
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the parent
-  SampleDecoder decoder(p->archive, p->options.transform);
-  WireTask task;
-  while (RecvAll(fd, &task, sizeof(task))) {
-    StageTimes times;
-    uint8_t* dst = p->SlotImages(task.slot) + size_t{task.position} * p->sample_bytes;
-    Status s = decoder.DecodeInto(task.index, task.seed, dst, &times);
-    WireResult r{static_cast<int32_t>(s.code()), static_cast<uint32_t>(s.message().size()),
-                 times.read, times.decode, times.resize};
-    if (!SendAll(fd, &r, sizeof(r)) || !SendAll(fd, s.message().data(), s.message().size())) break;
-  }
-  ::_exit(0);
+bool SendResult(int fd, const Status& s, const StageTimes& times) {
+  const std::string& m = s.message();
+  WireResult r{static_cast<int32_t>(s.code()), static_cast<uint32_t>(m.size()), times.read,
+               times.decode, times.resize};
+  return SendAll(fd, &r, sizeof(r)) && SendAll(fd, m.data(), m.size());
 }
 
-std::string DescribeExit(pid_t pid) {
-  int status = 0;
-  pid_t r = ::waitpid(pid, &status, 0);
-  if (r != pid) return "exited";
-  if (WIFSIGNALED(status)) {
-    return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
-           strsignal(WTERMSIG(status)) + ")";
+// Waits until `fd` is readable; false when the parent process is gone.
+bool WaitForParent(int fd, pid_t parent) {
+  for (;;) {
+    pollfd pfd{fd, POLLIN, 0};
+    int r = ::poll(&pfd, 1, 500);
+    if (r > 0) return true;
+    if (r < 0 && errno != EINTR) return false;
+    if (::getppid() != parent) return false;
   }
-  return "exited with status " + std::to_string(WEXITSTATUS(status));
+}
+
+// Where the worker program is: $SHARDFEED_WORKER, beside the binary or shared object holding
+// this code (the CLI, the Python extension), or where this build put it.
+Result<std::string> WorkerProgram() {
+  namespace fs = std::filesystem;
+  std::vector<std::string> tried;
+  auto usable = [&](const std::string& path) {
+    tried.push_back(path);
+    return ::access(path.c_str(), X_OK) == 0;
+  };
+  if (const char* env = std::getenv("SHARDFEED_WORKER"); env && *env) {
+    if (usable(env)) return std::string(env);
+    return Status::NotFound("SHARDFEED_WORKER=", env, " is not an executable program");
+  }
+  Dl_info info;
+  if (::dladdr(reinterpret_cast<void*>(&WorkerProgram), &info) && info.dli_fname) {
+    std::error_code ec;
+    fs::path self = fs::canonical(info.dli_fname, ec);
+    if (!ec) {
+      std::string candidate = (self.parent_path() / "shardfeed-worker").string();
+      if (usable(candidate)) return candidate;
+    }
+  }
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    std::string candidate = (exe.parent_path() / "shardfeed-worker").string();
+    if (usable(candidate)) return candidate;
+  }
+#ifdef SHARDFEED_WORKER_BUILD_PATH
+  if (usable(SHARDFEED_WORKER_BUILD_PATH)) return std::string(SHARDFEED_WORKER_BUILD_PATH);
+#endif
+  std::string where;
+  for (const auto& t : tried) where += (where.empty() ? "" : ", ") + t;
+  return Status::NotFound("worker processes need the shardfeed-worker program; not found at ",
+                          where, " (set SHARDFEED_WORKER)");
+}
+
+// Describes how a worker that closed its socket ended, without reaping it (StopWorkers reaps).
+std::string DescribeExit(pid_t pid) {
+  siginfo_t info{};
+  for (int i = 0; i < 100; ++i) {  // at most ~1 s: it closed its socket, so it is exiting
+    info.si_pid = 0;
+    if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) break;
+    if (info.si_pid == pid) {
+      if (info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED) {
+        return std::string("was killed by signal ") + std::to_string(info.si_status) + " (" +
+               strsignal(info.si_status) + ")";
+      }
+      return "exited with status " + std::to_string(info.si_status);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return "closed its connection";
+}
+
+// A descriptor numbered above the ones the child will receive, so dup2 in the child never
+// maps a descriptor onto itself (which would keep its close-on-exec flag).
+Result<int> HighCopy(int fd) {
+  int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
+  if (copy < 0) return Status::IOError("fcntl(F_DUPFD): ", std::strerror(errno));
+  return copy;
 }
 
 }  // namespace
 
 Status Loader::Impl::StartProcesses() {
   const size_t bytes = slot_bytes * slots.size();
-  int fd = ::memfd_create("shardfeed-ring", MFD_CLOEXEC);
-  if (fd < 0) return Status::IOError("memfd_create: ", std::strerror(errno));
-  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    int err = errno;
-    ::close(fd);
+  int memfd = ::memfd_create("shardfeed-ring", MFD_CLOEXEC);
+  if (memfd < 0) return Status::IOError("memfd_create: ", std::strerror(errno));
+  struct FdCloser {
+    int fd;
+    ~FdCloser() {
+      if (fd >= 0) ::close(fd);
+    }
+  } memfd_closer{memfd};
+  if (::ftruncate(memfd, static_cast<off_t>(bytes)) != 0) {
     return Status::IOError("ftruncate of the shared ring (", bytes,
-                           " bytes): ", std::strerror(err));
+                           " bytes): ", std::strerror(errno));
   }
-  void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
+  void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
   if (map == MAP_FAILED) return Status::IOError("mmap of the shared ring: ", std::strerror(errno));
   shared_map = map;
   shared_size = bytes;
-  std::memset(map, 0, bytes);  // allocate and touch once, before the children share it
+  std::memset(map, 0, bytes);  // allocate and touch once, before the workers share it
   ring_base = static_cast<uint8_t*>(map);
+  SF_ASSIGN_OR_RETURN(std::string program, WorkerProgram());
+  SF_ASSIGN_OR_RETURN(int ring_copy, HighCopy(memfd));
+  FdCloser ring_copy_closer{ring_copy};
 
+  const std::string build = BuildString();
+  const std::string& path = archive->path();
   for (int w = 0; w < options.workers; ++w) {
     int sv[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
       return Status::IOError("socketpair: ", std::strerror(errno));
     }
-    pid_t pid = ::fork();
-    if (pid < 0) {
-      int err = errno;
-      ::close(sv[0]);
-      ::close(sv[1]);
-      return Status::IOError("fork: ", std::strerror(err));
+    FdCloser child_end{sv[1]};
+    children.push_back(Child{-1, sv[0]});
+    SF_ASSIGN_OR_RETURN(int sock_copy, HighCopy(sv[1]));
+    FdCloser sock_copy_closer{sock_copy};
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, sock_copy, kSocketFd);
+    posix_spawn_file_actions_adddup2(&actions, ring_copy, kRingFd);
+    // Workers ignore Ctrl-C: the terminal sends SIGINT to the whole process group, and the
+    // parent decides (KeyboardInterrupt); they end when the parent closes their socket.
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t none;
+    sigemptyset(&none);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+    char arg0[] = "shardfeed-worker";
+    char* argv[] = {arg0, nullptr};
+    pid_t pid = -1;
+    int rc = ::posix_spawn(&pid, program.c_str(), &actions, &attr, argv, environ);
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attr);
+    if (rc != 0) return Status::IOError("posix_spawn ", program, ": ", std::strerror(rc));
+    children.back().pid = pid;
+
+    WireConfig cfg{kWireMagic,
+                   kWireVersion,
+                   static_cast<uint32_t>(sizeof(TransformOptions)),
+                   static_cast<uint32_t>(build.size()),
+                   bytes,
+                   sample_bytes,
+                   archive->size(),
+                   static_cast<int32_t>(::getpid()),
+                   static_cast<uint32_t>(path.size())};
+    WireResult hello{};
+    std::string message;
+    bool ok = SendAll(sv[0], &cfg, sizeof(cfg)) &&
+              SendAll(sv[0], &options.transform, sizeof(TransformOptions)) &&
+              SendAll(sv[0], build.data(), build.size()) &&
+              SendAll(sv[0], path.data(), path.size()) && RecvAll(sv[0], &hello, sizeof(hello));
+    if (ok) {
+      message.resize(hello.message_size);
+      ok = RecvAll(sv[0], message.data(), message.size());
     }
-    if (pid == 0) {
-      ::close(sv[0]);
-      for (const Child& c : children) ::close(c.task_fd);
-      ChildMain(this, sv[1]);
+    if (!ok)
+      return Status::IOError("worker process ", pid, " (", program, ") ", DescribeExit(pid),
+                             " while starting");
+    if (hello.code != 0) {
+      return Status(static_cast<StatusCode>(hello.code),
+                    "worker process " + std::to_string(pid) + ": " + message);
     }
-    ::close(sv[1]);
-    children.push_back(Child{pid, sv[0], sv[0]});
   }
-  ring = PinnedBuffer::Adopt(map, bytes);  // after fork: children never touch CUDA
+  ring = PinnedBuffer::Adopt(map, bytes);
+  progress.resize(children.size());
   for (size_t c = 0; c < children.size(); ++c) {
     threads.emplace_back([this, c] { DispatchTo(c); });
   }
@@ -131,61 +261,175 @@ void Loader::Impl::DispatchTo(size_t c) {
   const Child child = children[c];
   Task task;
   std::string message;
-  while (Claim(&task)) {
-    StageTimes prefetch_time;
-    IssuePrefetch(&task, &prefetch_time);  // the mapping is shared: the parent's advice counts
-    WireTask wt{task.slot, task.position, task.index, task.seed};
-    WireResult r{};
-    bool alive = SendAll(child.task_fd, &wt, sizeof(wt)) && RecvAll(child.result_fd, &r, sizeof(r));
-    if (alive) {
-      message.resize(r.message_size);
-      alive = RecvAll(child.result_fd, message.data(), message.size());
-    }
-    if (!alive) {
-      Status dead = Status::IOError("worker process ", child.pid, " ", DescribeExit(child.pid),
-                                    " while decoding sample ", task.index, " of ", archive->path());
-      Complete(task, dead, StageTimes());
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (fatal.ok()) fatal = dead;
+  try {
+    while (Claim(c, &task)) {
+      StageTimes prefetch_time;
+      IssuePrefetch(&task, &prefetch_time);  // the mapping is shared: the parent's advice counts
+      WireTask wt{task.slot, task.position, task.index, task.seed,
+                  static_cast<uint64_t>(SlotImages(task.slot) - ring_base) +
+                      uint64_t{task.position} * sample_bytes};
+      WireResult r{};
+      bool alive = SendAll(child.fd, &wt, sizeof(wt)) && RecvAll(child.fd, &r, sizeof(r));
+      if (alive) {
+        message.resize(r.message_size);
+        alive = RecvAll(child.fd, message.data(), message.size());
       }
-      cv_ready.notify_all();
-      return;
+      if (!alive) {
+        bool shutting_down;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          shutting_down = stopping;
+        }
+        Status dead =
+            shutting_down
+                ? Status::Cancelled("loader is shutting down")
+                : Status::IOError("worker process ", child.pid, " ", DescribeExit(child.pid),
+                                  " while decoding sample ", task.index, " of ", archive->path());
+        Complete(c, task, dead, StageTimes());
+        SetFatal(dead);
+        return;
+      }
+      StageTimes times;
+      times.read = r.read;
+      times.decode = r.decode;
+      times.resize = r.resize;
+      Complete(c, task,
+               r.code == 0 ? Status::OK() : Status(static_cast<StatusCode>(r.code), message),
+               times);
     }
-    StageTimes times;
-    times.read = r.read;
-    times.decode = r.decode;
-    times.resize = r.resize;
-    Complete(task, r.code == 0 ? Status::OK() : Status(static_cast<StatusCode>(r.code), message),
-             times);
+  } catch (const std::exception& e) {
+    SetFatal(Status::Internal("dispatcher of worker process ", child.pid, ": ", e.what()));
   }
 }
 
 void Loader::Impl::StopWorkers() {
-  // Dispatchers leave Claim() once `stopping` is set; closing the sockets ends the children.
+  // Wake dispatchers blocked on their worker (a stuck or stopped process) and tell healthy
+  // workers to exit: both ends of each socket see EOF.
+  for (Child& c : children) {
+    if (c.fd >= 0) ::shutdown(c.fd, SHUT_RDWR);
+  }
   for (auto& t : threads) {
     if (t.joinable()) t.join();
   }
   threads.clear();
   for (Child& c : children) {
-    if (c.task_fd >= 0) ::close(c.task_fd);
-    c.task_fd = c.result_fd = -1;
+    if (c.fd >= 0) ::close(c.fd);
+    c.fd = -1;
   }
-  for (Child& c : children) {
-    if (c.pid > 0) {
+  // Reap within a bound: a grace period to exit on EOF, then SIGKILL (which also ends a
+  // stopped process), so no zombie and no orphan is left.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(kShutdownGrace);
+  for (;;) {
+    bool running = false;
+    for (Child& c : children) {
+      if (c.pid <= 0) continue;
       int status;
-      while (::waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
+      pid_t r = ::waitpid(c.pid, &status, WNOHANG);
+      if (r == c.pid || (r < 0 && errno == ECHILD)) {
+        c.pid = -1;
+      } else {
+        running = true;
       }
-      c.pid = -1;
     }
+    if (!running) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      for (Child& c : children) {
+        if (c.pid <= 0) continue;
+        ::kill(c.pid, SIGKILL);
+        int status;
+        while (::waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        c.pid = -1;
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   children.clear();
 }
 
 Loader::Impl::~Impl() {
+  if (!InOwnerProcess()) {
+    // The last lease of a forked copy: threads, CUDA memory and worker processes are the
+    // parent's. Leak them rather than join, free or signal anything.
+    new std::vector<std::thread>(std::move(threads));
+    new PinnedBuffer(std::move(ring));
+    new std::vector<std::unique_ptr<DeviceSlot>>(std::move(device_slots));
+    for (Child& c : children) {
+      if (c.fd >= 0) ::close(c.fd);
+    }
+    children.clear();
+    return;
+  }
   Shutdown();
+  device_slots.clear();
   ring = PinnedBuffer();
   if (shared_map) ::munmap(shared_map, shared_size);
+}
+
+// ---- The worker program -------------------------------------------------------------------
+
+int RunWorkerProcess() {
+  const int fd = kSocketFd;
+  ::signal(SIGINT, SIG_IGN);
+  ::signal(SIGPIPE, SIG_IGN);
+  WireConfig cfg{};
+  if (!RecvAll(fd, &cfg, sizeof(cfg))) return 2;
+  auto refuse = [&](const Status& s) {
+    SendResult(fd, s, StageTimes());
+    return 2;
+  };
+  std::string build(cfg.build_bytes < 4096 ? cfg.build_bytes : 0, '\0');
+  if (cfg.magic != kWireMagic || cfg.version != kWireVersion ||
+      cfg.transform_bytes != sizeof(TransformOptions) || cfg.build_bytes >= 4096 ||
+      cfg.path_bytes >= 65536) {
+    return refuse(Status::Unsupported("shardfeed-worker of another build (", BuildString(), ")"));
+  }
+  TransformOptions transform;
+  std::string path(cfg.path_bytes, '\0');
+  if (!RecvAll(fd, &transform, sizeof(transform)) || !RecvAll(fd, build.data(), build.size()) ||
+      !RecvAll(fd, path.data(), path.size())) {
+    return 2;
+  }
+  if (build != BuildString()) {
+    return refuse(Status::Unsupported("shardfeed-worker is build '", BuildString(),
+                                      "', the loader is build '", build, "'"));
+  }
+  auto archive = format::Archive::Open(path);
+  if (!archive.ok()) return refuse(archive.status());
+  if ((*archive)->size() != cfg.sample_count) {
+    return refuse(Status::Corrupt(path, ": changed on disk since the loader opened it"));
+  }
+  void* map = ::mmap(nullptr, cfg.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, kRingFd, 0);
+  if (map == MAP_FAILED) return refuse(Status::IOError("mmap of the ring: ", strerror(errno)));
+  ::close(kRingFd);
+  uint8_t* ring = static_cast<uint8_t*>(map);
+  if (!SendResult(fd, Status::OK(), StageTimes())) return 0;
+
+  SampleDecoder decoder(*archive, transform);
+  const pid_t parent = static_cast<pid_t>(cfg.parent_pid);
+  WireTask task;
+  while (WaitForParent(fd, parent) && RecvAll(fd, &task, sizeof(task))) {
+    StageTimes times;
+    Status s;
+    if (task.offset > cfg.ring_bytes || cfg.ring_bytes - task.offset < cfg.sample_bytes) {
+      s = Status::Internal("task outside the ring");
+    } else {
+      try {
+        s = decoder.DecodeInto(task.index, task.seed, ring + task.offset, &times);
+      } catch (const std::bad_alloc&) {
+        s = Status::ResourceExhausted(path, ": sample ", task.index,
+                                      ": out of memory while decoding");
+      } catch (const std::exception& e) {
+        s = Status::Internal(path, ": sample ", task.index, ": ", e.what());
+      } catch (...) {
+        s = Status::Internal(path, ": sample ", task.index, ": unknown exception");
+      }
+    }
+    if (!SendResult(fd, s, times)) break;
+  }
+  return 0;
 }
 
 }  // namespace shardfeed::reader

@@ -24,6 +24,7 @@ enum class StatusCode : int {
   kResourceExhausted = 7,  // limits such as maximum pixels were exceeded
   kCancelled = 8,
   kInternal = 9,
+  kTimeout = 10,  // a bounded wait ran out (a stuck worker, a batch that never came)
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -65,6 +66,10 @@ class [[nodiscard]] Status {
   template <typename... Args>
   static Status Cancelled(Args&&... args) {
     return Make(StatusCode::kCancelled, std::forward<Args>(args)...);
+  }
+  template <typename... Args>
+  static Status Timeout(Args&&... args) {
+    return Make(StatusCode::kTimeout, std::forward<Args>(args)...);
   }
   template <typename... Args>
   static Status Internal(Args&&... args) {

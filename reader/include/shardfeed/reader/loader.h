@@ -2,11 +2,44 @@
 // workers straight into a bounded ring of page-locked slots, optionally copied to the GPU on a
 // stream per slot while the consumer works on the previous batch.
 //
-// Thread-safety: one consumer thread calls StartEpoch/Next/State; Batch leases may be released
-// from any thread. Memory is fixed at Create(): prefetch slots of batch_size samples each.
+// Ownership. The Loader owns its workers, the ring and (with `device`) the device buffers. A
+// Batch is a lease on one ring slot: its pointers stay valid, and the slot is never written,
+// until the last copy of that Batch is destroyed or Release()d, even after the Loader itself is
+// destroyed (the ring is freed with the last lease).
+//
+// Thread-safety. One consumer thread calls StartEpoch/Next/State/Stats; Batch leases may be
+// released from any thread. Memory is fixed at Create(): prefetch slots of batch_size samples.
+//
+// Lifecycle and failure (docs/DESIGN.md, "Lifecycle and failure"):
+// - StartEpoch() abandons the epoch in progress. Batches not yet delivered are cancelled: ready
+//   ones return to the ring at once; a slot still being filled returns once every sample already
+//   handed to a worker has completed (those samples are accounted for, never delivered). Leased
+//   batches stay valid until released. Leaving an epoch early (a `break`) and starting another
+//   any number of times never leaks a slot.
+// - No exception crosses a worker boundary: whatever a decoder, resizer or allocator throws for
+//   a sample becomes that sample's error (named by archive and index), returned by the Next()
+//   that would have delivered its batch, or, with skip_errors, a zero image with label -1.
+// - Every wait in Next() is bounded by `timeout`: if no sample completes for that long while the
+//   consumer waits, Next() returns kTimeout naming the slowest worker and the sample it holds.
+//   In process mode that worker is killed and the loader fails (below); in thread mode the
+//   loader stays usable (a later Next() waits again).
+// - A worker process that dies (a crash, SIGKILL, killed after a timeout) fails the loader:
+//   Next() and StartEpoch() return the error naming the worker and the sample, for good. Make a
+//   new Loader to go on.
+// - Destruction is bounded: worker processes are asked to exit, killed after a grace period
+//   (kShutdownGrace) and reaped; worker threads finish the one sample they hold. Nothing is left
+//   behind: no process, no shared memory, no descriptor.
+// - fork(): a child's copy of a Loader is inert. Destroying it neither joins, signals nor waits
+//   for the parent's workers, and leaks its memory rather than touching state a parent thread
+//   may have held at fork time; calling Next()/StartEpoch() on it returns an error. The child
+//   may create Loaders of its own.
+// - With `device`, batch slots are ordered both ways on the GPU: a batch's copy is complete
+//   before the consumer's stream uses it (Batch::Wait), and the next copy into that slot waits
+//   for the work the consumer queued on its stream before it released the lease.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,8 +54,14 @@ namespace shardfeed::reader {
 
 enum class WorkerMode {
   kThreads,    // worker threads in this process (default)
-  kProcesses,  // forked worker processes writing into a shared-memory ring (crash isolation)
+  kProcesses,  // worker processes (exec'd `shardfeed-worker`) writing into a shared-memory ring
 };
+
+// How long Loader's destructor lets worker processes exit on their own before killing them.
+inline constexpr double kShutdownGrace = 2.0;  // seconds
+// Create() refuses output images above this many pixels, and rings above this many bytes.
+inline constexpr uint64_t kMaxOutputPixels = uint64_t{1} << 28;
+inline constexpr uint64_t kMaxRingBytes = uint64_t{1} << 36;
 
 struct LoaderOptions {
   uint32_t batch_size = 64;
@@ -37,7 +76,11 @@ struct LoaderOptions {
   TransformOptions transform;
   bool skip_errors = false;  // a sample that fails to decode becomes zeros with label -1
   WorkerMode mode = WorkerMode::kThreads;
-  bool device = false;  // copy each batch to the CUDA device (needs CudaAvailable())
+  bool device = false;    // copy each batch to the CUDA device (needs CudaAvailable())
+  int device_index = -1;  // that device; -1: the creating thread's current device
+  // Seconds Next() waits with no sample completing before it returns kTimeout (see above).
+  // 0 waits forever. The default is far above any single sample's decode time.
+  double timeout = 120;
 };
 
 // Where an interrupted run stands: enough to resume on exactly the next batch.
@@ -80,8 +123,12 @@ class Batch {
   uint32_t skipped() const { return skipped_; }
   // On the device (only with LoaderOptions::device): images then labels, copied on the slot's
   // stream. Call Wait(stream) before using them from `stream`, or Synchronize().
+  // Wait() also names the stream whose work must finish before the slot is refilled: on
+  // release the loader records an event there and the slot's next copy waits for it (without
+  // Wait, the legacy default stream).
   const void* device_images() const;
   const int64_t* device_labels() const;
+  int device() const { return device_ ? device_->device() : -1; }  // CUDA device, or -1
   Status Wait(void* cuda_stream) const;
   Status Synchronize() const;
   // Releases this handle's share of the lease now.
@@ -109,11 +156,19 @@ class Loader {
                                                 const LoaderOptions& options);
   ~Loader();
 
-  // Begins `epoch` at batch `start_batch` (a resume), abandoning any epoch in progress.
+  // Begins `epoch` at batch `start_batch` (a resume), abandoning any epoch in progress (see the
+  // lifecycle notes above). Fails if the loader has failed or this is a forked copy.
   Status StartEpoch(uint64_t epoch, uint64_t start_batch = 0);
+
+  // Called about every kWaitPollSeconds while Next() waits; a non-OK Status ends the wait and
+  // is returned by Next() (the batch is not consumed: the next call delivers it). The Python
+  // bindings use it to raise KeyboardInterrupt on Ctrl-C.
+  using WaitHook = std::function<Status()>;
+  static constexpr double kWaitPollSeconds = 0.05;
+
   // The next batch, in order. Returns an empty Batch at the end of the epoch. An error from a
-  // worker (decode failure naming the sample, dead worker process) is returned here.
-  Result<Batch> Next();
+  // worker (decode failure naming the sample, dead worker process, timeout) is returned here.
+  Result<Batch> Next(const WaitHook& hook = {});
 
   LoaderState State() const;  // to resume: StartEpoch(state.epoch, state.position)
   EpochStats Stats() const;   // of the current (or just finished) epoch

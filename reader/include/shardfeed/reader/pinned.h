@@ -17,6 +17,8 @@ bool CudaAvailable();
 std::string CudaUnavailableReason();
 // The calling thread's current CUDA device (0 without CUDA).
 int CurrentCudaDevice();
+// Makes `device` current for the calling thread (cudaSetDevice). No-op for device < 0.
+Status SetCudaDevice(int device);
 
 // How a PinnedBuffer's memory was obtained.
 enum class PinKind {
@@ -53,28 +55,40 @@ class PinnedBuffer {
   bool owned_ = true;
 };
 
-// A device buffer plus a stream and an event: one per ring slot. Only constructed when
-// CudaAvailable(). The copy of a batch runs on the slot's stream; the event marks its end.
+// A device buffer plus a stream and two events: one per ring slot, on one device. Only
+// constructed when CudaAvailable(). The copy of a batch runs on the slot's stream and `copied`
+// marks its end; `released` marks the end of the consumer's work on the slot, and the next copy
+// waits for it, so a slot is never overwritten while a kernel still reads it.
+// Thread-safety: one batch at a time uses a slot (the ring guarantees it); calls are not
+// concurrent.
 class DeviceSlot {
  public:
-  static Result<std::unique_ptr<DeviceSlot>> Create(size_t bytes);
+  static Result<std::unique_ptr<DeviceSlot>> Create(size_t bytes, int device);
   ~DeviceSlot();
-  // Starts an asynchronous host-to-device copy of [src, src + bytes) and records the event.
+  // Starts an asynchronous host-to-device copy of [src, src + bytes), after the consumer's work
+  // recorded by the last Release(), and records `copied`.
   Status CopyAsync(const void* src, size_t bytes);
   // Blocks until the copy is done.
   Status Synchronize();
   // Makes `stream` (a cudaStream_t, nullptr = legacy default) wait for the copy, without
-  // blocking the host.
+  // blocking the host, and remembers it as the consumer's stream for Release().
   Status StreamWait(void* stream);
+  // The consumer let go of the slot: records `released` on its stream. Errors are not
+  // reportable from a deleter; a failed record makes the next copy synchronize the device.
+  void Release();
   void* device_data() const { return device_; }
-  void* stream() const { return stream_; }
-  void* event() const { return event_; }
+  int device() const { return device_index_; }
 
  private:
   DeviceSlot() = default;
   void* device_ = nullptr;
   void* stream_ = nullptr;
-  void* event_ = nullptr;
+  void* copied_ = nullptr;
+  void* released_ = nullptr;
+  void* consumer_stream_ = nullptr;
+  int device_index_ = 0;
+  bool release_pending_ = false;  // `released` recorded since the last copy
+  bool release_failed_ = false;
 };
 
 }  // namespace shardfeed::reader
