@@ -241,7 +241,9 @@ int CmdVerify(int argc, char** argv) {
   desc.add_options()("archive", po::value(&path)->required(), "archive to check")(
       "decode", po::bool_switch(&opt.decode), "also decode every record")(
       "workers", po::value(&opt.workers)->default_value(0), "threads (0: all cores)")(
-      "json", "print one JSON object");
+      "max-pixels", po::value(&opt.max_pixels)->default_value(opt.max_pixels),
+      "with --decode: refuse records declaring more pixels than this")("json",
+                                                                       "print one JSON object");
   po::positional_options_description pos;
   pos.add("archive", 1);
   po::variables_map vm;
@@ -254,7 +256,11 @@ int CmdVerify(int argc, char** argv) {
       nlohmann::json j = {{"archive", path}, {"ok", false}, {"error", archive.status().ToString()}};
       std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     }
-    return Fail(archive.status());
+    // A damaged or edited archive is bad data, what verify is for: exit 1, as for bad records.
+    const StatusCode code = archive.status().code();
+    const bool damaged = code == StatusCode::kCorrupt || code == StatusCode::kChecksumMismatch;
+    const int exit_code = Fail(archive.status());
+    return damaged ? 1 : exit_code;
   }
   const bool tty = !json && ::isatty(STDERR_FILENO);
   auto progress = [tty](uint64_t done, uint64_t total) {

@@ -30,13 +30,14 @@ int ResolveWorkers(int workers) {
 
 // Decodes a record the way a reader would and checks it against its index entry.
 Status CheckDecodes(const format::RecordView& r, imaging::Decoder& decoder, ZSTD_DCtx* dctx,
-                    std::vector<uint8_t>* scratch) {
+                    std::vector<uint8_t>* scratch, uint64_t max_pixels) {
   const format::IndexEntry& e = *r.entry;
+  SF_RETURN_IF_ERROR(format::CheckPixelLimit(e, max_pixels));
   switch (static_cast<Encoding>(e.encoding)) {
     case Encoding::kJpeg: {
       imaging::Image img;
       imaging::Limits limits;
-      limits.max_pixels = uint64_t{65535} * 65535;
+      limits.max_pixels = max_pixels;
       SF_RETURN_IF_ERROR(decoder.DecodeJpegRegion(r.data, r.size, {}, &img, limits, nullptr,
                                                   /*strict=*/true));
       if (img.width != e.width || img.height != e.height) {
@@ -51,6 +52,31 @@ Status CheckDecodes(const format::RecordView& r, imaging::Decoder& decoder, ZSTD
       return format::ReadPixelRecord(r, dctx, scratch->data());
   }
   return Status::Corrupt("unknown encoding ", int{e.encoding});
+}
+
+// Text for a terminal: control characters (escape sequences a crafted class name could carry)
+// and bytes of invalid UTF-8 are shown as \xNN, backslashes doubled.
+std::string Printable(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    bool valid = len > 0 && i + len <= text.size();
+    for (size_t k = 1; valid && k < len; ++k) valid = (text[i + k] & 0xC0) == 0x80;
+    if (valid && len > 1 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0) {
+      valid = false;  // C1 control characters (U+0080..U+009F)
+    }
+    if (!valid || c < 0x20 || c == 0x7F || c == '\\') {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), c == '\\' ? "\\\\" : "\\x%02x", c);
+      out += buf;
+      ++i;
+      continue;
+    }
+    out.append(text, i, len);
+    i += len;
+  }
+  return out;
 }
 
 }  // namespace
@@ -88,7 +114,7 @@ VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options
       for (uint64_t i = begin; i < end; ++i) {
         Status st = archive.VerifyRecord(i);
         if (st.ok() && options.decode) {
-          st = CheckDecodes(archive.Get(i), decoder, dctx, &scratch);
+          st = CheckDecodes(archive.Get(i), decoder, dctx, &scratch, options.max_pixels);
           if (!st.ok()) st = st.WithContext("sample " + std::to_string(i));
         }
         if (!st.ok()) {
@@ -182,7 +208,7 @@ std::string InspectText(const format::Archive& archive) {
   Summary s = Summarize(archive);
   std::ostringstream o;
   auto mb = [](uint64_t b) { return double(b) / 1e6; };
-  o << "archive:     " << archive.path() << "\n";
+  o << "archive:     " << Printable(archive.path()) << "\n";
   o << "format:      shardfeed v" << m.format_version << ", " << format::BackendName(m.backend)
     << ", " << m.shards.size() << " shard(s)\n";
   o << "encoding:    " << format::EncodingName(m.encoding) << "\n";
@@ -203,7 +229,7 @@ std::string InspectText(const format::Archive& archive) {
   o << "classes:     " << m.class_names.size() << "\n";
   for (size_t c = 0; c < m.class_names.size(); ++c) {
     o << "  " << c << "\t" << (c < m.class_counts.size() ? m.class_counts[c] : 0) << "\t"
-      << m.class_names[c] << "\n";
+      << Printable(m.class_names[c]) << "\n";
   }
   return o.str();
 }
@@ -282,12 +308,20 @@ Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
   format::WriterOptions wo;
   wo.backend = backend;
   wo.overwrite = overwrite;
+  wo.protect.push_back(archive.path());
   wo.encoding = m.encoding;
   wo.height = m.height;
   wo.width = m.width;
+  // The pack options are free-form, for humans: take a value only if it has the right type.
   if (auto j = json::parse(m.options_json, nullptr, false); j.is_object()) {
-    wo.chunk_bytes = j.value("chunk_bytes", wo.chunk_bytes);
-    wo.zstd_level = j.value("level", wo.zstd_level);
+    if (auto it = j.find("chunk_bytes");
+        it != j.end() && it->is_number_unsigned() && it->get<uint64_t>() <= (uint64_t{1} << 31)) {
+      wo.chunk_bytes = it->get<uint64_t>();
+    }
+    if (auto it = j.find("level"); it != j.end() && it->is_number_integer() &&
+                                   it->get<int64_t>() >= 1 && it->get<int64_t>() <= 22) {
+      wo.zstd_level = static_cast<int>(it->get<int64_t>());
+    }
   }
   if (wo.chunk_bytes == 0) wo.chunk_bytes = 1 << 20;
   SF_ASSIGN_OR_RETURN(auto writer, format::ArchiveWriter::Create(out, wo));

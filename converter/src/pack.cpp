@@ -226,6 +226,7 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
   if (options.shuffle) ShuffleItems(&items, options.seed);
 
   format::WriterOptions writer_options = options.writer;
+  if (!source.root.empty()) writer_options.protect.push_back(source.root);
   writer_options.encoding = options.encoding;
   writer_options.zstd_level = options.level;
   if (options.encoding != Encoding::kJpeg && options.size && options.center_crop) {

@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
 
 #include "shardfeed/converter/pack.h"
+#include "shardfeed/format/archive.h"
 
 namespace shardfeed::converter {
 namespace {
@@ -61,8 +63,21 @@ bool IdOf(const std::string& path, FileId* id) {
   return true;
 }
 
+// `path` (a symbolic link to a directory) leads back into the tree being scanned.
+bool LinksIntoTree(const std::string& path, const std::string& root_real) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return false;
+  char* target = ::realpath(path.c_str(), nullptr);
+  if (!target) return false;
+  std::string t = target;
+  std::free(target);
+  return t == root_real || t.compare(0, root_real.size() + 1, root_real + "/") == 0 ||
+         root_real.compare(0, t.size() + 1, t + "/") == 0;
+}
+
 struct Walker {
   std::set<FileId> active;                     // directories on the current path (cycle guard)
+  std::string root_real;                       // the source root, resolved
   const std::set<FileId>* excluded = nullptr;  // the archive being written, if inside the tree
   std::vector<std::pair<std::string, std::string>> found;  // (dir, name) of candidate files
   std::vector<SkippedFile>* ignored;
@@ -108,11 +123,21 @@ struct Walker {
       found.emplace_back(dir, o);  // FIFOs, sockets, devices: reported as not regular files
     }
     for (const std::string& sub : entries.dirs) {
+      const std::string path = Join(dir, sub);
+      FileId id;
       if (sub[0] == '.') {
-        ignored->push_back({Join(dir, sub), "hidden directory"});
-        continue;
+        ignored->push_back({path, "hidden directory"});
+      } else if (IdOf(path, &id) && active.count(id)) {
+        ignored->push_back({path, "directory symlink cycle"});
+      } else if (LinksIntoTree(path, root_real)) {
+        // Its images are in the tree already (under their own class): following it would pack
+        // them twice, and under the wrong label.
+        ignored->push_back({path, "symbolic link into the folder being packed"});
+      } else if (format::IsArchiveDirectory(path)) {
+        ignored->push_back({path, "a shardfeed archive"});
+      } else {
+        SF_RETURN_IF_ERROR(Walk(path));
       }
-      SF_RETURN_IF_ERROR(Walk(Join(dir, sub)));
     }
     active.erase(key);
     return Status::OK();
@@ -139,6 +164,9 @@ Result<SourceList> ScanImageFolder(const std::string& root,
   }
   SourceList list;
   list.root = root;
+  char* resolved = ::realpath(root.c_str(), nullptr);
+  const std::string root_real = resolved ? resolved : root;
+  std::free(resolved);
   DirEntries top;
   SF_RETURN_IF_ERROR(ListDir(root, &top));
   for (const std::string& f : top.files) {
@@ -150,6 +178,10 @@ Result<SourceList> ScanImageFolder(const std::string& root,
       list.ignored.push_back({Join(root, d), "hidden directory"});
     } else if (IdOf(Join(root, d), &id) && excluded.count(id)) {
       list.ignored.push_back({Join(root, d), "the output archive"});
+    } else if (IdOf(Join(root, d), &id) && id == FileId{st.st_dev, st.st_ino}) {
+      list.ignored.push_back({Join(root, d), "directory symlink cycle"});
+    } else if (format::IsArchiveDirectory(Join(root, d))) {
+      list.ignored.push_back({Join(root, d), "a shardfeed archive"});
     } else {
       list.class_names.push_back(d);
     }
@@ -161,6 +193,8 @@ Result<SourceList> ScanImageFolder(const std::string& root,
     Walker walker;
     walker.ignored = &list.ignored;
     walker.excluded = &excluded;
+    walker.root_real = root_real;
+    walker.active.insert({st.st_dev, st.st_ino});  // the root is every class's ancestor
     SF_RETURN_IF_ERROR(walker.Walk(Join(root, list.class_names[label])));
     // torchvision: sorted(os.walk(...)) then sorted file names: by directory, then by name.
     std::sort(walker.found.begin(), walker.found.end());

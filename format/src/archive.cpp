@@ -24,6 +24,16 @@ namespace fs = std::filesystem;
 
 uint64_t RecordChecksum(const void* data, size_t size) { return XXH3_64bits(data, size); }
 
+Status CheckPixelLimit(const IndexEntry& e, uint64_t max_pixels) {
+  const uint64_t pixels = uint64_t{e.width} * e.height;
+  if (pixels > max_pixels) {
+    return Status::ResourceExhausted("record declares ", e.width, "x", e.height, " = ", pixels,
+                                     " pixels, above the limit of ", max_pixels,
+                                     " (max_pixels; raise it to read such images)");
+  }
+  return Status::OK();
+}
+
 Status ReadPixelRecord(const RecordView& r, void* dctx, uint8_t* out) {
   const IndexEntry& e = *r.entry;
   const size_t bytes = PixelBytes(e);
@@ -55,7 +65,32 @@ std::string ShardFileName(Backend backend, size_t number) {
   return buf;
 }
 
-Status ValidateShard(const ShardStore& shard, const std::string& where) {
+Status CheckShardHeader(const ShardHeader& h, const ShardInfo& info, size_t number,
+                        uint64_t file_bytes, const std::string& where) {
+  if (std::memcmp(h.magic, kShardMagic, sizeof(kShardMagic)) != 0) {
+    return Status::Corrupt(where, ": bad shard magic");
+  }
+  if (!IsReadableVersion(h.format_version)) {
+    return Status::Unsupported(where, ": shard format version ", h.format_version,
+                               ", this build reads versions ", kMinFormatVersion, " to ",
+                               kFormatVersion);
+  }
+  if (h.shard_number != number || h.first_sample != info.first_sample ||
+      h.sample_count != info.sample_count || h.chunk_count != info.chunk_count ||
+      h.content_hash != info.content_hash) {
+    return Status::Corrupt(where, ": shard header disagrees with ", kManifestFileName,
+                           " (shard from another archive?)");
+  }
+  if (h.sample_count > file_bytes / sizeof(IndexEntry) || h.chunk_count > h.sample_count ||
+      (h.sample_count > 0 && h.chunk_count == 0)) {
+    return Status::Corrupt(where, ": ", h.sample_count, " samples in ", h.chunk_count,
+                           " chunks cannot fit in a file of ", file_bytes, " bytes");
+  }
+  return Status::OK();
+}
+
+Status ValidateShard(const ShardStore& shard, const Manifest& manifest, const std::string& where,
+                     std::vector<uint64_t>* class_counts) {
   const ShardHeader& h = shard.header;
   uint64_t want = XXH3_64bits(shard.index, h.sample_count * sizeof(IndexEntry));
   if (want != h.index_checksum) {
@@ -63,34 +98,81 @@ Status ValidateShard(const ShardStore& shard, const std::string& where) {
                                     HashToHex(h.index_checksum), ", computed ", HashToHex(want),
                                     ")");
   }
+  const uint8_t encoding = static_cast<uint8_t>(manifest.encoding);
+  const bool jpeg = manifest.encoding == Encoding::kJpeg;
   for (uint64_t i = 0; i < h.sample_count; ++i) {
     const IndexEntry& e = shard.index[i];
+    const uint64_t sample = h.first_sample + i;
+    auto bad = [&](const char* why) {
+      return Status::Corrupt(where, ": index entry of sample ", sample, " ", why);
+    };
     if (e.chunk >= h.chunk_count || uint64_t{e.offset} + e.size > shard.chunk_size[e.chunk]) {
-      return Status::Corrupt(where, ": index entry of sample ", h.first_sample + i,
-                             " points outside its chunk");
+      return bad("points outside its chunk");
     }
-    if (e.encoding < 1 || e.encoding > 3 || e.label < 0) {
-      return Status::Corrupt(where, ": index entry of sample ", h.first_sample + i,
-                             " is malformed");
+    if (e.encoding != encoding) return bad("has another encoding than the manifest");
+    if (e.height == 0 || e.width == 0) return bad("has no pixels (0 width or height)");
+    if (jpeg ? (e.channels != 1 && e.channels != 3 && e.channels != 4) : e.channels != 3) {
+      return bad("has an impossible channel count");
     }
+    if (jpeg ? (e.orientation < 1 || e.orientation > 8) : e.orientation != 1) {
+      return bad("has an impossible orientation");
+    }
+    if ((e.flags & ~kFlagAdobe) != 0) return bad("has unknown flags");
+    if (manifest.encoding == Encoding::kRaw && e.size != PixelBytes(e)) {
+      return bad("has a raw payload of the wrong size");
+    }
+    if (manifest.height && (e.height != manifest.height || e.width != manifest.width)) {
+      return bad("has another shape than the manifest");
+    }
+    if (e.label < 0 || static_cast<size_t>(e.label) >= class_counts->size()) {
+      return Status::Corrupt(where, ": sample ", sample, " has label ", e.label, " but there are ",
+                             class_counts->size(), " classes");
+    }
+    ++(*class_counts)[e.label];
   }
   return Status::OK();
 }
 
 // ---- Reading ---------------------------------------------------------------------------------
 
-namespace {
+namespace {}  // namespace
 
-Result<std::string> ReadSmallFile(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return Status::IOError(file, ": ", std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return Status::IOError(file, ": read failed");
-  return ss.str();
+Result<std::string> ReadBoundedFile(const std::string& path, uint64_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    if (errno == ENOENT) return Status::NotFound(path, ": no such file");
+    return Status::IOError(path, ": ", std::strerror(errno));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return Status::IOError(path, ": ", std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return Status::Corrupt(path, ": not a regular file");
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    return Status::Corrupt(path, ": ", st.st_size, " bytes, more than the ", max_bytes,
+                           " this file may hold");
+  }
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::read(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::IOError(path, ": read: ", std::strerror(errno));
+    if (n == 0) break;  // shrank meanwhile
+    done += static_cast<size_t>(n);
+  }
+  text.resize(done);
+  return text;
 }
 
-}  // namespace
+bool IsArchiveDirectory(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return false;
+  auto text = ReadBoundedFile((fs::path(path) / kManifestFileName).string(), kMaxManifestBytes);
+  return text.ok() && IsShardfeedManifest(*text);
+}
 
 Archive::~Archive() = default;
 
@@ -103,42 +185,42 @@ Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path) {
     return Status::NotFound(path, ": no such archive");
   }
   std::string manifest_file = (fs::path(path) / kManifestFileName).string();
-  if (!fs::exists(manifest_file, ec)) {
+  auto read = ReadBoundedFile(manifest_file, kMaxManifestBytes);
+  if (read.status().code() == StatusCode::kNotFound) {
     return Status::Corrupt(path, ": no ", kManifestFileName,
                            " (not an archive, or one whose packing never finished)");
   }
-  SF_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(manifest_file));
+  SF_ASSIGN_OR_RETURN(std::string text, std::move(read));
   SF_ASSIGN_OR_RETURN(Manifest manifest, Manifest::FromJson(text, manifest_file));
 
   std::shared_ptr<Archive> archive(new Archive());
   archive->path_ = path;
+  std::vector<uint64_t> class_counts(manifest.class_names.size());
   for (size_t s = 0; s < manifest.shards.size(); ++s) {
     const ShardInfo& info = manifest.shards[s];
     std::string file = (fs::path(path) / info.file).string();
     std::unique_ptr<ShardStore> store;
     if (manifest.backend == Backend::kLmdb) {
-      SF_ASSIGN_OR_RETURN(store, OpenLmdbShard(file));
+      SF_ASSIGN_OR_RETURN(store, OpenLmdbShard(file, info, s));
     } else {
-      SF_ASSIGN_OR_RETURN(store, OpenHdf5Shard(file));
+      SF_ASSIGN_OR_RETURN(store, OpenHdf5Shard(file, info, s));
     }
-    const ShardHeader& h = store->header;
-    if (h.shard_number != s || h.first_sample != info.first_sample ||
-        h.sample_count != info.sample_count || h.chunk_count != info.chunk_count ||
-        h.content_hash != info.content_hash) {
-      return Status::Corrupt(file, ": shard header disagrees with ", kManifestFileName,
-                             " (shard from another archive?)");
-    }
-    SF_RETURN_IF_ERROR(ValidateShard(*store, file));
-    for (uint64_t i = 0; i < h.sample_count; ++i) {
-      if (static_cast<size_t>(store->index[i].label) >= manifest.class_names.size()) {
-        return Status::Corrupt(file, ": sample ", h.first_sample + i, " has label ",
-                               store->index[i].label, " but there are ",
-                               manifest.class_names.size(), " classes");
-      }
-    }
+    SF_RETURN_IF_ERROR(ValidateShard(*store, manifest, file, &class_counts));
     archive->shard_starts_.push_back(info.first_sample);
     archive->shards_.push_back(std::move(store));
   }
+  // The manifest's counts are checked against the labels stored, so an edited manifest (a count,
+  // a class added or dropped) cannot pass even where it carries no checksum (version 1).
+  if (!manifest.class_counts.empty() && manifest.class_counts != class_counts) {
+    for (size_t c = 0; c < class_counts.size(); ++c) {
+      if (manifest.class_counts[c] != class_counts[c]) {
+        return Status::Corrupt(manifest_file, ": class ", c, " has ", class_counts[c],
+                               " samples in the shards, the manifest says ",
+                               manifest.class_counts[c]);
+      }
+    }
+  }
+  manifest.class_counts = class_counts;
   archive->manifest_ = std::move(manifest);
   return archive;
 }
@@ -220,229 +302,6 @@ uint64_t Archive::FileBytes() const {
   uint64_t total = 0;
   for (const auto& shard : shards_) total += shard->file_bytes;
   return total;
-}
-
-// ---- Writing ---------------------------------------------------------------------------------
-
-Status SyncPath(const std::string& path, bool directory) {
-  int fd = ::open(path.c_str(), (directory ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::IOError(path, ": open for sync: ", std::strerror(errno));
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) return Status::IOError(path, ": fsync: ", std::strerror(err));
-  return Status::OK();
-}
-
-namespace {
-
-std::string NowUtc() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm;
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-}  // namespace
-
-struct ArchiveWriter::HashState {
-  HashState() : state(XXH3_createState()) { XXH3_64bits_reset(state); }
-  ~HashState() { XXH3_freeState(state); }
-  XXH3_state_t* state;
-};
-
-Result<std::unique_ptr<ArchiveWriter>> ArchiveWriter::Create(const std::string& path,
-                                                             const WriterOptions& options) {
-  if (path.empty()) return Status::InvalidArgument("empty output path");
-  if (options.chunk_bytes == 0 || options.chunk_bytes > (uint64_t{1} << 31)) {
-    return Status::InvalidArgument("chunk size must be between 1 byte and 2 GiB");
-  }
-  std::error_code ec;
-  std::string clean = fs::path(path).lexically_normal().string();
-  if (!clean.empty() && clean.back() == '/') clean.pop_back();
-  if (fs::exists(clean, ec) && !options.overwrite) {
-    return Status::InvalidArgument(clean, ": already exists (pass --overwrite to replace it)");
-  }
-  if (fs::exists(clean, ec) && options.overwrite && !fs::is_directory(clean, ec)) {
-    return Status::InvalidArgument(clean,
-                                   ": exists and is not an archive directory; not replacing it");
-  }
-  std::unique_ptr<ArchiveWriter> w(new ArchiveWriter());
-  w->path_ = clean;
-  w->partial_path_ = clean + ".partial";
-  w->options_ = options;
-  if (options.backend == Backend::kHdf5 && options.height > 0 &&
-      options.encoding != Encoding::kJpeg) {
-    w->options_.chunk_bytes = 1;  // one record per chunk: each is a row of /images
-  }
-  // A lock beside the output keeps two packs of the same path apart; a stale partial directory
-  // (from a killed pack) is only removed while holding it.
-  std::string lock_file = clean + ".lock";
-  w->lock_fd_ = ::open(lock_file.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-  if (w->lock_fd_ < 0) return Status::IOError(lock_file, ": ", std::strerror(errno));
-  if (::flock(w->lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-    return Status::IOError(clean, ": another process is writing this archive (", lock_file,
-                           " is locked)");
-  }
-  fs::remove_all(w->partial_path_, ec);
-  if (ec)
-    return Status::IOError(w->partial_path_,
-                           ": cannot remove stale partial output: ", ec.message());
-  fs::create_directories(w->partial_path_, ec);
-  if (ec) return Status::IOError(w->partial_path_, ": ", ec.message());
-  SF_RETURN_IF_ERROR(w->OpenShard());
-  return w;
-}
-
-ArchiveWriter::~ArchiveWriter() {
-  sink_.reset();
-  if (!finished_ && !partial_path_.empty()) {
-    std::error_code ec;
-    fs::remove_all(partial_path_, ec);
-  }
-  if (lock_fd_ >= 0) {
-    ::unlink((path_ + ".lock").c_str());
-    ::close(lock_fd_);
-  }
-}
-
-Status ArchiveWriter::OpenShard() {
-  std::string file =
-      (fs::path(partial_path_) / ShardFileName(options_.backend, shards_.size())).string();
-  if (options_.backend == Backend::kLmdb) {
-    SF_ASSIGN_OR_RETURN(sink_, CreateLmdbSink(file));
-  } else {
-    SF_ASSIGN_OR_RETURN(sink_, CreateHdf5Sink(file, options_));
-  }
-  chunk_.clear();
-  index_.clear();
-  chunk_count_ = 0;
-  shard_first_ = samples_;
-  shard_payload_ = 0;
-  hash_ = std::make_unique<HashState>();
-  return Status::OK();
-}
-
-Status ArchiveWriter::FlushChunk() {
-  if (chunk_.empty()) return Status::OK();
-  SF_RETURN_IF_ERROR(sink_->PutChunk(chunk_count_, chunk_.data(), chunk_.size()));
-  XXH3_64bits_update(hash_->state, chunk_.data(), chunk_.size());
-  ++chunk_count_;
-  chunk_.clear();
-  return Status::OK();
-}
-
-Status ArchiveWriter::Append(IndexEntry entry, const uint8_t* data, size_t size) {
-  if (finished_) return Status::InvalidArgument("Append after Finish");
-  if (size > (uint64_t{1} << 31))
-    return Status::InvalidArgument("record of ", size, " bytes is too large");
-  if (entry.label < 0) return Status::InvalidArgument("negative label ", entry.label);
-  if (options_.shard_bytes && shard_payload_ > 0 && shard_payload_ + size > options_.shard_bytes) {
-    SF_RETURN_IF_ERROR(CloseShard());
-    SF_RETURN_IF_ERROR(OpenShard());
-  }
-  if (!chunk_.empty() && chunk_.size() + size > options_.chunk_bytes) {
-    SF_RETURN_IF_ERROR(FlushChunk());
-  }
-  entry.checksum = RecordChecksum(data, size);
-  entry.chunk = chunk_count_;
-  entry.offset = static_cast<uint32_t>(chunk_.size());
-  entry.size = static_cast<uint32_t>(size);
-  chunk_.insert(chunk_.end(), data, data + size);
-  index_.push_back(entry);
-  if (static_cast<size_t>(entry.label) >= class_counts_.size())
-    class_counts_.resize(entry.label + 1);
-  ++class_counts_[entry.label];
-  ++samples_;
-  bytes_ += size;
-  shard_payload_ += size;
-  return Status::OK();
-}
-
-Status ArchiveWriter::NextShard() {
-  if (index_.empty()) return Status::OK();
-  SF_RETURN_IF_ERROR(CloseShard());
-  return OpenShard();
-}
-
-Status ArchiveWriter::CloseShard() {
-  SF_RETURN_IF_ERROR(FlushChunk());
-  ShardHeader h{};
-  std::memcpy(h.magic, kShardMagic, sizeof(h.magic));
-  h.format_version = kFormatVersion;
-  h.shard_number = static_cast<uint32_t>(shards_.size());
-  h.first_sample = shard_first_;
-  h.sample_count = index_.size();
-  h.chunk_count = chunk_count_;
-  h.index_checksum = XXH3_64bits(index_.data(), index_.size() * sizeof(IndexEntry));
-  XXH3_64bits_update(hash_->state, index_.data(), index_.size() * sizeof(IndexEntry));
-  h.content_hash = XXH3_64bits_digest(hash_->state);
-  SF_RETURN_IF_ERROR(sink_->Finish(h, index_.data(), index_.size()));
-  sink_.reset();
-  ShardInfo info;
-  info.file = ShardFileName(options_.backend, shards_.size());
-  info.first_sample = h.first_sample;
-  info.sample_count = h.sample_count;
-  info.chunk_count = h.chunk_count;
-  info.payload_bytes = shard_payload_;
-  info.content_hash = h.content_hash;
-  std::error_code ec;
-  info.file_bytes = fs::file_size(fs::path(partial_path_) / info.file, ec);
-  shards_.push_back(std::move(info));
-  index_.clear();
-  index_.shrink_to_fit();
-  return Status::OK();
-}
-
-Status ArchiveWriter::Finish(Manifest manifest) {
-  if (finished_) return Status::InvalidArgument("Finish called twice");
-  SF_RETURN_IF_ERROR(CloseShard());
-  manifest.format_version = kFormatVersion;
-  manifest.backend = options_.backend;
-  manifest.sample_count = samples_;
-  manifest.shards = shards_;
-  if (manifest.created_at.empty()) manifest.created_at = NowUtc();
-  class_counts_.resize(std::max(class_counts_.size(), manifest.class_names.size()));
-  manifest.class_counts = class_counts_;
-  if (class_counts_.size() > manifest.class_names.size()) {
-    return Status::InvalidArgument("a record has label ", class_counts_.size() - 1, " but only ",
-                                   manifest.class_names.size(), " class names were given");
-  }
-  const std::string manifest_text = manifest.ToJson();
-  if (options_.backend == Backend::kHdf5) {
-    for (const ShardInfo& info : shards_) {
-      SF_RETURN_IF_ERROR(
-          AnnotateHdf5Shard((fs::path(partial_path_) / info.file).string(), manifest_text));
-    }
-  }
-  std::string manifest_file = (fs::path(partial_path_) / kManifestFileName).string();
-  {
-    std::ofstream out(manifest_file, std::ios::binary | std::ios::trunc);
-    out << manifest_text;
-    out.flush();
-    if (!out) return Status::IOError(manifest_file, ": write failed");
-  }
-  SF_RETURN_IF_ERROR(SyncPath(manifest_file, false));
-  SF_RETURN_IF_ERROR(SyncPath(partial_path_, true));
-  std::error_code ec;
-  std::string old;
-  if (fs::exists(path_, ec)) {
-    old = path_ + ".old";
-    fs::remove_all(old, ec);
-    fs::rename(path_, old, ec);
-    if (ec)
-      return Status::IOError(path_, ": cannot move the previous archive aside: ", ec.message());
-  }
-  fs::rename(partial_path_, path_, ec);
-  if (ec)
-    return Status::IOError(path_, ": cannot rename ", partial_path_, " into place: ", ec.message());
-  finished_ = true;
-  std::string parent = fs::path(path_).parent_path().string();
-  SF_RETURN_IF_ERROR(SyncPath(parent.empty() ? "." : parent, true));
-  if (!old.empty()) fs::remove_all(old, ec);
-  return Status::OK();
 }
 
 }  // namespace shardfeed::format

@@ -143,10 +143,11 @@ Result<uint64_t> ReadU64Attr(hid_t obj, const char* name, const std::string& whe
   return v;
 }
 
-// Reads a 1-D dataset of bytes (or of `elem` sized elements) into `out`.
+// Reads a 1-D dataset of exactly `expected` elements into `out`: the size is checked before
+// anything is allocated.
 template <typename T>
 Status ReadVector(hid_t file, const char* name, hid_t mem_type, std::vector<T>* out,
-                  const std::string& where) {
+                  uint64_t expected, const std::string& where) {
   if (H5Lexists(file, name, H5P_DEFAULT) <= 0) return Status::Corrupt(where, ": missing ", name);
   Handle dset(H5Dopen2(file, name, H5P_DEFAULT));
   Handle space(H5Dget_space(dset.get()));
@@ -155,6 +156,9 @@ Status ReadVector(hid_t file, const char* name, hid_t mem_type, std::vector<T>* 
   }
   hsize_t n = 0;
   H5Sget_simple_extent_dims(space.get(), &n, nullptr);
+  if (n != expected) {
+    return Status::Corrupt(where, ": ", name, " holds ", n, " elements, expected ", expected);
+  }
   out->resize(n);
   if (n > 0 && H5Dread(dset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out->data()) < 0) {
     return Status::Corrupt(where, ": cannot read ", name);
@@ -327,7 +331,8 @@ Status AnnotateHdf5Shard(const std::string& file, const std::string& manifest_js
   return CloseAndSync(f, file);
 }
 
-Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file) {
+Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file, const ShardInfo& info,
+                                                  size_t number) {
   auto store = std::make_unique<Hdf5ShardStore>();
   struct stat st;
   if (::stat(file.c_str(), &st) != 0) return Status::IOError(file, ": ", std::strerror(errno));
@@ -345,32 +350,28 @@ Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file) {
     Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
     if (!f.ok()) return Status::Corrupt(file, ": HDF5 cannot open it");
     std::vector<uint8_t> header_bytes, index_bytes;
-    SF_RETURN_IF_ERROR(
-        ReadVector(f.get(), "/shardfeed/header", H5T_NATIVE_UINT8, &header_bytes, file));
-    if (header_bytes.size() != sizeof(ShardHeader))
-      return Status::Corrupt(file, ": bad shard header size");
+    SF_RETURN_IF_ERROR(ReadVector(f.get(), "/shardfeed/header", H5T_NATIVE_UINT8, &header_bytes,
+                                  sizeof(ShardHeader), file));
     std::memcpy(&store->header, header_bytes.data(), sizeof(ShardHeader));
-    if (std::memcmp(store->header.magic, kShardMagic, sizeof(kShardMagic)) != 0) {
-      return Status::Corrupt(file, ": bad shard magic");
-    }
-    if (store->header.format_version != kFormatVersion) {
-      return Status::Unsupported(file, ": shard format version ", store->header.format_version,
-                                 ", this build reads version ", kFormatVersion);
-    }
-    SF_RETURN_IF_ERROR(
-        ReadVector(f.get(), "/shardfeed/index", H5T_NATIVE_UINT8, &index_bytes, file));
-    if (index_bytes.size() != store->header.sample_count * sizeof(IndexEntry)) {
-      return Status::Corrupt(file, ": index size disagrees with the header");
-    }
+    SF_RETURN_IF_ERROR(CheckShardHeader(store->header, info, number, store->file_bytes, file));
+    SF_RETURN_IF_ERROR(ReadVector(f.get(), "/shardfeed/index", H5T_NATIVE_UINT8, &index_bytes,
+                                  store->header.sample_count * sizeof(IndexEntry), file));
     store->owned_index.resize(store->header.sample_count);
     std::memcpy(store->owned_index.data(), index_bytes.data(), index_bytes.size());
     store->index = store->owned_index.data();
-    SF_RETURN_IF_ERROR(
-        ReadVector(f.get(), "/shardfeed/chunk_sizes", H5T_NATIVE_UINT64, &chunk_sizes, file));
-    if (chunk_sizes.size() != store->header.chunk_count) {
-      return Status::Corrupt(file, ": chunk table disagrees with the header");
+    SF_RETURN_IF_ERROR(ReadVector(f.get(), "/shardfeed/chunk_sizes", H5T_NATIVE_UINT64,
+                                  &chunk_sizes, store->header.chunk_count, file));
+    uint64_t total = 0;
+    for (uint64_t size : chunk_sizes) {
+      if (size > store->file_bytes || (total += size) > store->file_bytes) {
+        return Status::Corrupt(file, ": chunk sizes add up to more than the file holds");
+      }
     }
     SF_ASSIGN_OR_RETURN(chunk_bytes, ReadU64Attr(f.get(), "chunk_bytes", file));
+    if (chunk_bytes > (uint64_t{1} << 31) ||
+        (chunk_bytes > 0 && chunk_bytes < 64 && total / chunk_bytes > store->file_bytes / 64)) {
+      return Status::Corrupt(file, ": implausible chunk_bytes ", chunk_bytes);
+    }
     const bool images_mode = chunk_bytes == 0;
     const char* name = images_mode ? "images" : "records";
     if (H5Lexists(f.get(), name, H5P_DEFAULT) <= 0)
@@ -397,7 +398,7 @@ Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file) {
         }
         if (!images_mode && size != chunk_bytes)
           return Status::Corrupt(file, ": records chunk of unexpected size");
-        if (addr + size > store->file_bytes) {
+        if (addr > store->file_bytes || size > store->file_bytes - addr) {
           return Status::Corrupt(file, ": chunk ", k,
                                  " lies past the end of the file (truncated?)");
         }

@@ -4,9 +4,13 @@
 #include <fcntl.h>
 #include <lmdb.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <sstream>
 
 #include "shard_internal.h"
 
@@ -82,7 +86,7 @@ class LmdbSink : public ArchiveWriter::ShardSink {
     SF_RETURN_IF_ERROR(
         Put(kLmdbIndexKey.data(), kLmdbIndexKey.size(), index, count * sizeof(IndexEntry)));
     int rc = mdb_env_sync(env_, 1);
-    if (rc) return LmdbError(file_, "sync", rc);
+    if (rc) return WriteError(rc, 0);
     mdb_env_close(env_);
     env_ = nullptr;
     return Status::OK();
@@ -110,11 +114,28 @@ class LmdbSink : public ArchiveWriter::ShardSink {
       } else {
         mdb_txn_abort(txn);
       }
-      if (rc != MDB_MAP_FULL) return LmdbError(file_, "put", rc);
+      if (rc != MDB_MAP_FULL) return WriteError(rc, size);
       map_size_ = std::max(map_size_ * 2, map_size_ + 2 * size);
       rc = mdb_env_set_mapsize(env_, map_size_);
       if (rc) return LmdbError(file_, "grow map", rc);
     }
+  }
+
+  // LMDB reports a short write (a full disk) as EIO: say what it was when the disk is full.
+  Status WriteError(int rc, size_t writing) const {
+    struct statvfs fs;
+    const std::string dir = file_.substr(0, file_.find_last_of('/') + 1);
+    if ((rc == EIO || rc == ENOSPC) && ::statvfs(dir.empty() ? "." : dir.c_str(), &fs) == 0) {
+      const uint64_t free_bytes = uint64_t{fs.f_bavail} * fs.f_frsize;
+      if (free_bytes < writing + (uint64_t{16} << 20)) {
+        return Status::IOError(file_, ": no space left on device (", free_bytes,
+                               " bytes free while writing ", writing, ")");
+      }
+    }
+    if (rc == EFBIG) {
+      return Status::IOError(file_, ": file too large (the file-size limit, ulimit -f, was hit)");
+    }
+    return LmdbError(file_, "write", rc);
   }
 
   static constexpr uint64_t kWritebackBytes = 32 << 20;
@@ -124,9 +145,175 @@ class LmdbSink : public ArchiveWriter::ShardSink {
   uint64_t unflushed_ = 0;
 };
 
+// ---- A bounds-checked walk of an LMDB file (the on-disk layout of LMDB 0.9, 64-bit) --------
+// Page header (16 bytes): pgno u64 @0, pad u16 @8, flags u16 @10, lower u16 @12, upper u16 @14
+// (overflow pages: page count u32 @12), then u16 node offsets from @16. Meta pages 0 and 1 hold,
+// after the header: magic u32 @0, version u32 @4, then two MDB_db records of 48 bytes @24 (free
+// list; main), each: pad u32 (the free record's pad is the page size), flags u16, depth u16,
+// branch/leaf/overflow page counts, entries, root u64 @40; last page u64 @120, txnid u64 @128.
+// Nodes: lo u16, hi u16, flags u16, key size u16, key, data. Leaf data size = lo | hi << 16;
+// branch child = lo | hi << 16 | flags << 32; F_BIGDATA data is the u64 number of an overflow
+// page run.
+
+constexpr uint32_t kLmdbMagic = 0xBEEFC0DE;
+constexpr uint16_t kPageBranch = 0x01, kPageLeaf = 0x02, kPageOverflow = 0x04;
+constexpr uint16_t kNodeBigData = 0x01;
+constexpr size_t kPageHeader = 16, kNodeHeader = 8;
+
+template <typename T>
+T Load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+class LmdbWalker {
+ public:
+  LmdbWalker(int fd, uint64_t file_bytes, const std::string& file)
+      : fd_(fd), file_bytes_(file_bytes), file_(file) {}
+
+  Status Run() {
+    // Both meta pages; LMDB reads the one with the larger transaction id.
+    uint8_t meta[2][kPageHeader + 136];
+    for (int m = 0; m < 2; ++m) {
+      const uint64_t at = m == 0 ? 0 : psize_or_4096(meta[0]);
+      if (!ReadAt(at, meta[m], sizeof(meta[m]))) return Bad("cannot read meta page ", m);
+    }
+    int best = -1;
+    for (int m = 0; m < 2; ++m) {
+      const uint8_t* b = meta[m] + kPageHeader;
+      if (Load<uint32_t>(b) != kLmdbMagic) continue;
+      if (best < 0 || Load<uint64_t>(b + 128) > Load<uint64_t>(meta[best] + kPageHeader + 128)) {
+        best = m;
+      }
+    }
+    if (best < 0) return Bad("no valid LMDB meta page");
+    const uint8_t* b = meta[best] + kPageHeader;
+    psize_ = Load<uint32_t>(b + 24);  // the free-list record's pad: the page size
+    if (psize_ < 512 || psize_ > 65536 || (psize_ & (psize_ - 1)) != 0) {
+      return Bad("page size ", psize_, " is impossible");
+    }
+    if (psize_or_4096(meta[0]) != psize_) return Bad("meta pages disagree on the page size");
+    pages_ = file_bytes_ / psize_;
+    const uint64_t last = Load<uint64_t>(b + 120);
+    if (last >= pages_) return Bad("pages up to ", last, " are promised, the file holds ", pages_);
+    const uint8_t* main_db = b + 24 + 48;
+    if (Load<uint16_t>(main_db + 4) != 0) return Bad("the main database has unexpected flags");
+    const uint64_t root = Load<uint64_t>(main_db + 40);
+    depth_limit_ = Load<uint16_t>(main_db + 6);
+    if (root == ~uint64_t{0}) return Status::OK();  // empty database: LMDB reports not found
+    if (depth_limit_ == 0 || depth_limit_ > 16) return Bad("tree depth ", depth_limit_);
+    page_.resize(psize_);
+    return Walk(root, 1);
+  }
+
+ private:
+  static uint32_t psize_or_4096(const uint8_t* meta0) {
+    uint32_t p = Load<uint32_t>(meta0 + kPageHeader + 24);
+    return (p >= 512 && p <= 65536 && (p & (p - 1)) == 0) ? p : 4096;
+  }
+
+  template <typename... Args>
+  Status Bad(Args&&... args) {
+    std::ostringstream os;
+    (os << ... << args);
+    return Status::Corrupt(file_, ": damaged LMDB file: ", os.str());
+  }
+
+  bool ReadAt(uint64_t at, uint8_t* out, size_t n) {
+    size_t done = 0;
+    while (done < n) {
+      ssize_t r = ::pread(fd_, out + done, n - done, static_cast<off_t>(at + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return false;
+      done += static_cast<size_t>(r);
+    }
+    return true;
+  }
+
+  // Reads page `pgno` (expected to be a tree page) into a buffer of its own for this level.
+  Status Walk(uint64_t pgno, int depth) {
+    if (depth > depth_limit_) return Bad("tree deeper than its meta page says");
+    if (pgno < 2 || pgno >= pages_) return Bad("page number ", pgno, " outside the file");
+    if (++visited_ > pages_) return Bad("page references form a cycle");
+    std::vector<uint8_t> page(psize_);
+    if (!ReadAt(pgno * psize_, page.data(), psize_)) return Bad("cannot read page ", pgno);
+    const uint8_t* p = page.data();
+    if (Load<uint64_t>(p) != pgno)
+      return Bad("page ", pgno, " says it is page ", Load<uint64_t>(p));
+    const uint16_t flags = Load<uint16_t>(p + 10);
+    const uint16_t lower = Load<uint16_t>(p + 12), upper = Load<uint16_t>(p + 14);
+    const bool branch = flags == kPageBranch, leaf = flags == kPageLeaf;
+    if (!branch && !leaf) return Bad("page ", pgno, " has flags ", flags);
+    if (lower < kPageHeader || lower > upper || upper > psize_ || (lower - kPageHeader) % 2) {
+      return Bad("page ", pgno, " has a broken free-space range");
+    }
+    const size_t keys = (lower - kPageHeader) / 2;
+    if (keys == 0) return Bad("page ", pgno, " is empty");
+    for (size_t k = 0; k < keys; ++k) {
+      const uint16_t off = Load<uint16_t>(p + kPageHeader + 2 * k);
+      if (off < upper || off + kNodeHeader > psize_) {
+        return Bad("page ", pgno, " node ", k, " lies outside the page");
+      }
+      const uint8_t* node = p + off;
+      const uint32_t lo = Load<uint16_t>(node), hi = Load<uint16_t>(node + 2);
+      const uint16_t nflags = Load<uint16_t>(node + 4), ksize = Load<uint16_t>(node + 6);
+      const size_t key_end = off + kNodeHeader + size_t{ksize};
+      if (key_end > psize_) return Bad("page ", pgno, " node ", k, " key runs past the page");
+      if (branch) {
+        const uint64_t child = lo | (uint64_t{hi} << 16) | (uint64_t{nflags} << 32);
+        SF_RETURN_IF_ERROR(Walk(child, depth + 1));
+        continue;
+      }
+      const uint64_t dsize = lo | (uint64_t{hi} << 16);
+      if (nflags & ~kNodeBigData) return Bad("page ", pgno, " node ", k, " has flags ", nflags);
+      if (!(nflags & kNodeBigData)) {
+        if (key_end + dsize > psize_) return Bad("page ", pgno, " node ", k, " data past the page");
+        continue;
+      }
+      if (key_end + 8 > psize_) return Bad("page ", pgno, " node ", k, " runs past the page");
+      SF_RETURN_IF_ERROR(CheckOverflow(Load<uint64_t>(p + key_end), dsize));
+    }
+    return Status::OK();
+  }
+
+  Status CheckOverflow(uint64_t pgno, uint64_t dsize) {
+    if (pgno < 2 || pgno >= pages_) return Bad("overflow page ", pgno, " outside the file");
+    uint8_t head[kPageHeader];
+    if (!ReadAt(pgno * psize_, head, sizeof(head))) return Bad("cannot read page ", pgno);
+    if (Load<uint64_t>(head) != pgno || Load<uint16_t>(head + 10) != kPageOverflow) {
+      return Bad("page ", pgno, " is not the overflow page a value points to");
+    }
+    const uint64_t count = Load<uint32_t>(head + 12);
+    const uint64_t need = (dsize + kPageHeader + psize_ - 1) / psize_;
+    if (count < need || count > pages_ - pgno) {
+      return Bad("overflow run at page ", pgno, " of ", count, " pages cannot hold ", dsize,
+                 " bytes inside the file");
+    }
+    return Status::OK();
+  }
+
+  int fd_;
+  uint64_t file_bytes_;
+  std::string file_;
+  uint32_t psize_ = 0;
+  uint64_t pages_ = 0, visited_ = 0;
+  int depth_limit_ = 0;
+  std::vector<uint8_t> page_;
+};
+
+Status CheckLmdbPages(const std::string& file, uint64_t file_bytes) {
+  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IOError(file, ": ", std::strerror(errno));
+  Status s = LmdbWalker(fd, file_bytes, file).Run();
+  ::close(fd);
+  return s;
+}
+
 }  // namespace
 
-Result<std::unique_ptr<ShardStore>> OpenLmdbShard(const std::string& file) {
+Result<std::unique_ptr<ShardStore>> OpenLmdbShard(const std::string& file,
+                                                  const ShardInfo& expected, size_t number) {
   auto store = std::make_unique<LmdbShardStore>();
   struct stat st;
   if (::stat(file.c_str(), &st) != 0) {
@@ -134,6 +321,9 @@ Result<std::unique_ptr<ShardStore>> OpenLmdbShard(const std::string& file) {
   }
   if (!S_ISREG(st.st_mode)) return Status::Corrupt(file, ": not a regular file");
   store->file_bytes = static_cast<uint64_t>(st.st_size);
+  // LMDB trusts its pages: a damaged node offset or page number makes mdb_get read outside the
+  // map (SIGSEGV/SIGBUS). Walk, bounds-checked, every page a lookup can reach first.
+  SF_RETURN_IF_ERROR(CheckLmdbPages(file, store->file_bytes));
   int rc = mdb_env_create(&store->env_);
   if (rc) return LmdbError(file, "env_create", rc);
   // Map exactly the file: the writer's 1 TiB reservation is not needed to read.
@@ -173,13 +363,7 @@ Result<std::unique_ptr<ShardStore>> OpenLmdbShard(const std::string& file) {
                            sizeof(ShardHeader));
   }
   std::memcpy(&store->header, v.mv_data, sizeof(ShardHeader));
-  if (std::memcmp(store->header.magic, kShardMagic, sizeof(kShardMagic)) != 0) {
-    return Status::Corrupt(file, ": bad shard magic");
-  }
-  if (store->header.format_version != kFormatVersion) {
-    return Status::Unsupported(file, ": shard format version ", store->header.format_version,
-                               ", this build reads version ", kFormatVersion);
-  }
+  SF_RETURN_IF_ERROR(CheckShardHeader(store->header, expected, number, store->file_bytes, file));
   SF_RETURN_IF_ERROR(get(kLmdbIndexKey.data(), kLmdbIndexKey.size(), &v, "index"));
   if (v.mv_size != store->header.sample_count * sizeof(IndexEntry)) {
     return Status::Corrupt(file, ": index is ", v.mv_size, " bytes, header promises ",
@@ -193,9 +377,6 @@ Result<std::unique_ptr<ShardStore>> OpenLmdbShard(const std::string& file) {
     store->index = store->owned_index.data();
   } else {
     store->index = static_cast<const IndexEntry*>(v.mv_data);
-  }
-  if (store->header.chunk_count > (uint64_t{1} << 32)) {
-    return Status::Corrupt(file, ": implausible chunk count ", store->header.chunk_count);
   }
   store->chunk_data.resize(store->header.chunk_count);
   store->chunk_size.resize(store->header.chunk_count);

@@ -1,8 +1,13 @@
 #include "shardfeed/format/manifest.h"
 
+#include <xxhash.h>
+
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 namespace shardfeed::format {
 
@@ -68,6 +73,75 @@ bool HexToHash(const std::string& hex, uint64_t* out) {
   return true;
 }
 
+namespace {
+
+constexpr const char* kChecksumField = "manifest_xxh3";
+
+// The checksum covers the compact JSON of every field but itself. Both writer and reader hash
+// what nlohmann dumps (object keys sorted, numbers in shortest round-trip form), so parse and
+// re-dump give the same bytes.
+uint64_t ManifestChecksum(json j) {
+  j.erase(kChecksumField);
+  const std::string canonical = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return XXH3_64bits(canonical.data(), canonical.size());
+}
+
+// Nesting depth of JSON text, scanned without recursion (strings skipped), so a hostile
+// manifest of 100,000 nested arrays is refused before any recursive code sees it.
+int MaxDepth(const std::string& text) {
+  int depth = 0, max = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max = std::max(max, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max;
+}
+
+// Typed access: a missing or mistyped field is an error naming it, never an exception.
+template <typename T>
+Status Get(const json& j, const char* key, T* out, const std::string& origin,
+           bool required = true) {
+  auto it = j.find(key);
+  if (it == j.end()) {
+    if (!required) return Status::OK();
+    return Status::Corrupt(origin, ": missing field \"", key, "\"");
+  }
+  bool ok;
+  if constexpr (std::is_same_v<T, std::string>) {
+    ok = it->is_string();
+  } else if constexpr (std::is_same_v<T, bool>) {
+    ok = it->is_boolean();
+  } else {
+    static_assert(std::is_unsigned_v<T>);
+    ok = it->is_number_unsigned() && it->template get<uint64_t>() <= std::numeric_limits<T>::max();
+  }
+  if (!ok) return Status::Corrupt(origin, ": field \"", key, "\" has the wrong type or range");
+  *out = it->template get<T>();
+  return Status::OK();
+}
+
+}  // namespace
+
+bool IsShardfeedManifest(const std::string& text) {
+  if (text.size() > kMaxManifestBytes || MaxDepth(text) > kMaxManifestDepth) return false;
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return false;
+  auto it = j.find("format");
+  return it != j.end() && it->is_string() && *it == kFormatName;
+}
+
 std::string Manifest::ToJson() const {
   json shards_json = json::array();
   for (const ShardInfo& s : shards) {
@@ -81,6 +155,7 @@ std::string Manifest::ToJson() const {
   }
   json options = json::object();
   if (!options_json.empty()) options = json::parse(options_json, nullptr, false);
+  if (options.is_discarded()) options = json::object();
   json j = {{"format", std::string(kFormatName)},
             {"format_version", format_version},
             {"backend", std::string(BackendName(backend))},
@@ -94,63 +169,139 @@ std::string Manifest::ToJson() const {
             {"created_at", created_at},
             {"options", options},
             {"shards", shards_json}};
+  if (format_version >= 2) j[kChecksumField] = HashToHex(ManifestChecksum(j));
   return j.dump(2) + "\n";
 }
 
 Result<Manifest> Manifest::FromJson(const std::string& text, const std::string& origin) {
+  if (text.size() > kMaxManifestBytes) {
+    return Status::Corrupt(origin, ": ", text.size(), " bytes, more than a manifest may hold (",
+                           kMaxManifestBytes, ")");
+  }
+  if (MaxDepth(text) > kMaxManifestDepth) {
+    return Status::Corrupt(origin, ": JSON nested deeper than ", kMaxManifestDepth, " levels");
+  }
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return Status::Corrupt(origin, ": not a JSON object");
   }
   Manifest m;
   try {
-    if (j.value("format", std::string()) != kFormatName) {
+    std::string format;
+    if (!Get(j, "format", &format, origin).ok() || format != kFormatName) {
       return Status::Corrupt(origin,
                              ": not a shardfeed manifest (\"format\" is not \"shardfeed\")");
     }
-    m.format_version = j.at("format_version").get<uint32_t>();
-    if (m.format_version != kFormatVersion) {
+    SF_RETURN_IF_ERROR(Get(j, "format_version", &m.format_version, origin));
+    if (!IsReadableVersion(m.format_version)) {
       return Status::Unsupported(origin, ": format version ", m.format_version,
-                                 ", this build reads version ", kFormatVersion);
+                                 ", this build reads versions ", kMinFormatVersion, " to ",
+                                 kFormatVersion);
     }
-    if (!ParseBackend(j.at("backend").get<std::string>(), &m.backend)) {
-      return Status::Corrupt(origin, ": unknown backend ", j.at("backend").dump());
+    if (m.format_version >= 2) {
+      std::string stored;
+      uint64_t want = 0;
+      SF_RETURN_IF_ERROR(Get(j, kChecksumField, &stored, origin));
+      if (!HexToHash(stored, &want)) {
+        return Status::Corrupt(origin, ": malformed ", kChecksumField);
+      }
+      const uint64_t got = ManifestChecksum(j);
+      if (got != want) {
+        return Status::ChecksumMismatch(origin, ": manifest checksum mismatch (stored ", stored,
+                                        ", computed ", HashToHex(got),
+                                        "): the manifest was changed after packing");
+      }
     }
-    if (!ParseEncoding(j.at("encoding").get<std::string>(), &m.encoding)) {
-      return Status::Corrupt(origin, ": unknown encoding ", j.at("encoding").dump());
+    std::string backend, encoding;
+    SF_RETURN_IF_ERROR(Get(j, "backend", &backend, origin));
+    if (!ParseBackend(backend, &m.backend)) {
+      return Status::Corrupt(origin, ": unknown backend \"", backend, "\"");
     }
-    m.sample_count = j.at("sample_count").get<uint64_t>();
-    m.class_names = j.at("class_names").get<std::vector<std::string>>();
-    m.class_counts = j.value("class_counts", std::vector<uint64_t>());
-    if (j.contains("shape") && j["shape"].is_array() && j["shape"].size() == 3) {
-      m.height = j["shape"][0].get<uint32_t>();
-      m.width = j["shape"][1].get<uint32_t>();
-      m.channels = j["shape"][2].get<uint32_t>();
+    SF_RETURN_IF_ERROR(Get(j, "encoding", &encoding, origin));
+    if (!ParseEncoding(encoding, &m.encoding)) {
+      return Status::Corrupt(origin, ": unknown encoding \"", encoding, "\"");
     }
-    m.source_bytes = j.value("source_bytes", uint64_t{0});
-    m.created_by = j.value("created_by", std::string());
-    m.created_at = j.value("created_at", std::string());
-    if (j.contains("options")) m.options_json = j["options"].dump();
+    SF_RETURN_IF_ERROR(Get(j, "sample_count", &m.sample_count, origin));
+    const json& names = j.at("class_names");
+    if (!names.is_array()) return Status::Corrupt(origin, ": class_names is not a list");
+    for (const json& n : names) {
+      if (!n.is_string()) return Status::Corrupt(origin, ": a class name is not a string");
+      m.class_names.push_back(n.get<std::string>());
+    }
+    if (m.class_names.empty() && m.sample_count > 0) {
+      return Status::Corrupt(origin, ": samples but no class names");
+    }
+    if (auto it = j.find("class_counts"); it != j.end()) {
+      if (!it->is_array() || it->size() != m.class_names.size()) {
+        return Status::Corrupt(origin, ": class_counts is not a list of ", m.class_names.size(),
+                               " counts");
+      }
+      uint64_t total = 0;
+      for (const json& c : *it) {
+        if (!c.is_number_unsigned())
+          return Status::Corrupt(origin, ": a class count is not a count");
+        m.class_counts.push_back(c.get<uint64_t>());
+        if (__builtin_add_overflow(total, m.class_counts.back(), &total)) total = ~uint64_t{0};
+      }
+      if (total != m.sample_count) {
+        return Status::Corrupt(origin, ": class_counts add up to ", total, ", sample_count is ",
+                               m.sample_count);
+      }
+    }
+    if (auto it = j.find("shape"); it != j.end() && !it->is_null()) {
+      if (!it->is_array() || it->size() != 3 || !(*it)[0].is_number_unsigned() ||
+          !(*it)[1].is_number_unsigned() || !(*it)[2].is_number_unsigned()) {
+        return Status::Corrupt(origin, ": shape is not [height, width, channels]");
+      }
+      const uint64_t h = (*it)[0].get<uint64_t>(), w = (*it)[1].get<uint64_t>(),
+                     c = (*it)[2].get<uint64_t>();
+      if (h == 0 || w == 0 || h > 65535 || w > 65535 || c != 3) {
+        return Status::Corrupt(origin, ": shape ", h, "x", w, "x", c,
+                               " is not a stored image shape (1..65535 x 1..65535 x 3)");
+      }
+      if (m.encoding == Encoding::kJpeg) {
+        return Status::Corrupt(origin, ": a fixed shape is only recorded for raw or zstd records");
+      }
+      m.height = static_cast<uint32_t>(h);
+      m.width = static_cast<uint32_t>(w);
+      m.channels = static_cast<uint32_t>(c);
+    }
+    SF_RETURN_IF_ERROR(Get(j, "source_bytes", &m.source_bytes, origin, false));
+    SF_RETURN_IF_ERROR(Get(j, "created_by", &m.created_by, origin, false));
+    SF_RETURN_IF_ERROR(Get(j, "created_at", &m.created_at, origin, false));
+    if (auto it = j.find("options"); it != j.end()) {
+      if (!it->is_object()) return Status::Corrupt(origin, ": options is not an object");
+      m.options_json = it->dump(-1, ' ', false, json::error_handler_t::replace);
+    }
+    const json& shards = j.at("shards");
+    if (!shards.is_array() || shards.empty()) {
+      return Status::Corrupt(origin, ": shards is not a non-empty list");
+    }
     uint64_t next = 0;
-    for (const json& s : j.at("shards")) {
+    for (const json& s : shards) {
+      if (!s.is_object()) return Status::Corrupt(origin, ": a shard entry is not an object");
       ShardInfo info;
-      info.file = s.at("file").get<std::string>();
+      SF_RETURN_IF_ERROR(Get(s, "file", &info.file, origin));
       if (info.file.empty() || info.file.find('/') != std::string::npos || info.file[0] == '.') {
         return Status::Corrupt(origin, ": shard file name \"", info.file, "\" is not a plain name");
       }
-      info.first_sample = s.at("first_sample").get<uint64_t>();
-      info.sample_count = s.at("sample_count").get<uint64_t>();
-      info.chunk_count = s.at("chunk_count").get<uint64_t>();
-      info.payload_bytes = s.value("payload_bytes", uint64_t{0});
-      info.file_bytes = s.value("file_bytes", uint64_t{0});
-      if (!HexToHash(s.at("xxh3").get<std::string>(), &info.content_hash)) {
-        return Status::Corrupt(origin, ": shard ", info.file, " has a malformed xxh3");
+      const std::string where = origin + ": shard " + info.file;
+      SF_RETURN_IF_ERROR(Get(s, "first_sample", &info.first_sample, where));
+      SF_RETURN_IF_ERROR(Get(s, "sample_count", &info.sample_count, where));
+      SF_RETURN_IF_ERROR(Get(s, "chunk_count", &info.chunk_count, where));
+      SF_RETURN_IF_ERROR(Get(s, "payload_bytes", &info.payload_bytes, where, false));
+      SF_RETURN_IF_ERROR(Get(s, "file_bytes", &info.file_bytes, where, false));
+      std::string hash;
+      SF_RETURN_IF_ERROR(Get(s, "xxh3", &hash, where));
+      if (!HexToHash(hash, &info.content_hash)) {
+        return Status::Corrupt(where, " has a malformed xxh3");
       }
       if (info.first_sample != next) {
-        return Status::Corrupt(origin, ": shard ", info.file, " starts at sample ",
-                               info.first_sample, ", expected ", next);
+        return Status::Corrupt(where, " starts at sample ", info.first_sample, ", expected ", next);
       }
-      next += info.sample_count;
+      if (__builtin_add_overflow(next, info.sample_count, &next)) {
+        return Status::Corrupt(where, ": sample counts overflow");
+      }
       m.shards.push_back(std::move(info));
     }
     if (next != m.sample_count) {

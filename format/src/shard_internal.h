@@ -8,6 +8,7 @@
 
 #include "shardfeed/format/archive.h"
 #include "shardfeed/format/layout.h"
+#include "shardfeed/format/manifest.h"
 #include "shardfeed/format/status.h"
 
 namespace shardfeed::format {
@@ -26,11 +27,22 @@ class ShardStore {
   size_t map_size = 0;
 };
 
-// Checks header magic/version, the index checksum and every entry's bounds. `where` names the
-// shard in messages.
-Status ValidateShard(const ShardStore& shard, const std::string& where);
+// The one shard validator, in two steps every backend runs.
+// CheckShardHeader: right after the 64-byte header is read, before anything is sized from it:
+// magic, a readable version, and equality with the manifest's entry for shard `number` (so
+// counts are bounded by the manifest, which is bounded by its own checks), plus counts that the
+// file's size can hold.
+Status CheckShardHeader(const ShardHeader& header, const ShardInfo& info, size_t number,
+                        uint64_t file_bytes, const std::string& where);
+// ValidateShard: once the index and chunk table are in memory: the index checksum, then every
+// entry: inside its chunk, the manifest's encoding (and fixed shape), at least one pixel, a
+// channel count the encoding allows, a raw record's exact size, a label below the class count.
+// Adds each label to `class_counts` (sized to the class count).
+Status ValidateShard(const ShardStore& shard, const Manifest& manifest, const std::string& where,
+                     std::vector<uint64_t>* class_counts);
 
-Result<std::unique_ptr<ShardStore>> OpenLmdbShard(const std::string& file);
+Result<std::unique_ptr<ShardStore>> OpenLmdbShard(const std::string& file, const ShardInfo& info,
+                                                  size_t number);
 
 class ArchiveWriter::ShardSink {
  public:
@@ -42,7 +54,8 @@ class ArchiveWriter::ShardSink {
 
 Result<std::unique_ptr<ArchiveWriter::ShardSink>> CreateLmdbSink(const std::string& file);
 
-Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file);
+Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file, const ShardInfo& info,
+                                                  size_t number);
 Result<std::unique_ptr<ArchiveWriter::ShardSink>> CreateHdf5Sink(const std::string& file,
                                                                  const WriterOptions& options);
 // Adds the final manifest (JSON) as an attribute of a finished HDF5 shard.
@@ -52,5 +65,9 @@ std::string ShardFileName(Backend backend, size_t number);
 
 // fsync(2) of a file or directory, with the path in the error.
 Status SyncPath(const std::string& path, bool directory);
+
+// Reads a whole file that must be a regular file of at most `max_bytes` (not a FIFO, a device
+// or a link to /dev/zero): opened non-blocking, checked with fstat before any read.
+Result<std::string> ReadBoundedFile(const std::string& path, uint64_t max_bytes);
 
 }  // namespace shardfeed::format

@@ -239,9 +239,11 @@ def convert(path, out, backend, overwrite=False):
     return _native.convert(os.fspath(path), os.fspath(out), backend, overwrite)
 
 
-def verify(path, decode=False, workers=0):
-    """Checks every record checksum and shard hash; returns the report dict (`ok`, `bad_samples`)."""
-    return _native.verify(os.fspath(path), decode, workers)
+def verify(path, decode=False, workers=0, max_pixels=0):
+    """Checks every record checksum and shard hash; returns the report dict (`ok`, `bad_samples`).
+    With decode, records declaring more than max_pixels pixels (0: the packer's limit) are
+    reported instead of decoded."""
+    return _native.verify(os.fspath(path), decode, workers, max_pixels)
 
 
 def inspect(path):

@@ -87,16 +87,15 @@ py::tuple GetItem(const PyArchive& a, int64_t i) {
   auto image = std::make_shared<imaging::Image>();
   {
     py::gil_scoped_release release;
-    Status s;
     const auto enc = static_cast<format::Encoding>(r.entry->encoding);
-    if (enc == format::Encoding::kJpeg) {
+    imaging::Limits limits;  // the packer's pixel limit, checked before any allocation
+    Status s = format::CheckPixelLimit(*r.entry, limits.max_pixels);
+    if (s.ok() && enc == format::Encoding::kJpeg) {
       imaging::Decoder decoder;
-      imaging::Limits limits;
-      limits.max_pixels = uint64_t{65535} * 65535;
       // An archive's JPEG record is known to be a JPEG: anything else is damage (kCorrupt).
       s = decoder.DecodeJpegRegion(r.data, r.size, {}, image.get(), limits);
       if (s.ok()) imaging::ApplyOrientation(image.get(), r.entry->orientation);
-    } else {
+    } else if (s.ok()) {
       image->Resize(r.entry->width, r.entry->height, 3);
       s = format::ReadPixelRecord(r, nullptr, image->pixels.data());
     }
@@ -149,6 +148,8 @@ reader::LoaderOptions ParseLoaderOptions(const py::dict& kw) {
       o.transform.scaled_decode = v.cast<bool>();
     else if (k == "timeout")
       o.timeout = v.is_none() ? 0.0 : v.cast<double>();
+    else if (k == "max_pixels")
+      o.transform.max_pixels = v.cast<uint64_t>();
     else if (k == "crop") {
       std::string c = v.cast<std::string>();
       if (c == "center")
@@ -454,11 +455,12 @@ PYBIND11_MODULE(_native, m) {
 
   m.def(
       "verify",
-      [](const std::string& path, bool decode, int workers) {
+      [](const std::string& path, bool decode, int workers, uint64_t max_pixels) {
         auto archive = Check(format::Archive::Open(path));
         converter::VerifyOptions o;
         o.decode = decode;
         o.workers = workers;
+        if (max_pixels) o.max_pixels = max_pixels;
         std::string json;
         {
           py::gil_scoped_release release;
@@ -466,7 +468,8 @@ PYBIND11_MODULE(_native, m) {
         }
         return FromJson(json);
       },
-      py::arg("path"), py::arg("decode") = false, py::arg("workers") = 0);
+      py::arg("path"), py::arg("decode") = false, py::arg("workers") = 0,
+      py::arg("max_pixels") = 0);
 
   m.def(
       "convert",

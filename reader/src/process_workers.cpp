@@ -285,8 +285,8 @@ void Loader::Impl::DispatchTo(size_t c) {
                 ? Status::Cancelled("loader is shutting down")
                 : Status::IOError("worker process ", child.pid, " ", DescribeExit(child.pid),
                                   " while decoding sample ", task.index, " of ", archive->path());
+        SetFatal(dead);  // before the sample completes: no later Next() may succeed
         Complete(c, task, dead, StageTimes());
-        SetFatal(dead);
         return;
       }
       StageTimes times;

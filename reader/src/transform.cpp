@@ -6,7 +6,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
+#include <thread>
 
+#include "failpoint.h"
 #include "shardfeed/reader/sampler.h"
 
 namespace shardfeed::reader {
@@ -144,11 +147,15 @@ void SampleDecoder::Finish(const uint8_t* src, uint32_t w, uint32_t h, size_t st
 
 Status SampleDecoder::DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst, StageTimes* times) {
   if (index >= archive_->size()) return Status::InvalidArgument("index out of range");
+  Failpoints& fp = Failpoints::Get();
+  if (index == fp.decode_throw) throw std::runtime_error("failpoint decode_throw");
+  if (index == fp.decode_hang) std::this_thread::sleep_for(std::chrono::hours(1));
   auto t0 = Clock::now();
   if (options_.verify_checksums) SF_RETURN_IF_ERROR(archive_->VerifyRecord(index));
   const format::RecordView r = archive_->Get(index);
   times->read += Since(t0);
   const format::IndexEntry& e = *r.entry;
+  SF_RETURN_IF_ERROR(format::CheckPixelLimit(e, options_.max_pixels));
   Rng rng(seed);
   const uint64_t crop_seed = rng.Next();
   const bool flip = options_.flip && (rng.Next() & 1);
@@ -165,7 +172,7 @@ Status SampleDecoder::DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst, 
   switch (static_cast<Encoding>(e.encoding)) {
     case Encoding::kJpeg: {
       imaging::Limits limits;
-      limits.max_pixels = uint64_t{65535} * 65535;  // the packer already applied its limit
+      limits.max_pixels = options_.max_pixels;
       if (options_.cropped_decode) {
         // The crop is in upright coordinates; decode its preimage in the stored image (phone
         // photos are mostly stored rotated), then turn just that region upright.

@@ -232,12 +232,19 @@ def test_packing_into_the_image_folder_never_packs_the_archive(tmp_path):
     shutil.copytree(GOOD, src)
     out = src / "train.sf"
     run("pack", src, out, check=0)
-    # A stale partial output from a killed run, and the archive itself, sit inside the tree.
-    os.makedirs(src / "train.sf.partial")
-    shutil.copy(out / "manifest.json", src / "train.sf.partial" / "manifest.json")
-    run("pack", src, out, "--overwrite", "--report", tmp_path / "r.json", check=0)
-    info = json.loads(run("inspect", out, "--json", check=0).stdout)
+    # --overwrite never deletes anything inside the source folder, even an archive of ours.
+    p = run("pack", src, out, "--overwrite", check=2)
+    assert "inside the source" in p.stderr
+    # A stale partial output of another archive from a killed run sits in the tree too; packing
+    # again next to them takes neither the archive nor the partial for a class.
+    os.makedirs(src / "again.sf.partial")
+    shutil.copy(out / "manifest.json", src / "again.sf.partial" / "manifest.json")
+    run("pack", src, src / "again.sf", "--report", tmp_path / "r.json", check=0)
+    info = json.loads(run("inspect", src / "again.sf", "--json", check=0).stdout)
     assert [c["name"] for c in info["classes"]] == ["cat", "dog", "zebra"]
     assert info["samples"] == 36
     report = json.loads((tmp_path / "r.json").read_text())
-    assert any(i["reason"] == "the output archive" for i in report["ignored"])
+    reasons = {os.path.basename(i["path"]): i["reason"] for i in report["ignored"]}
+    assert reasons["again.sf.partial"] == "the output archive"
+    assert reasons["train.sf"] == "a shardfeed archive"
+    assert not os.path.exists(src / "again.sf.partial")

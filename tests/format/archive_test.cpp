@@ -27,7 +27,9 @@ IndexEntry EntryFor(uint64_t i) {
   e.height = static_cast<uint16_t>(10 + i % 5);
   e.width = static_cast<uint16_t>(20 + i % 7);
   e.channels = 3;
-  e.encoding = static_cast<uint8_t>(Encoding::kRaw);
+  // Payloads are arbitrary bytes: stored as JPEG records, which Open does not decode (a raw
+  // record's size must equal height x width x 3).
+  e.encoding = static_cast<uint8_t>(Encoding::kJpeg);
   e.orientation = 1;
   return e;
 }
@@ -40,7 +42,7 @@ void WriteArchive(const std::string& path, uint64_t n, WriterOptions opt = {}) {
     REQUIRE((*w)->Append(EntryFor(i), p.data(), p.size()).ok());
   }
   Manifest m;
-  m.encoding = Encoding::kRaw;
+  m.encoding = Encoding::kJpeg;
   m.class_names = {"a", "b", "c"};
   REQUIRE((*w)->Finish(m).ok());
 }
@@ -206,12 +208,12 @@ TEST_CASE("the manifest round-trips through JSON and rejects other versions") {
   CHECK(back->class_counts == m.class_counts);
   CHECK(back->height == 32);
   CHECK(back->shards[0].content_hash == s.content_hash);
-  std::string v2 = m.ToJson();
-  v2.replace(v2.find("\"format_version\": 1"), 19, "\"format_version\": 2");
-  auto refused = Manifest::FromJson(v2, "test");
+  std::string v3 = m.ToJson();
+  v3.replace(v3.find("\"format_version\": 2"), 19, "\"format_version\": 3");
+  auto refused = Manifest::FromJson(v3, "test");
   CHECK(refused.status().code() == StatusCode::kUnsupported);
-  CHECK(refused.status().message().find("version 2") != std::string::npos);
-  CHECK(refused.status().message().find("version 1") != std::string::npos);
+  CHECK(refused.status().message().find("version 3") != std::string::npos);
+  CHECK(refused.status().message().find("versions 1 to 2") != std::string::npos);
 }
 
 }  // namespace

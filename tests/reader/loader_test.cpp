@@ -272,7 +272,7 @@ long ResidentKiB() {
   return 0;
 }
 
-TEST_CASE("memory does not grow over 20 epochs") {
+TEST_CASE("memory does not grow over 20 epochs", "[no-tsan]") {
   TempDir dir;
   auto src = converter::ScanImageFolder(testing::SampleDir());
   REQUIRE(src.ok());

@@ -8,12 +8,16 @@
 
 #include "shardfeed/format/archive.h"
 #include "shardfeed/format/status.h"
+#include "shardfeed/imaging/image.h"
 
 namespace shardfeed::converter {
 
 struct VerifyOptions {
   bool decode = false;  // also decode every record (JPEG fully, zstd decompressed, sizes checked)
   int workers = 0;      // 0: all cores
+  // With decode: a record declaring more pixels than this is reported, not decoded (the same
+  // limit pack applies: a crafted record cannot make verify allocate gigabytes).
+  uint64_t max_pixels = imaging::Limits().max_pixels;
 };
 
 struct BadSample {

@@ -72,7 +72,11 @@ struct WriterOptions {
   Backend backend = Backend::kLmdb;
   uint64_t chunk_bytes = 1 << 20;  // a chunk closes once it holds at least this many bytes
   uint64_t shard_bytes = 0;        // a shard closes once its payload reaches this; 0: one shard
-  bool overwrite = false;          // replace an existing archive at the path
+  bool overwrite = false;          // replace an existing archive (only an archive) at the path
+  // Paths the writer must never replace or contain: the sources being packed or converted.
+  // Create() refuses an output equal to one of them or containing one, and --overwrite of an
+  // output inside one.
+  std::vector<std::string> protect;
   // What the records hold. HDF5 stores fixed-shape (height > 0) raw/zstd records as an
   // N x height x width x 3 data set, one HDF5 chunk per record (zstd through filter 32015).
   Encoding encoding = Encoding::kJpeg;
@@ -80,10 +84,22 @@ struct WriterOptions {
   int zstd_level = 1;  // recorded as the HDF5 filter's parameter
 };
 
-// Writes an archive atomically: everything goes to "<path>.partial/", and Finish() renames it to
-// <path> only after the manifest is written and synced. Destroying the writer without Finish()
-// removes the partial directory. A partial directory left by a killed process is removed by the
-// next writer of the same path. Not thread-safe: one thread appends.
+// Writes an archive atomically and never destroys anything that is not provably its own
+// (docs/DESIGN.md, "Data safety"):
+// - Create() takes an exclusive lock (<path>.lock) before touching anything; a writer that does
+//   not get it fails and, destroyed, touches nothing.
+// - Everything is written to "<path>.partial/" (marked as ours by a ".shardfeed-partial" file).
+//   Finish() writes and syncs the manifest, then swaps the partial directory into place with
+//   renameat2(RENAME_EXCHANGE): at every instant <path> is the old archive or the new one. (On a
+//   filesystem without it: rename to <path>.old and back, recovered by the next writer.)
+// - An existing <path> is replaced only with `overwrite`, only if it is a shardfeed archive
+//   (its manifest names this format), and never if it is or contains a `protect` path.
+// - Destroying the writer without Finish() removes its own partial directory. Leftovers of a
+//   killed writer are recovered by the next writer of the same path under the lock: a stranded
+//   <path>.old archive is restored if <path> is missing, else removed; a partial directory is
+//   removed only if it carries the marker or is an archive; anything else there is an error
+//   naming it.
+// Not thread-safe: one thread appends.
 class ArchiveWriter {
  public:
   static Result<std::unique_ptr<ArchiveWriter>> Create(const std::string& path,
@@ -110,6 +126,8 @@ class ArchiveWriter {
   Status FlushChunk();
   Status CloseShard();
 
+  Status Recover();  // leftovers of a killed writer (lock held)
+
   std::string path_, partial_path_;
   WriterOptions options_;
   std::unique_ptr<ShardSink> sink_;
@@ -124,15 +142,24 @@ class ArchiveWriter {
   uint64_t samples_ = 0, bytes_ = 0, shard_payload_ = 0;
   bool finished_ = false;
   int lock_fd_ = -1;
+  bool lock_created_ = false;
 };
 
 // Bytes a raw/zstd record holds once decoded: height * width * channels.
 inline size_t PixelBytes(const IndexEntry& e) { return size_t{e.height} * e.width * e.channels; }
 
+// kResourceExhausted when a record's index entry declares more than `max_pixels` pixels: every
+// decode path checks it before allocating (the default is the packer's, imaging::Limits).
+Status CheckPixelLimit(const IndexEntry& entry, uint64_t max_pixels);
+
 // Checks a raw/zstd record against its index entry and writes its PixelBytes() pixels to `out`
 // (raw: copied; zstd: decompressed with `dctx`, a ZSTD_DCtx* the caller owns, or a temporary one
 // when null). kCorrupt for a wrong size, a frame that does not decompress, or another encoding.
 Status ReadPixelRecord(const RecordView& record, void* dctx, uint8_t* out);
+
+// True when `path` is a directory holding a manifest of this format (IsShardfeedManifest): what
+// --overwrite may replace, and what packing never takes for a class folder.
+bool IsArchiveDirectory(const std::string& path);
 
 // XXH3-64 of a byte range (seed 0): the record checksum.
 uint64_t RecordChecksum(const void* data, size_t size);

@@ -1,4 +1,4 @@
-// The on-disk layout of a shardfeed archive, format version 1.
+// The on-disk layout of a shardfeed archive, format version 2 (reads 1).
 //
 // This header and docs/FORMAT.md describe the same thing and change together. Every field is
 // little-endian with a fixed width; the static_asserts pin sizes and offsets so that a compiler
@@ -12,7 +12,14 @@
 
 namespace shardfeed::format {
 
-inline constexpr uint32_t kFormatVersion = 1;
+// The version this build writes, and the oldest it reads (docs/FORMAT.md, "Versions"). A reader
+// refuses any other version with both numbers in the message. Version 2 added the manifest's
+// own checksum ("manifest_xxh3"); its shards are laid out exactly as version 1's.
+inline constexpr uint32_t kFormatVersion = 2;
+inline constexpr uint32_t kMinFormatVersion = 1;
+inline constexpr bool IsReadableVersion(uint32_t v) {
+  return v >= kMinFormatVersion && v <= kFormatVersion;
+}
 inline constexpr std::string_view kManifestFileName = "manifest.json";
 inline constexpr std::string_view kFormatName = "shardfeed";
 
@@ -66,7 +73,7 @@ inline constexpr uint8_t kFlagAdobe = 1;
 // One per shard, stored under the key "header" (LMDB) / as the dataset "header" (HDF5).
 struct ShardHeader {
   char magic[8];            // "SFSHARD\0"
-  uint32_t format_version;  // kFormatVersion
+  uint32_t format_version;  // the archive's version (1 or 2: the shard layout is the same)
   uint32_t shard_number;    // position of this shard in the manifest
   uint64_t first_sample;    // global index of this shard's sample 0
   uint64_t sample_count;    // entries in the index

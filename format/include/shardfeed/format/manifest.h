@@ -36,9 +36,21 @@ struct Manifest {
   std::string options_json;   // the pack options as a JSON object (free-form, for humans)
   std::vector<ShardInfo> shards;
 
+  // The JSON text, ending in "manifest_xxh3": the XXH3-64 of the compact JSON of every other
+  // field, so an edit to any field (a class name, a count) is detected.
   std::string ToJson() const;
+  // Parses and checks a manifest: size (kMaxManifestBytes), nesting depth (kMaxManifestDepth),
+  // the type and range of every field, the checksum (version >= 2), shard ranges that tile
+  // [0, sample_count) and class counts that add up. Every failure names `origin` and the field.
   static Result<Manifest> FromJson(const std::string& text, const std::string& origin);
 };
+
+inline constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
+inline constexpr int kMaxManifestDepth = 32;
+
+// True when `text` is a manifest of this format (any version): {"format": "shardfeed", ...}.
+// What --overwrite requires before it replaces a directory.
+bool IsShardfeedManifest(const std::string& text);
 
 // Formats a 64-bit hash as 16 lowercase hex digits, and back.
 std::string HashToHex(uint64_t hash);

@@ -31,6 +31,9 @@ struct TransformOptions {
   bool scaled_decode = true;   // let libjpeg-turbo decode at 1/2, 1/4, 1/8 when it suffices
   bool cropped_decode = true;  // decode only the crop's rows and iMCU columns (else: whole image)
   bool verify_checksums = false;  // check each record's XXH3 before decoding it
+  // A record declaring more pixels is that sample's error (kResourceExhausted), never an
+  // allocation: the packer's limit by default, so a crafted archive cannot exhaust memory.
+  uint64_t max_pixels = imaging::Limits().max_pixels;
 };
 
 // A crop rectangle in displayed (upright) pixel coordinates.

@@ -1,0 +1,412 @@
+// ArchiveWriter: shards into "<path>.partial/", then an atomic swap into place. The safety rules
+// are in archive.h; each is tested in tests/format/writer_safety_test.cpp.
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+
+#include "shard_internal.h"
+#include "shardfeed/format/archive.h"
+
+namespace shardfeed::format {
+
+namespace fs = std::filesystem;
+
+Status SyncPath(const std::string& path, bool directory) {
+  int fd = ::open(path.c_str(), (directory ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IOError(path, ": open for sync: ", std::strerror(errno));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return Status::IOError(path, ": fsync: ", std::strerror(err));
+  return Status::OK();
+}
+
+namespace {
+
+constexpr const char* kPartialMarker = ".shardfeed-partial";
+
+std::string NowUtc() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm;
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string ParentOf(const std::string& path) {
+  std::string parent = fs::path(path).parent_path().string();
+  return parent.empty() ? "." : parent;
+}
+
+// `inner` equals `outer` or lies below it (both absolute, normalised).
+bool Within(const fs::path& inner, const fs::path& outer) {
+  auto i = inner.begin(), o = outer.begin();
+  for (; o != outer.end(); ++o, ++i) {
+    if (i == inner.end() || *i != *o) return false;
+  }
+  return true;
+}
+
+fs::path Resolved(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  return ec ? fs::absolute(path).lexically_normal() : p;
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+// A partial directory is ours when it carries the marker or is already an archive (a writer
+// killed between writing the manifest and the swap).
+bool IsOurPartial(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec) &&
+         (fs::exists(fs::path(path) / kPartialMarker, ec) || IsArchiveDirectory(path));
+}
+
+// renameat2 with flags; ENOSYS/EINVAL where the kernel or the filesystem lacks them.
+int Rename2(const std::string& from, const std::string& to, unsigned flags) {
+  return ::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), flags);
+}
+
+bool FlagsUnsupported(int err) { return err == EINVAL || err == ENOSYS || err == EOPNOTSUPP; }
+
+// Takes <path>.lock: created if missing (and then ours to remove), never truncated; locked with
+// flock; re-checked after locking so a lock file unlinked meanwhile by the previous owner is not
+// mistaken for the current one.
+Result<int> TakeLock(const std::string& lock_file, const std::string& what, bool* created) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    int fd = ::open(lock_file.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0644);
+    *created = fd >= 0;
+    if (fd < 0 && errno == EEXIST) {
+      fd = ::open(lock_file.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    }
+    if (fd < 0)
+      return Status::IOError(lock_file, ": cannot create the lock: ", std::strerror(errno));
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != 0) {
+      ::close(fd);
+      return Status::InvalidArgument(lock_file,
+                                     ": exists and is not a shardfeed lock file; not touching it");
+    }
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd);
+      return Status::IOError(what, ": another process is writing this archive (", lock_file,
+                             " is locked)");
+    }
+    struct stat now;
+    if (::stat(lock_file.c_str(), &now) == 0 && now.st_ino == st.st_ino &&
+        now.st_dev == st.st_dev) {
+      return fd;
+    }
+    ::close(fd);  // the previous owner removed it after we opened it: take the new one
+  }
+  return Status::IOError(what, ": could not take ", lock_file, " (it keeps changing)");
+}
+
+}  // namespace
+
+struct ArchiveWriter::HashState {
+  HashState() : state(XXH3_createState()) { XXH3_64bits_reset(state); }
+  ~HashState() { XXH3_freeState(state); }
+  XXH3_state_t* state;
+};
+
+Result<std::unique_ptr<ArchiveWriter>> ArchiveWriter::Create(const std::string& path,
+                                                             const WriterOptions& options) {
+  if (path.empty()) return Status::InvalidArgument("empty output path");
+  if (options.chunk_bytes == 0 || options.chunk_bytes > (uint64_t{1} << 31)) {
+    return Status::InvalidArgument("chunk size must be between 1 byte and 2 GiB");
+  }
+  std::string clean = fs::path(path).lexically_normal().string();
+  while (clean.size() > 1 && clean.back() == '/') clean.pop_back();
+  const fs::path resolved = Resolved(clean);
+  if (clean == "." || clean == ".." || clean == "/" || resolved == resolved.root_path()) {
+    return Status::InvalidArgument(path, ": not a usable output path");
+  }
+  for (const std::string& p : options.protect) {
+    const fs::path source = Resolved(p);
+    if (resolved == source) {
+      return Status::InvalidArgument(clean, ": is the source (", p, "); choose another output");
+    }
+    if (Within(source, resolved)) {
+      return Status::InvalidArgument(clean, ": contains the source (", p,
+                                     "); choose an output outside it");
+    }
+  }
+  std::error_code ec;
+  fs::create_directories(ParentOf(clean), ec);
+  if (ec) return Status::IOError(ParentOf(clean), ": ", ec.message());
+
+  // The lock first: a writer that does not get it has touched nothing, and its destructor
+  // touches nothing either (lock_fd_ and partial_path_ stay unset).
+  bool created = false;
+  SF_ASSIGN_OR_RETURN(int lock_fd, TakeLock(clean + ".lock", clean, &created));
+  std::unique_ptr<ArchiveWriter> w(new ArchiveWriter());
+  w->lock_fd_ = lock_fd;
+  w->lock_created_ = created;
+  w->path_ = clean;
+  w->options_ = options;
+  SF_RETURN_IF_ERROR(w->Recover());
+
+  if (Exists(clean)) {
+    if (!options.overwrite) {
+      return Status::InvalidArgument(clean, ": already exists (pass --overwrite to replace it)");
+    }
+    if (!IsArchiveDirectory(clean)) {
+      return Status::InvalidArgument(clean,
+                                     ": exists and is not a shardfeed archive; --overwrite "
+                                     "replaces only an archive, so it is left as it is");
+    }
+    for (const std::string& p : options.protect) {
+      if (Within(resolved, Resolved(p))) {
+        return Status::InvalidArgument(clean, ": lies inside the source (", p,
+                                       "); --overwrite never deletes anything there");
+      }
+    }
+  }
+  const std::string partial = clean + ".partial";
+  if (::mkdir(partial.c_str(), 0755) != 0) {
+    return Status::IOError(partial, ": ", std::strerror(errno));
+  }
+  w->partial_path_ = partial;  // ours from here on: removed unless Finish() succeeds
+  {
+    std::ofstream marker(fs::path(partial) / kPartialMarker);
+    marker << "a shardfeed archive being written; removed when it is complete\n";
+    if (!marker) return Status::IOError(partial, ": cannot write ", kPartialMarker);
+  }
+  if (options.backend == Backend::kHdf5 && options.height > 0 &&
+      options.encoding != Encoding::kJpeg) {
+    w->options_.chunk_bytes = 1;  // one record per chunk: each is a row of /images
+  }
+  SF_RETURN_IF_ERROR(w->OpenShard());
+  return w;
+}
+
+Status ArchiveWriter::Recover() {
+  const std::string old = path_ + ".old", partial = path_ + ".partial";
+  if (Exists(old)) {
+    if (!IsArchiveDirectory(old)) {
+      return Status::InvalidArgument(old, ": exists and is not a shardfeed archive; move it away");
+    }
+    if (!Exists(path_)) {
+      // A writer died between moving the old archive aside and moving the new one in.
+      if (::rename(old.c_str(), path_.c_str()) != 0) {
+        return Status::IOError(old, ": cannot restore it to ", path_, ": ", std::strerror(errno));
+      }
+    } else {
+      std::error_code ec;
+      fs::remove_all(old, ec);
+      if (ec) return Status::IOError(old, ": cannot remove: ", ec.message());
+    }
+  }
+  if (Exists(partial)) {
+    if (!IsOurPartial(partial)) {
+      return Status::InvalidArgument(partial,
+                                     ": exists and is not a shardfeed partial archive; move it "
+                                     "away");
+    }
+    std::error_code ec;
+    fs::remove_all(partial, ec);
+    if (ec) return Status::IOError(partial, ": cannot remove stale partial output: ", ec.message());
+  }
+  return Status::OK();
+}
+
+ArchiveWriter::~ArchiveWriter() {
+  sink_.reset();
+  if (lock_fd_ < 0) return;  // never held the lock: nothing here is ours
+  if (!finished_ && !partial_path_.empty()) {
+    std::error_code ec;
+    fs::remove_all(partial_path_, ec);
+  }
+  // Only a lock file this writer created is removed, while still holding it (see TakeLock).
+  if (lock_created_) ::unlink((path_ + ".lock").c_str());
+  ::close(lock_fd_);
+}
+
+Status ArchiveWriter::OpenShard() {
+  std::string file =
+      (fs::path(partial_path_) / ShardFileName(options_.backend, shards_.size())).string();
+  if (options_.backend == Backend::kLmdb) {
+    SF_ASSIGN_OR_RETURN(sink_, CreateLmdbSink(file));
+  } else {
+    SF_ASSIGN_OR_RETURN(sink_, CreateHdf5Sink(file, options_));
+  }
+  chunk_.clear();
+  index_.clear();
+  chunk_count_ = 0;
+  shard_first_ = samples_;
+  shard_payload_ = 0;
+  hash_ = std::make_unique<HashState>();
+  return Status::OK();
+}
+
+Status ArchiveWriter::FlushChunk() {
+  if (chunk_.empty()) return Status::OK();
+  SF_RETURN_IF_ERROR(sink_->PutChunk(chunk_count_, chunk_.data(), chunk_.size()));
+  XXH3_64bits_update(hash_->state, chunk_.data(), chunk_.size());
+  ++chunk_count_;
+  chunk_.clear();
+  return Status::OK();
+}
+
+Status ArchiveWriter::Append(IndexEntry entry, const uint8_t* data, size_t size) {
+  if (finished_) return Status::InvalidArgument("Append after Finish");
+  if (size > (uint64_t{1} << 31))
+    return Status::InvalidArgument("record of ", size, " bytes is too large");
+  if (entry.label < 0) return Status::InvalidArgument("negative label ", entry.label);
+  if (entry.height == 0 || entry.width == 0) {
+    return Status::InvalidArgument("record of ", entry.width, "x", entry.height,
+                                   " pixels: images have at least one pixel");
+  }
+  if (options_.shard_bytes && shard_payload_ > 0 && shard_payload_ + size > options_.shard_bytes) {
+    SF_RETURN_IF_ERROR(CloseShard());
+    SF_RETURN_IF_ERROR(OpenShard());
+  }
+  if (!chunk_.empty() && chunk_.size() + size > options_.chunk_bytes) {
+    SF_RETURN_IF_ERROR(FlushChunk());
+  }
+  entry.checksum = RecordChecksum(data, size);
+  entry.chunk = chunk_count_;
+  entry.offset = static_cast<uint32_t>(chunk_.size());
+  entry.size = static_cast<uint32_t>(size);
+  chunk_.insert(chunk_.end(), data, data + size);
+  index_.push_back(entry);
+  if (static_cast<size_t>(entry.label) >= class_counts_.size())
+    class_counts_.resize(entry.label + 1);
+  ++class_counts_[entry.label];
+  ++samples_;
+  bytes_ += size;
+  shard_payload_ += size;
+  return Status::OK();
+}
+
+Status ArchiveWriter::NextShard() {
+  if (index_.empty()) return Status::OK();
+  SF_RETURN_IF_ERROR(CloseShard());
+  return OpenShard();
+}
+
+Status ArchiveWriter::CloseShard() {
+  SF_RETURN_IF_ERROR(FlushChunk());
+  ShardHeader h{};
+  std::memcpy(h.magic, kShardMagic, sizeof(h.magic));
+  h.format_version = kFormatVersion;
+  h.shard_number = static_cast<uint32_t>(shards_.size());
+  h.first_sample = shard_first_;
+  h.sample_count = index_.size();
+  h.chunk_count = chunk_count_;
+  h.index_checksum = XXH3_64bits(index_.data(), index_.size() * sizeof(IndexEntry));
+  XXH3_64bits_update(hash_->state, index_.data(), index_.size() * sizeof(IndexEntry));
+  h.content_hash = XXH3_64bits_digest(hash_->state);
+  SF_RETURN_IF_ERROR(sink_->Finish(h, index_.data(), index_.size()));
+  sink_.reset();
+  ShardInfo info;
+  info.file = ShardFileName(options_.backend, shards_.size());
+  info.first_sample = h.first_sample;
+  info.sample_count = h.sample_count;
+  info.chunk_count = h.chunk_count;
+  info.payload_bytes = shard_payload_;
+  info.content_hash = h.content_hash;
+  std::error_code ec;
+  info.file_bytes = fs::file_size(fs::path(partial_path_) / info.file, ec);
+  shards_.push_back(std::move(info));
+  index_.clear();
+  index_.shrink_to_fit();
+  return Status::OK();
+}
+
+Status ArchiveWriter::Finish(Manifest manifest) {
+  if (finished_) return Status::InvalidArgument("Finish called twice");
+  SF_RETURN_IF_ERROR(CloseShard());
+  manifest.format_version = kFormatVersion;
+  manifest.backend = options_.backend;
+  manifest.sample_count = samples_;
+  manifest.shards = shards_;
+  if (manifest.created_at.empty()) manifest.created_at = NowUtc();
+  class_counts_.resize(std::max(class_counts_.size(), manifest.class_names.size()));
+  manifest.class_counts = class_counts_;
+  if (class_counts_.size() > manifest.class_names.size()) {
+    return Status::InvalidArgument("a record has label ", class_counts_.size() - 1, " but only ",
+                                   manifest.class_names.size(), " class names were given");
+  }
+  const std::string manifest_text = manifest.ToJson();
+  if (options_.backend == Backend::kHdf5) {
+    for (const ShardInfo& info : shards_) {
+      SF_RETURN_IF_ERROR(
+          AnnotateHdf5Shard((fs::path(partial_path_) / info.file).string(), manifest_text));
+    }
+  }
+  std::string manifest_file = (fs::path(partial_path_) / kManifestFileName).string();
+  {
+    std::ofstream out(manifest_file, std::ios::binary | std::ios::trunc);
+    out << manifest_text;
+    out.flush();
+    if (!out) return Status::IOError(manifest_file, ": write failed");
+  }
+  SF_RETURN_IF_ERROR(SyncPath(manifest_file, false));
+  ::unlink((fs::path(partial_path_) / kPartialMarker).c_str());
+  SF_RETURN_IF_ERROR(SyncPath(partial_path_, true));
+
+  const std::string parent = ParentOf(path_);
+  if (!Exists(path_)) {
+    // RENAME_NOREPLACE: a directory that appeared at the path meanwhile is never replaced.
+    if (Rename2(partial_path_, path_, RENAME_NOREPLACE) != 0) {
+      const int err = errno;
+      if (!FlagsUnsupported(err) || ::rename(partial_path_.c_str(), path_.c_str()) != 0) {
+        return Status::IOError(path_, ": cannot rename ", partial_path_,
+                               " into place: ", std::strerror(FlagsUnsupported(err) ? errno : err));
+      }
+    }
+    finished_ = true;
+    return SyncPath(parent, true);
+  }
+  // Replace (Create checked --overwrite and that this is an archive; check again, it may have
+  // changed since): exchange, so the path is the old or the new archive at every instant.
+  if (!IsArchiveDirectory(path_)) {
+    return Status::InvalidArgument(path_, ": is no longer a shardfeed archive; not replacing it");
+  }
+  if (Rename2(partial_path_, path_, RENAME_EXCHANGE) == 0) {
+    finished_ = true;  // partial_path_ now holds the old archive
+    SF_RETURN_IF_ERROR(SyncPath(parent, true));
+    std::error_code ec;
+    fs::remove_all(partial_path_, ec);
+    return Status::OK();
+  }
+  if (!FlagsUnsupported(errno)) {
+    return Status::IOError(path_, ": cannot swap in the new archive: ", std::strerror(errno));
+  }
+  // No RENAME_EXCHANGE here: old aside, new in. A crash in between leaves <path>.old, which the
+  // next writer restores (Recover).
+  const std::string old = path_ + ".old";
+  if (::rename(path_.c_str(), old.c_str()) != 0) {
+    return Status::IOError(path_,
+                           ": cannot move the previous archive aside: ", std::strerror(errno));
+  }
+  if (::rename(partial_path_.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    ::rename(old.c_str(), path_.c_str());  // put the old one back
+    return Status::IOError(path_, ": cannot rename ", partial_path_,
+                           " into place: ", std::strerror(err));
+  }
+  finished_ = true;
+  SF_RETURN_IF_ERROR(SyncPath(parent, true));
+  std::error_code ec;
+  fs::remove_all(old, ec);
+  return Status::OK();
+}
+
+}  // namespace shardfeed::format

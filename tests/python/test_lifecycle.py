@@ -1,0 +1,282 @@
+"""The loader's lifecycle as training code drives it, in thread and process mode: early breaks,
+set_epoch and load_state_dict mid-epoch, exceptions in the loop, Ctrl-C, close/del and use after
+close, killed and stopped workers, fork. Each case checks what was delivered and that no process
+or descriptor is left behind. Cases that could hang run in a subprocess with a timeout."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import shardfeed
+
+DATA = os.environ.get("SHARDFEED_TEST_DATA", "")
+GOOD = os.path.join(DATA, "good")
+MODES = ["threads", "processes"]
+
+
+@pytest.fixture(scope="module")
+def archive_path(tmp_path_factory):
+    # 36 real JPEGs, repeated to 180 samples through a list file, so batches take a while.
+    root = tmp_path_factory.mktemp("life")
+    files = sorted(os.path.join(d, f) for d, _, fs in os.walk(GOOD) for f in fs)
+    listing = root / "list.txt"
+    with open(listing, "w") as out:
+        for r in range(5):
+            for i, f in enumerate(files):
+                out.write("%s %d\n" % (os.path.relpath(f, GOOD), i % 3))
+    out = root / "a"
+    report = shardfeed.pack(GOOD, str(out), list=str(listing), workers=2)
+    assert report["packed"] == 180
+    return str(out)
+
+
+def children():
+    me = os.getpid()
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % pid) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2:].split()[1]) == me:
+            out.append(int(pid))
+    return out
+
+
+def fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+_archives = {}
+
+
+def loader(path, mode, **kw):
+    # One Archive per path, opened before any descriptor count: its mapping's descriptor is
+    # the archive's, not the loader's.
+    archive = _archives.setdefault(path, shardfeed.Archive(path))
+    options = dict(batch_size=16, prefetch=2, crop="random", size=96, shuffle=True, workers=2,
+                   mode=mode, timeout=30)
+    options.update(kw)
+    return shardfeed.Loader(archive, **options)
+
+
+@pytest.fixture(autouse=True)
+def opened(archive_path):
+    _archives.setdefault(archive_path, shardfeed.Archive(archive_path))
+
+
+def all_indices(l):
+    return sorted(int(i) for b in l for i in b.indices)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_break_after_k_batches_repeatedly(archive_path, mode):
+    before = fds()
+    l = loader(archive_path, mode)
+    for repeat in range(3):
+        for k in range(0, 2 + 2):  # 0 .. prefetch + 1
+            for n, b in enumerate(l):
+                if n == k:
+                    break
+            del b  # a batch kept across epochs holds its slot (prefetch is 2 here)
+    assert all_indices(l) == list(range(180))
+    l.close()
+    assert children() == []
+    assert fds() == before
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_set_epoch_and_load_state_dict_mid_epoch(archive_path, mode):
+    l = loader(archive_path, mode)
+    l.set_epoch(3)
+    it = iter(l)
+    first = [int(i) for _ in range(4) for i in next(it).indices]
+    state = l.state_dict()
+    del it
+    assert state == {"epoch": 3, "position": 4, "seed": 0}
+    l.set_epoch(7)  # abandon epoch 3 for epoch 7, read whole
+    assert all_indices(l) == list(range(180))
+    resumed = loader(archive_path, mode)
+    resumed.load_state_dict(state)
+    rest = [int(i) for b in resumed for i in b.indices]
+    assert sorted(first + rest) == list(range(180))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_exception_in_the_training_loop_then_the_next_epoch(archive_path, mode):
+    l = loader(archive_path, mode)
+    with pytest.raises(ZeroDivisionError):
+        for n, b in enumerate(l):
+            if n == 2:
+                1 / 0
+    del b
+    assert all_indices(l) == list(range(180))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_close_mid_epoch_and_use_after_close(archive_path, mode):
+    before = fds()
+    l = loader(archive_path, mode)
+    it = iter(l)
+    held = next(it)
+    expected = held.images.copy()
+    l.close()
+    assert children() == []
+    # A batch still held stays valid after close.
+    assert np.array_equal(held.images, expected)
+    with pytest.raises(shardfeed.Error, match="closed"):
+        next(it)
+    with pytest.raises(shardfeed.Error, match="closed"):
+        len(l)
+    with pytest.raises(shardfeed.Error, match="closed"):
+        iter(l).__next__()
+    l.close()  # idempotent
+    del held, it
+    assert fds() == before
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_del_mid_epoch_leaves_nothing(archive_path, mode):
+    before = fds()
+    l = loader(archive_path, mode)
+    it = iter(l)
+    next(it)
+    del it, l
+    assert children() == []
+    assert fds() == before
+
+
+def test_a_killed_worker_raises_worker_error(archive_path):
+    l = loader(archive_path, "processes")
+    it = iter(l)
+    next(it)
+    os.kill(l.worker_pids[0], signal.SIGKILL)
+    with pytest.raises(shardfeed.WorkerError, match="signal 9"):
+        for _ in it:
+            pass
+    with pytest.raises(shardfeed.Error):
+        list(l)
+    l.close()
+    assert children() == []
+
+
+def test_a_stopped_worker_times_out(archive_path):
+    l = loader(archive_path, "processes", timeout=1)
+    it = iter(l)
+    next(it)
+    for pid in l.worker_pids:
+        os.kill(pid, signal.SIGSTOP)
+    with pytest.raises(shardfeed.Timeout, match="worker"):
+        for _ in it:
+            pass
+    l.close()
+    assert children() == []
+
+
+def run_script(body, timeout=60):
+    env = dict(os.environ)
+    code = "import os, signal, sys, threading, time\nimport shardfeed\n" + textwrap.dedent(body)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_ctrl_c_while_a_stopped_worker_process_holds_the_batch(archive_path):
+    # Timeout off: only Ctrl-C ends the wait. Closing afterwards kills the stopped worker.
+    r = run_script("""
+        l = shardfeed.Loader(%r, batch_size=16, prefetch=2, size=32, workers=1,
+                             mode="processes", timeout=0)
+        it = iter(l)
+        pids = l.worker_pids
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        try:
+            next(it)
+            print("no interrupt")
+        except KeyboardInterrupt:
+            print("interrupted")
+        l.close()
+        alive = [p for p in pids if os.path.exists("/proc/%%d" %% p)]
+        print("closed, alive", alive, flush=True)
+    """ % archive_path)
+    assert "interrupted" in r.stdout and "closed, alive []" in r.stdout, r.stdout + r.stderr
+
+
+def test_ctrl_c_while_a_worker_thread_hangs(archive_path):
+    # A decode that never returns (failpoint): thread workers cannot be killed, but the wait
+    # still ends on Ctrl-C.
+    env = dict(os.environ, SHARDFEED_FAILPOINTS="decode_hang=1")
+    code = textwrap.dedent("""
+        import os, signal, threading, shardfeed
+        l = shardfeed.Loader(%r, batch_size=200, size=32, workers=1, timeout=0)
+        threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        try:
+            next(iter(l))
+            print("no interrupt", flush=True)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+        os._exit(0)  # the hung thread cannot be joined
+    """ % archive_path)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert "interrupted" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_hung_worker_thread_times_out_and_the_loader_goes_on(archive_path):
+    env = dict(os.environ, SHARDFEED_FAILPOINTS="decode_hang=20")
+    code = textwrap.dedent("""
+        import os, shardfeed
+        l = shardfeed.Loader(%r, batch_size=16, size=32, workers=2, timeout=1)
+        try:
+            for b in l:
+                pass
+            print("no timeout", flush=True)
+        except shardfeed.Timeout as e:
+            print("timeout:", e, flush=True)
+        os._exit(0)
+    """ % archive_path)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert "timeout:" in r.stdout and "sample 20" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_fork_after_the_loader_exists(archive_path, mode):
+    r = run_script("""
+        l = shardfeed.Loader(%r, batch_size=16, size=32, workers=2, mode=%r, timeout=30)
+        it = iter(l)
+        next(it)
+        pid = os.fork()
+        if pid == 0:
+            # The child's copy rebuilds its own workers; the parent's are not touched.
+            n = sum(len(b.indices) for b in l)
+            del it, l
+            os._exit(0 if n == 180 else 3)
+        _, status = os.waitpid(pid, 0)
+        rest = sum(len(b.indices) for b in it)
+        print("child", os.waitstatus_to_exitcode(status), "rest", rest, flush=True)
+    """ % (archive_path, mode))
+    assert "child 0 rest 164" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_child_exiting_normally_with_an_inherited_loader(archive_path, mode):
+    # sys.exit in the child runs the interpreter's finalisation, which destroys the copy.
+    r = run_script("""
+        l = shardfeed.Loader(%r, batch_size=16, size=32, workers=2, mode=%r)
+        it = iter(l)
+        next(it)
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(0)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status), flush=True)
+    """ % (archive_path, mode))
+    assert "child 0" in r.stdout, r.stdout + r.stderr

@@ -1,0 +1,414 @@
+// The loader's lifecycle contract (loader.h, docs/DESIGN.md "Lifecycle and failure"), in thread
+// and process mode: early epoch exits, restarts, exceptions in workers, stuck, stopped and killed
+// workers, destruction mid-epoch and fork. Each case checks the data delivered and that nothing
+// is left behind (processes, descriptors). A hang fails through the loader's own timeout, and
+// CTest's timeout guards the rest.
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "../reader/src/failpoint.h"
+#include "shardfeed/reader/loader.h"
+#include "test_util.h"
+
+namespace shardfeed::reader {
+namespace {
+
+using format::Archive;
+using testing::TempDir;
+
+constexpr uint32_t kSide = 24;
+
+// Sample i: every pixel byte i % 251 (so any crop or resize of it is too), label i % 5.
+std::shared_ptr<Archive> MakeArchive(const std::string& path, uint64_t n) {
+  auto w = format::ArchiveWriter::Create(path, {});
+  REQUIRE(w.ok());
+  std::vector<uint8_t> px(kSide * kSide * 3);
+  for (uint64_t i = 0; i < n; ++i) {
+    std::fill(px.begin(), px.end(), static_cast<uint8_t>(i % 251));
+    format::IndexEntry e{};
+    e.label = static_cast<int32_t>(i % 5);
+    e.height = e.width = kSide;
+    e.channels = 3;
+    e.encoding = static_cast<uint8_t>(format::Encoding::kRaw);
+    e.orientation = 1;
+    REQUIRE((*w)->Append(e, px.data(), px.size()).ok());
+  }
+  format::Manifest m;
+  m.encoding = format::Encoding::kRaw;
+  m.class_names = {"a", "b", "c", "d", "e"};
+  m.height = m.width = kSide;
+  m.channels = 3;
+  REQUIRE((*w)->Finish(m).ok());
+  auto a = Archive::Open(path);
+  REQUIRE(a.ok());
+  return *a;
+}
+
+LoaderOptions Options(WorkerMode mode) {
+  LoaderOptions o;
+  o.batch_size = 32;
+  o.workers = 2;
+  o.prefetch = 3;
+  o.shuffle = true;
+  o.seed = 11;
+  o.mode = mode;
+  o.transform.crop = Crop::kRandom;
+  o.transform.size = 64;  // some work per sample, so batches are caught half-filled
+  o.timeout = 20;         // a leaked slot fails with kTimeout instead of hanging the suite
+  return o;
+}
+
+std::set<pid_t> Children() {
+  std::set<pid_t> out;
+  const pid_t self = ::getpid();
+  if (DIR* d = ::opendir("/proc")) {
+    while (dirent* e = ::readdir(d)) {
+      pid_t pid = std::atoi(e->d_name);
+      if (pid <= 0) continue;
+      std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+      std::string line;
+      std::getline(stat, line);
+      size_t close = line.rfind(')');
+      if (close == std::string::npos) continue;
+      std::istringstream rest(line.substr(close + 2));
+      char state;
+      pid_t ppid = 0;
+      rest >> state >> ppid;
+      if (ppid == self) out.insert(pid);
+    }
+    ::closedir(d);
+  }
+  return out;
+}
+
+size_t OpenFds() {
+  size_t n = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (::readdir(d)) ++n;
+    ::closedir(d);
+  }
+  return n;
+}
+
+// Reads the rest of the epoch, checking every sample's pixels and label; returns the indices.
+std::vector<uint64_t> Drain(Loader& loader) {
+  std::vector<uint64_t> seen;
+  for (;;) {
+    auto b = loader.Next();
+    REQUIRE(b.ok());
+    if (!*b) break;
+    const size_t per = b->image_bytes() / b->size();
+    for (uint32_t j = 0; j < b->size(); ++j) {
+      const uint64_t idx = b->indices()[j];
+      seen.push_back(idx);
+      REQUIRE(b->labels()[j] == static_cast<int64_t>(idx % 5));
+      const uint8_t* img = b->images() + j * per;
+      REQUIRE(img[0] == idx % 251);
+      REQUIRE(img[per - 1] == idx % 251);
+    }
+  }
+  return seen;
+}
+
+void RequireExactlyOnce(std::vector<uint64_t> seen, uint64_t n) {
+  REQUIRE(seen.size() == n);
+  std::sort(seen.begin(), seen.end());
+  for (uint64_t i = 0; i < n; ++i) REQUIRE(seen[i] == i);
+}
+
+const char* ModeName(WorkerMode m) { return m == WorkerMode::kThreads ? "threads" : "processes"; }
+
+TEST_CASE("leaving epochs early after k batches, repeatedly, never leaks a ring slot") {
+  TempDir dir;
+  auto archive = MakeArchive(dir / "a", 700);
+  for (WorkerMode mode : {WorkerMode::kThreads, WorkerMode::kProcesses}) {
+    INFO("mode " << ModeName(mode));
+    const size_t fds = OpenFds();
+    {
+      LoaderOptions o = Options(mode);
+      auto loader = Loader::Create(archive, o);
+      REQUIRE(loader.ok());
+      uint64_t epoch = 0;
+      for (int repeat = 0; repeat < 3; ++repeat) {
+        for (uint32_t k = 0; k <= o.prefetch + 1; ++k) {
+          INFO("break after " << k << " batches, repeat " << repeat);
+          REQUIRE((*loader)->StartEpoch(epoch++).ok());
+          for (uint32_t i = 0; i < k; ++i) {
+            auto b = (*loader)->Next();
+            REQUIRE(b.ok());
+            REQUIRE(*b);
+          }
+        }
+      }
+      REQUIRE((*loader)->StartEpoch(epoch).ok());
+      RequireExactlyOnce(Drain(**loader), 700);
+    }
+    CHECK(Children().empty());
+    CHECK(OpenFds() == fds);
+  }
+}
+
+TEST_CASE("a new epoch while a worker is stopped mid-batch: its slot comes back when it resumes") {
+  // Deterministic form of the leak: batch 1's slot has a sample in a (stopped) worker's hands
+  // when the epoch is abandoned.
+  TempDir dir;
+  auto archive = MakeArchive(dir / "a", 200);
+  LoaderOptions o = Options(WorkerMode::kProcesses);
+  o.workers = 1;
+  o.prefetch = 2;
+  auto loader = Loader::Create(archive, o);
+  REQUIRE(loader.ok());
+  REQUIRE((*loader)->StartEpoch(0).ok());
+  const pid_t worker = (*loader)->worker_pids().at(0);
+  {
+    auto b = (*loader)->Next();
+    REQUIRE(b.ok());
+    REQUIRE(::kill(worker, SIGSTOP) == 0);
+  }
+  REQUIRE((*loader)->StartEpoch(1).ok());
+  REQUIRE(::kill(worker, SIGCONT) == 0);
+  RequireExactlyOnce(Drain(**loader), 200);
+}
+
+TEST_CASE("a new epoch or a resume mid-epoch delivers exactly the rest") {
+  TempDir dir;
+  auto archive = MakeArchive(dir / "a", 301);
+  for (WorkerMode mode : {WorkerMode::kThreads, WorkerMode::kProcesses}) {
+    INFO("mode " << ModeName(mode));
+    auto loader = Loader::Create(archive, Options(mode));
+    REQUIRE(loader.ok());
+    REQUIRE((*loader)->StartEpoch(4).ok());
+    std::vector<uint64_t> first;
+    for (int i = 0; i < 3; ++i) {
+      auto b = (*loader)->Next();
+      REQUIRE(b.ok());
+      first.insert(first.end(), b->indices(), b->indices() + b->size());
+    }
+    LoaderState state = (*loader)->State();
+    CHECK(state.position == 3);
+    // Abandon it for another epoch, read that one whole.
+    REQUIRE((*loader)->StartEpoch(5).ok());
+    RequireExactlyOnce(Drain(**loader), 301);
+    // Resume epoch 4 where it stood, on a fresh loader.
+    auto resumed = Loader::Create(archive, Options(mode));
+    REQUIRE(resumed.ok());
+    REQUIRE((*resumed)->StartEpoch(state.epoch, state.position).ok());
+    std::vector<uint64_t> rest = Drain(**resumed);
+    rest.insert(rest.end(), first.begin(), first.end());
+    RequireExactlyOnce(rest, 301);
+  }
+}
+
+TEST_CASE("an exception in a decoder is its sample's error, never the process's end") {
+  TempDir dir;
+  auto archive = MakeArchive(dir / "a", 100);
+  ::setenv("SHARDFEED_FAILPOINTS", "decode_throw=7", 1);
+  Failpoints::Get().Reload();
+  for (WorkerMode mode : {WorkerMode::kThreads, WorkerMode::kProcesses}) {
+    for (bool skip : {false, true}) {
+      INFO("mode " << ModeName(mode) << " skip_errors " << skip);
+      LoaderOptions o = Options(mode);
+      o.shuffle = false;  // sample 7 is in batch 0, of 32
+      o.skip_errors = skip;
+      auto loader = Loader::Create(archive, o);
+      REQUIRE(loader.ok());
+      REQUIRE((*loader)->StartEpoch(0).ok());
+      int errors = 0;
+      uint64_t delivered = 0, skipped = 0;
+      for (;;) {
+        auto b = (*loader)->Next();
+        if (!b.ok()) {
+          ++errors;
+          CHECK(b.status().message().find("sample 7") != std::string::npos);
+          CHECK(b.status().message().find("failpoint decode_throw") != std::string::npos);
+          continue;  // the loader goes on with the next batch
+        }
+        if (!*b) break;
+        delivered += b->size();
+        skipped += b->skipped();
+        const size_t per = b->image_bytes() / b->size();
+        for (uint32_t j = 0; j < b->size(); ++j) {
+          if (b->indices()[j] != 7) continue;
+          CHECK(b->labels()[j] == -1);
+          CHECK(std::all_of(b->images() + j * per, b->images() + (j + 1) * per,
+                            [](uint8_t v) { return v == 0; }));
+        }
+      }
+      if (skip) {
+        CHECK(errors == 0);
+        CHECK(skipped == 1);
+        CHECK(delivered == 100);
+      } else {
+        CHECK(errors == 1);
+        CHECK(delivered == 100 - 32);  // the failed batch is not delivered
+      }
+    }
+  }
+  ::unsetenv("SHARDFEED_FAILPOINTS");
+  Failpoints::Get().Reload();
+}
+
+TEST_CASE("a stuck or stopped worker process times out naming it, and is killed and reaped") {
+  TempDir dir;
+  auto archive = MakeArchive(dir / "a", 200);
+  for (bool stopped : {false, true}) {
+    INFO((stopped ? "SIGSTOP" : "hung decode"));
+    if (!stopped) ::setenv("SHARDFEED_FAILPOINTS", "decode_hang=50", 1);
+    LoaderOptions o = Options(WorkerMode::kProcesses);
+    o.shuffle = false;
+    o.timeout = 1;
+    const size_t fds = OpenFds();
+    {
+      auto loader = Loader::Create(archive, o);
+      ::unsetenv("SHARDFEED_FAILPOINTS");
+      REQUIRE(loader.ok());
+      REQUIRE((*loader)->StartEpoch(0).ok());
+      if (stopped) {
+        REQUIRE((*loader)->Next().ok());
+        for (int pid : (*loader)->worker_pids()) ::kill(pid, SIGSTOP);
+      }
+      Status seen;
+      for (int i = 0; i < 10 && seen.ok(); ++i) {
+        auto b = (*loader)->Next();
+        if (!b.ok()) seen = b.status();
+      }
+      REQUIRE(seen.code() == StatusCode::kTimeout);
+      CHECK(seen.message().find("worker") != std::string::npos);
+      CHECK(seen.message().find("process") != std::string::npos);
+      if (!stopped) CHECK(seen.message().find("sample 50") != std::string::npos);
+      // The loader says it cannot go on, every time.
+      CHECK((*loader)->Next().status().code() == StatusCode::kTimeout);
+      CHECK(!(*loader)->StartEpoch(1).ok());
+    }
+    CHECK(Children().empty());
+    CHECK(OpenFds() == fds);
+  }
+}
+
+TEST_CASE("a killed worker process fails the loader with its name; nothing is left behind") {
+  TempDir dir;
+  auto archive = MakeArchive(dir / "a", 300);
+  const size_t fds = OpenFds();
+  {
+    auto loader = Loader::Create(archive, Options(WorkerMode::kProcesses));
+    REQUIRE(loader.ok());
+    REQUIRE((*loader)->StartEpoch(0).ok());
+    REQUIRE((*loader)->Next().ok());
+    ::kill((*loader)->worker_pids().at(0), SIGKILL);
+    Status seen;
+    for (int i = 0; i < 20 && seen.ok(); ++i) {
+      auto b = (*loader)->Next();
+      if (!b.ok()) seen = b.status();
+      if (b.ok() && !*b) break;
+    }
+    REQUIRE(!seen.ok());
+    CHECK(seen.message().find("signal 9") != std::string::npos);
+    CHECK(!(*loader)->Next().ok());
+  }
+  CHECK(Children().empty());
+  CHECK(OpenFds() == fds);
+}
+
+TEST_CASE("destroying a loader mid-epoch is prompt; a batch still held stays valid") {
+  TempDir dir;
+  auto archive = MakeArchive(dir / "a", 500);
+  for (WorkerMode mode : {WorkerMode::kThreads, WorkerMode::kProcesses}) {
+    INFO("mode " << ModeName(mode));
+    const size_t fds = OpenFds();
+    Batch held;
+    {
+      auto loader = Loader::Create(archive, Options(mode));
+      REQUIRE(loader.ok());
+      REQUIRE((*loader)->StartEpoch(0).ok());
+      auto b = (*loader)->Next();
+      REQUIRE(b.ok());
+      held = *b;
+    }
+    CHECK(Children().empty());
+    const size_t per = held.image_bytes() / held.size();
+    for (uint32_t j = 0; j < held.size(); ++j) {
+      CHECK(held.images()[j * per] == held.indices()[j] % 251);
+      CHECK(held.labels()[j] == static_cast<int64_t>(held.indices()[j] % 5));
+    }
+    held.Release();
+    CHECK(OpenFds() == fds);
+  }
+}
+
+// Runs `body` in a forked child (with an alarm against hangs) and returns its exit status.
+template <typename F>
+int InChild(F body) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::alarm(60);
+    int code = body();
+    std::_Exit(code);  // skip Catch2's and the parent's atexit state
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+
+TEST_CASE("fork after a loader exists: the child's copy is inert, the child reads on its own",
+          "[fork][no-tsan]") {
+  TempDir dir;
+  auto archive = MakeArchive(dir / "a", 150);
+  for (WorkerMode mode : {WorkerMode::kThreads, WorkerMode::kProcesses}) {
+    INFO("mode " << ModeName(mode));
+    auto loader = Loader::Create(archive, Options(mode));
+    REQUIRE(loader.ok());
+    REQUIRE((*loader)->StartEpoch(0).ok());
+    REQUIRE((*loader)->Next().ok());
+    int status = InChild([&] {
+      auto copy = (*loader)->Next();
+      if (copy.ok()) return 10;
+      if (copy.status().message().find("forked copy") == std::string::npos) return 11;
+      auto own = Loader::Create(archive, Options(mode));
+      if (!own.ok()) return 12;
+      if (!(*own)->StartEpoch(0).ok()) return 13;
+      uint64_t n = 0;
+      for (;;) {
+        auto b = (*own)->Next();
+        if (!b.ok()) return 14;
+        if (!*b) break;
+        for (uint32_t j = 0; j < b->size(); ++j) {
+          if (b->images()[j * (b->image_bytes() / b->size())] != b->indices()[j] % 251) return 15;
+        }
+        n += b->size();
+      }
+      if (n != 150) return 16;
+      own->reset();
+      loader->reset();  // the inherited copy: must neither join nor wait
+      return 0;
+    });
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    // The parent's loader is untouched.
+    std::vector<uint64_t> rest = Drain(**loader);
+    CHECK(rest.size() == 150 - 32);
+  }
+}
+
+TEST_CASE("options that cannot make a ring are refused at Create") {
+  TempDir dir;
+  auto archive = MakeArchive(dir / "a", 10);
+  LoaderOptions o = Options(WorkerMode::kThreads);
+  o.transform.size = 2147483648u;
+  auto r = Loader::Create(archive, o);
+  REQUIRE(!r.ok());
+  CHECK(r.status().code() == StatusCode::kInvalidArgument);
+  o.transform.size = 64;
+  o.timeout = -1;
+  CHECK(!Loader::Create(archive, o).ok());
+}
+
+}  // namespace
+}  // namespace shardfeed::reader
