@@ -21,3 +21,6 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDFEED_
   -DSHARDFEED_TESTS=ON -DSHARDFEED_PYTHON=OFF >/dev/null
 cmake --build build-tsan -j "$JOBS" --target shardfeed_tests shardfeed-worker
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -L tsan)
+# libFuzzer targets (format, manifest, decoders): every committed regression input, then 15 s
+# each from the seed corpus. Longer runs: bash scripts/fuzz.sh 600.
+bash scripts/fuzz.sh 15

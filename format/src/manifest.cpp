@@ -169,6 +169,7 @@ std::string Manifest::ToJson() const {
             {"created_at", created_at},
             {"options", options},
             {"shards", shards_json}};
+  if (class_counts.empty()) j.erase("class_counts");  // unknown (accepted as absent on read)
   if (format_version >= 2) j[kChecksumField] = HashToHex(ManifestChecksum(j));
   return j.dump(2) + "\n";
 }

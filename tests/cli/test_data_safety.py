@@ -1,0 +1,287 @@
+"""Never lose a user's data, never crash on an archive (docs/DESIGN.md, "Data safety"): the
+commands as a user runs them against folders they cannot re-create and against damaged or
+crafted archives. Each case is a defect seen on an earlier build; a crash shows up here as a
+negative return code (killed by a signal)."""
+import fcntl
+import json
+import os
+import shutil
+import struct
+import subprocess
+import threading
+
+import pytest
+
+CLI = os.environ.get("SHARDFEED_CLI", "shardfeed")
+DATA = os.environ.get("SHARDFEED_TEST_DATA", "")
+GOOD = os.path.join(DATA, "good")
+
+
+def run(*args, timeout=60):
+    return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def files_under(root):
+    return sorted(os.path.relpath(os.path.join(d, f), root)
+                  for d, _, fs in os.walk(root) for f in fs)
+
+
+@pytest.fixture
+def src(tmp_path):
+    s = tmp_path / "src"
+    shutil.copytree(GOOD, s)
+    return s
+
+
+@pytest.fixture
+def archive(tmp_path):
+    out = tmp_path / "a"
+    assert run("pack", GOOD, out).returncode == 0
+    return out
+
+
+# ---- --overwrite and the lock -----------------------------------------------------------
+
+def test_overwrite_refuses_a_folder_that_is_not_an_archive(tmp_path):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "thesis.txt").write_text("years of work")
+    p = run("pack", GOOD, notes, "--overwrite")
+    assert p.returncode == 2 and "not a shardfeed archive" in p.stderr, p.stderr
+    assert (notes / "thesis.txt").read_text() == "years of work"
+    assert files_under(notes) == ["thesis.txt"]
+
+
+@pytest.mark.parametrize("target", ["src", "parent"])
+def test_overwrite_never_touches_the_source(src, target):
+    before = files_under(src)
+    out = src if target == "src" else src.parent
+    p = run("pack", src, out, "--overwrite")
+    assert p.returncode == 2, p.stderr
+    assert "source" in p.stderr
+    assert files_under(src) == before
+
+
+def test_a_writer_without_the_lock_touches_nothing(tmp_path):
+    out = tmp_path / "a"
+    partial = tmp_path / "a.partial"
+    partial.mkdir()
+    (partial / ".shardfeed-partial").write_text("")
+    (partial / "shard-00000.mdb").write_bytes(b"the running pack's work")
+    with open(tmp_path / "a.lock", "w") as lock:  # another pack is running
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        p = run("pack", GOOD, out)
+        assert p.returncode != 0 and "locked" in p.stderr, p.stderr
+        assert (partial / "shard-00000.mdb").read_bytes() == b"the running pack's work"
+        assert (tmp_path / "a.lock").exists()
+        assert not out.exists()
+
+
+def test_overwrite_swaps_atomically(tmp_path, archive):
+    # A reader polling the path never finds it missing while it is replaced, again and again.
+    missing = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            if not os.path.exists(archive / "manifest.json"):
+                missing.append(1)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    try:
+        for i in range(6):
+            p = run("pack", GOOD, archive, "--overwrite", "--encoding",
+                    ["jpeg", "raw"][i % 2], "--size" if i % 2 else "--workers",
+                    "16" if i % 2 else "1")
+            assert p.returncode == 0, p.stderr
+    finally:
+        stop.set()
+        t.join()
+    assert missing == []
+    assert not os.path.exists(str(archive) + ".old")
+    assert not os.path.exists(str(archive) + ".partial")
+    assert run("verify", archive).returncode == 0
+
+
+def test_a_crash_mid_swap_is_recovered(tmp_path, archive):
+    # A writer killed between moving the old archive aside and moving the new one in.
+    old = tmp_path / "a.old"
+    os.rename(archive, old)
+    p = run("pack", GOOD, archive, "--encoding", "raw", "--size", "8")
+    assert p.returncode == 2 and "already exists" in p.stderr, p.stderr  # the old one is back
+    assert not old.exists()
+    info = json.loads(run("inspect", archive, "--json").stdout)
+    assert info["encoding"] == "jpeg" and info["samples"] == 36
+    # Both there: the stale copy goes, the archive stays.
+    shutil.copytree(archive, old)
+    assert run("pack", GOOD, archive, "--overwrite").returncode == 0
+    assert not old.exists() and run("verify", archive).returncode == 0
+
+
+def test_a_partial_folder_that_is_not_ours_is_never_removed(tmp_path):
+    partial = tmp_path / "a.partial"
+    partial.mkdir()
+    (partial / "mine.txt").write_text("keep")
+    p = run("pack", GOOD, tmp_path / "a")
+    assert p.returncode == 2 and "a.partial" in p.stderr, p.stderr
+    assert (partial / "mine.txt").read_text() == "keep"
+
+
+def test_a_link_back_to_the_root_does_not_relabel(src, tmp_path):
+    os.symlink("..", src / "cat" / "up")
+    os.symlink("../dog", src / "cat" / "dogs")
+    out = tmp_path / "a"
+    p = run("pack", src, out, "--report", tmp_path / "r.json")
+    assert p.returncode == 0, p.stderr
+    info = json.loads(run("inspect", out, "--json").stdout)
+    assert [c["count"] for c in info["classes"]] == [12, 12, 12]
+    reasons = {os.path.basename(i["path"]): i["reason"]
+               for i in json.loads((tmp_path / "r.json").read_text())["ignored"]}
+    assert reasons["up"] == "directory symlink cycle"
+    assert reasons["dogs"] == "symbolic link into the folder being packed"
+
+
+def test_a_full_disk_says_no_space(tmp_path):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(mnt)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        p = run("pack", GOOD, mnt / "a", "--encoding", "raw", "--size", "64")
+        assert p.returncode == 3, p.stderr
+        assert "no space left on device" in p.stderr, p.stderr
+        assert os.listdir(mnt) == []
+    finally:
+        subprocess.run(["umount", str(mnt)])
+
+
+# ---- the manifest -------------------------------------------------------------------------
+
+def edit_manifest(archive, change, keep_checksum=True):
+    path = archive / "manifest.json"
+    m = json.loads(path.read_text())
+    if not keep_checksum:  # a version-1 manifest: no checksum of its own
+        m.pop("manifest_xxh3", None)
+        m["format_version"] = 1
+    change(m)
+    path.write_text(json.dumps(m, indent=2))
+
+
+def test_verify_catches_an_edited_class_name(archive):
+    text = (archive / "manifest.json").read_text().replace('"cat"', '"dog-2"')
+    (archive / "manifest.json").write_text(text)
+    p = run("verify", archive)
+    assert p.returncode == 1 and "checksum" in p.stderr, p.stderr
+    assert run("inspect", archive).returncode != 0
+
+
+@pytest.mark.parametrize("field", ["class_counts", "shape", "encoding", "sample_count"])
+def test_verify_checks_every_field_against_the_shards(archive, field):
+    def change(m):
+        if field == "class_counts":
+            m["class_counts"][0] += 1
+            m["class_counts"][1] -= 1
+        elif field == "shape":
+            m["shape"] = [16, 16, 3]
+        elif field == "encoding":
+            m["encoding"] = "raw"
+        else:
+            m["sample_count"] += 1
+    edit_manifest(archive, change, keep_checksum=False)
+    p = run("verify", archive)
+    assert p.returncode == 1, (p.returncode, p.stderr)
+
+
+def test_convert_ignores_a_mistyped_option(archive, tmp_path):
+    edit_manifest(archive, lambda m: m["options"].update(chunk_bytes="1M"), keep_checksum=False)
+    assert run("verify", archive).returncode == 0
+    p = run("convert", archive, tmp_path / "b")
+    assert p.returncode == 0, p.stderr
+    assert run("verify", tmp_path / "b").returncode == 0
+
+
+def test_a_deeply_nested_manifest_is_an_error_not_a_crash(archive):
+    text = (archive / "manifest.json").read_text()
+    text = text.replace('"options": {', '"options": {"x": ' + "[" * 100000 + "]" * 100000 + ", ")
+    (archive / "manifest.json").write_text(text)
+    for cmd in ("verify", "inspect"):
+        p = run(cmd, archive)
+        assert p.returncode > 0 and "nested deeper" in p.stderr, (cmd, p.returncode, p.stderr)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_manifest_that_is_not_a_file(archive, kind):
+    os.remove(archive / "manifest.json")
+    if kind == "fifo":
+        os.mkfifo(archive / "manifest.json")
+    else:
+        os.symlink("/dev/zero", archive / "manifest.json")
+    p = run("verify", archive, timeout=20)
+    assert p.returncode == 1 and "not a regular file" in p.stderr, p.stderr
+
+
+def test_inspect_escapes_control_characters(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(os.path.join(GOOD, "cat"), src / "evil\x1b]0;owned\x07name")
+    assert run("pack", src, tmp_path / "a").returncode == 0
+    p = run("inspect", tmp_path / "a")
+    assert p.returncode == 0
+    assert "\x1b" not in p.stdout and "\x07" not in p.stdout
+    assert "evil\\x1b]0;owned\\x07name" in p.stdout
+
+
+# ---- damaged shards -----------------------------------------------------------------------
+
+def lmdb_root_leaf(shard):
+    """(page size, offset of the main database's root page) of an LMDB file."""
+    data = shard.read_bytes()
+    metas = []
+    for at in (0, 4096):
+        m = data[at + 16:at + 16 + 136]
+        metas.append((struct.unpack_from("<Q", m, 128)[0], m))
+    meta = max(metas)[1]
+    psize = struct.unpack_from("<I", meta, 24)[0]
+    root = struct.unpack_from("<Q", meta, 24 + 48 + 40)[0]
+    return psize, root * psize
+
+
+def flip(path, offset, mask):
+    data = bytearray(path.read_bytes())
+    data[offset] ^= mask
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("cmd", [["verify"], ["inspect"], ["verify", "--decode"]])
+def test_a_flipped_lmdb_node_pointer_is_an_error_not_sigbus(archive, cmd):
+    shard = archive / "shard-00000.mdb"
+    psize, root = lmdb_root_leaf(shard)
+    flip(shard, root + 16 + 1, 0x20)  # high byte of the first node's offset: far outside
+    p = run(*cmd, archive)
+    assert p.returncode > 0, (p.returncode, p.stderr)  # negative: killed by a signal
+    assert "damaged LMDB file" in p.stderr, p.stderr
+
+
+def shard_header_offsets(shard):
+    """Every copy of the shard header in the file (LMDB's copy-on-write leaves stale ones)."""
+    data = shard.read_bytes()
+    found, at = [], data.find(b"SFSHARD\0")
+    while at >= 0:
+        found.append(at)
+        at = data.find(b"SFSHARD\0", at + 1)
+    assert found
+    return found
+
+
+@pytest.mark.parametrize("backend,field_offset", [("lmdb", 32), ("lmdb", 24), ("hdf5", 24)])
+def test_huge_counts_in_a_shard_header_are_refused_before_allocating(tmp_path, backend,
+                                                                      field_offset):
+    out = tmp_path / "a"
+    assert run("pack", GOOD, out, "--backend", backend).returncode == 0
+    shard = out / ("shard-00000." + ("mdb" if backend == "lmdb" else "h5"))
+    for at in shard_header_offsets(shard):
+        flip(shard, at + field_offset + 7, 0x08)  # + 2^59 (24: sample_count, 32: chunk_count)
+    p = run("verify", out)
+    assert p.returncode == 1 and "disagrees" in p.stderr, (p.returncode, p.stderr)
