@@ -3,7 +3,9 @@
 # CUDA runtime, packs the sample data at a realistic size, then reads it (1) into pinned host
 # memory only and (2) with every batch copied to the device on its slot's stream, with a
 # simulated 20 ms training step so copies must overlap the consumer's work to stay hidden.
-# Prints the two bench lines and the copy-overlap verdict; figures go to docs/BENCHMARKS.md.
+# Prints the two bench lines and the copy-overlap verdict, then runs the device correctness tests
+# (tests/python/test_device.py: device bytes equal the host batch; two-way slot ordering);
+# figures go to docs/BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
@@ -26,3 +28,8 @@ print("to device  : %.0f images/s, wait %.1f%%, copy issue time %.3f s, ring in 
 print("copies overlap the step" if last(d)["wait_fraction"] <= last(h)["wait_fraction"] + 0.02
       else "copies are NOT hidden behind the step")
 PY
+cmake -S . -B build-gpu -DSHARDFEED_PYTHON=ON >/dev/null
+cmake --build build-gpu -j "$(nproc)" --target _native shardfeed_py
+python3 scripts/make_sample_data.py /tmp/gpu-test-data/good --per-class 12 >/dev/null
+SHARDFEED_TEST_DATA=/tmp/gpu-test-data PYTHONPATH=build-gpu/python \
+  python3 -m pytest -q -p no:cacheprovider tests/python/test_device.py

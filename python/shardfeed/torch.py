@@ -46,6 +46,15 @@ class Loader:
     def archive(self):
         return self._loader.archive
 
+    def close(self):
+        self._loader.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
     def __iter__(self):
         for batch in self._loader:
             if self.device == "cpu":
