@@ -240,16 +240,13 @@ Status DecodeHeif(const uint8_t* data, size_t size, Image* out, const Limits& li
 
 }  // namespace
 
-// A progressive JPEG can hold thousands of tiny scans that each cost a pass over the image
-// (a "JPEG bomb"); libjpeg-turbo's TurboJPEG API caps them at 500, and so do we.
-constexpr int kMaxScans = 500;
 
 void OnProgress(j_common_ptr cinfo) {
   auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
-  if (d->is_decompressor && d->progressive_mode && d->input_scan_number > kMaxScans) {
+  if (d->is_decompressor && d->progressive_mode && d->input_scan_number > kMaxJpegScans) {
     auto* err = reinterpret_cast<ErrorMgr*>(cinfo->err);
     std::snprintf(err->message, sizeof(err->message), "progressive JPEG with more than %d scans",
-                  kMaxScans);
+                  kMaxJpegScans);
     std::longjmp(err->jump, 1);
   }
 }

@@ -105,8 +105,10 @@ Result<JpegInfo> ProbeJpeg(const uint8_t* data, size_t size, bool check_end, con
     }
     pos += len;
   }
+  info.scans = 1;
   if (check_end) {
-    // In entropy-coded data 0xFF is always followed by 0x00 or a marker; 0xFF 0xD9 is the end.
+    // In entropy-coded data 0xFF is always followed by 0x00 or a marker; 0xFF 0xD9 is the end
+    // and 0xFF 0xDA starts another scan (counted: too many is a decompression bomb).
     const uint8_t* p = data + pos;
     const uint8_t* end = data + size;
     while (p < end) {
@@ -115,6 +117,9 @@ Result<JpegInfo> ProbeJpeg(const uint8_t* data, size_t size, bool check_end, con
       if (p[1] == 0xD9) {
         info.complete = true;
         break;
+      }
+      if (p[1] == 0xDA && ++info.scans > kMaxJpegScans && info.progressive) {
+        return Status::Unsupported("progressive JPEG with more than ", kMaxJpegScans, " scans");
       }
       ++p;
     }

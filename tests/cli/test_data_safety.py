@@ -285,3 +285,20 @@ def test_huge_counts_in_a_shard_header_are_refused_before_allocating(tmp_path, b
         flip(shard, at + field_offset + 7, 0x08)  # + 2^59 (24: sample_count, 32: chunk_count)
     p = run("verify", out)
     assert p.returncode == 1 and "disagrees" in p.stderr, (p.returncode, p.stderr)
+
+
+def test_a_progressive_jpeg_with_too_many_scans_is_refused_at_pack(tmp_path):
+    # Documented in FORMAT.md; before, only the reader refused it (the packer kept it).
+    from PIL import Image
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    Image.new("RGB", (32, 32), (10, 200, 30)).save(tmp_path / "p.jpg", progressive=True)
+    data = (tmp_path / "p.jpg").read_bytes()
+    last_scan = data[data.rindex(b"\xff\xda"):data.rindex(b"\xff\xd9")]
+    bomb = data[:data.rindex(b"\xff\xd9")] + last_scan * 600 + b"\xff\xd9"
+    (tmp_path / "src" / "a" / "bomb.jpg").write_bytes(bomb)
+    (tmp_path / "src" / "a" / "ok.jpg").write_bytes(data)
+    p = run("pack", tmp_path / "src", tmp_path / "out", "--report", tmp_path / "r.json")
+    assert p.returncode == 0, p.stderr
+    skipped = json.loads((tmp_path / "r.json").read_text())["skipped"]
+    assert [(os.path.basename(s["path"]), s["reason"]) for s in skipped] == [
+        ("bomb.jpg", "progressive JPEG with more than 500 scans")]

@@ -67,6 +67,10 @@ struct Image {
   }
 };
 
+// A progressive JPEG can hold thousands of tiny scans that each cost a pass over the image (a
+// "JPEG bomb"); libjpeg-turbo's TurboJPEG API caps them at 500, and so do the probe and decoder.
+inline constexpr int kMaxJpegScans = 500;
+
 // What a JPEG's headers say, read without decoding any pixel.
 struct JpegInfo {
   uint32_t width = 0, height = 0;  // as stored (before orientation)
@@ -75,6 +79,7 @@ struct JpegInfo {
   bool adobe = false;              // has an Adobe APP14 marker
   bool progressive = false;
   bool complete = false;  // an end-of-image marker follows the first scan
+  int scans = 0;          // start-of-scan markers seen (all of them when probed with check_end)
 };
 
 // Parses markers up to the first scan, then (if `check_end`) looks for the end-of-image marker in
