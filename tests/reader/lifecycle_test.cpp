@@ -14,7 +14,8 @@
 #include <set>
 #include <sstream>
 
-#include "../reader/src/failpoint.h"
+#include "../../reader/src/failpoint.h"
+#include "constant_archive.h"
 #include "shardfeed/reader/loader.h"
 #include "test_util.h"
 
@@ -26,30 +27,8 @@ using testing::TempDir;
 
 constexpr uint32_t kSide = 24;
 
-// Sample i: every pixel byte i % 251 (so any crop or resize of it is too), label i % 5.
 std::shared_ptr<Archive> MakeArchive(const std::string& path, uint64_t n) {
-  auto w = format::ArchiveWriter::Create(path, {});
-  REQUIRE(w.ok());
-  std::vector<uint8_t> px(kSide * kSide * 3);
-  for (uint64_t i = 0; i < n; ++i) {
-    std::fill(px.begin(), px.end(), static_cast<uint8_t>(i % 251));
-    format::IndexEntry e{};
-    e.label = static_cast<int32_t>(i % 5);
-    e.height = e.width = kSide;
-    e.channels = 3;
-    e.encoding = static_cast<uint8_t>(format::Encoding::kRaw);
-    e.orientation = 1;
-    REQUIRE((*w)->Append(e, px.data(), px.size()).ok());
-  }
-  format::Manifest m;
-  m.encoding = format::Encoding::kRaw;
-  m.class_names = {"a", "b", "c", "d", "e"};
-  m.height = m.width = kSide;
-  m.channels = 3;
-  REQUIRE((*w)->Finish(m).ok());
-  auto a = Archive::Open(path);
-  REQUIRE(a.ok());
-  return *a;
+  return testing::MakeConstantArchive(path, n, kSide);
 }
 
 LoaderOptions Options(WorkerMode mode) {
