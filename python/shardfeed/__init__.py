@@ -116,9 +116,8 @@ class Loader:
         self.archive = archive if isinstance(archive, Archive) else Archive(archive)
         self.options = dict(options)
         self._epoch = 0             # the epoch the next iteration runs
-        self._resume_position = 0   # the batch it starts at
+        self._resume = None         # a state to resume from (load_state_dict), else None
         self._active = False        # an iteration is under way
-        self._delivered = 0         # batches delivered in the epoch under way
         self._native = None
         self._pid = None
         self._closed = False
@@ -145,7 +144,7 @@ class Loader:
 
     def set_epoch(self, epoch):
         self._epoch = int(epoch)
-        self._resume_position = 0
+        self._resume = None
 
     @property
     def epoch(self):
@@ -153,24 +152,28 @@ class Loader:
 
     def __iter__(self):
         native = self._handle()
-        epoch, start = self._epoch, self._resume_position
-        native.start_epoch(epoch, start)
-        self._resume_position = 0
-        self._active, self._delivered = True, start
+        epoch = self._epoch
+        if self._resume is not None:
+            native.resume(self._resume)
+        else:
+            native.start_epoch(epoch)
+        self._resume = None
+        self._active = True
         stream = 0
         if native.on_device:
             import torch
 
             stream = torch.cuda.current_stream().cuda_stream
+        number = native.state()["position"]
         while True:
             out = native.next(stream)
             if out is None:
                 break
-            self._delivered += 1
             if native.on_device:
-                batch = Batch(out[3], out[4], out[2], epoch, self._delivered - 1)
+                batch = Batch(out[3], out[4], out[2], epoch, number)
             else:
-                batch = Batch(out[0], out[1], out[2], epoch, self._delivered - 1)
+                batch = Batch(out[0], out[1], out[2], epoch, number)
+            number += 1
             # Hold no reference across the next native.next(): the consumer's is the only one,
             # so its slot can return to the ring as soon as the consumer lets go.
             del out
@@ -182,12 +185,20 @@ class Loader:
             self._epoch = epoch + 1
 
     def state_dict(self):
-        """Where iteration stands: {'epoch', 'position', 'seed'}; load_state_dict() on a loader
-        with the same options continues with exactly the next batch."""
-        seed = int(self.options.get("seed", 0))
+        """Where iteration stands: {'epoch', 'position', 'seed', 'plan_start', 'consumed',
+        'world_size'}. load_state_dict() on a loader with the same options continues with
+        exactly the next batch; on one with another world size (rank count), with exactly the
+        rest of the epoch's global order spread over the new ranks (elastic resume: save the
+        state when every rank has delivered the same number of batches, as a synchronous
+        training step does)."""
         if self._active:
-            return {"epoch": self._epoch, "position": self._delivered, "seed": seed}
-        return {"epoch": self._epoch, "position": self._resume_position, "seed": seed}
+            return dict(self._handle().state())
+        if self._resume is not None:
+            return dict(self._resume)
+        seed = int(self.options.get("seed", 0))
+        world = int(self._handle().state()["world_size"])
+        return {"epoch": self._epoch, "position": 0, "seed": seed, "plan_start": 0,
+                "consumed": 0, "world_size": world}
 
     def load_state_dict(self, state):
         seed = int(self.options.get("seed", 0))
@@ -195,7 +206,8 @@ class Loader:
             raise ValueError("state was saved with seed %s, this loader has seed %s"
                              % (state.get("seed"), seed))
         self._epoch = int(state["epoch"])
-        self._resume_position = int(state["position"])
+        self._resume = {k: int(v) for k, v in state.items()}
+        self._resume.setdefault("seed", seed)
 
     def stats(self):
         """The current epoch's timing: wait vs consumer time, per-stage worker seconds."""

@@ -305,10 +305,24 @@ PYBIND11_MODULE(_native, m) {
            py::arg("archive"))
       .def(
           "start_epoch",
-          [](PyLoader& l, uint64_t epoch, uint64_t position) {
-            Check(l.get().StartEpoch(epoch, position));
+          [](PyLoader& l, uint64_t epoch, uint64_t position, uint64_t plan_start) {
+            Check(l.get().StartEpoch(epoch, position, plan_start));
           },
-          py::arg("epoch"), py::arg("position") = 0)
+          py::arg("epoch"), py::arg("position") = 0, py::arg("plan_start") = 0)
+      .def(
+          "resume",
+          [](PyLoader& l, const py::dict& d) {
+            reader::LoaderState s;
+            s.epoch = d["epoch"].cast<uint64_t>();
+            s.position = d["position"].cast<uint64_t>();
+            s.seed = d["seed"].cast<uint64_t>();
+            s.plan_start = d.contains("plan_start") ? d["plan_start"].cast<uint64_t>() : 0;
+            s.world_size = d.contains("world_size") ? d["world_size"].cast<uint32_t>()
+                                                    : l.get().options().world_size;
+            s.consumed = d.contains("consumed") ? d["consumed"].cast<uint64_t>() : 0;
+            Check(l.get().Resume(s));
+          },
+          py::arg("state"))
       .def(
           "next",
           [](PyLoader& l, uintptr_t consumer_stream) -> py::object {
@@ -360,6 +374,9 @@ PYBIND11_MODULE(_native, m) {
              d["epoch"] = s.epoch;
              d["position"] = s.position;
              d["seed"] = s.seed;
+             d["plan_start"] = s.plan_start;
+             d["consumed"] = s.consumed;
+             d["world_size"] = s.world_size;
              return d;
            })
       .def("stats", [](const PyLoader& l) { return StatsDict(l.get().Stats()); })

@@ -75,7 +75,7 @@ bool Loader::Impl::Claim(size_t worker, Task* task) {
   std::unique_lock<std::mutex> lock(mu);
   for (;;) {
     if (stopping || !fatal.ok()) return false;
-    if (next_task < order.size()) {
+    if (next_task < plan.samples) {
       const uint64_t b = next_task / options.batch_size;
       int s = batch_slot(b);
       if (s < 0 && !free_slots.empty()) {
@@ -87,22 +87,22 @@ bool Loader::Impl::Claim(size_t worker, Task* task) {
         slot.state = SlotState::kFilling;
         const uint64_t first = b * options.batch_size;
         slot.count =
-            static_cast<uint32_t>(std::min<uint64_t>(options.batch_size, order.size() - first));
+            static_cast<uint32_t>(std::min<uint64_t>(options.batch_size, plan.samples - first));
         slot.remaining = slot.count;
         slot.in_flight = 0;
         slot.skipped = 0;
         slot.error = Status::OK();
         filling[b % filling.size()] = s;
         // A batch just started: have the kernel read the next one's records meanwhile.
-        const uint64_t next_first = std::min<uint64_t>(order.size(), first + options.batch_size);
-        const uint64_t next_last =
-            std::min<uint64_t>(order.size(), next_first + options.batch_size);
-        task->prefetch.assign(order.begin() + next_first, order.begin() + next_last);
+        task->prefetch_begin = std::min<uint64_t>(plan.samples, first + options.batch_size);
+        task->prefetch_end =
+            std::min<uint64_t>(plan.samples, task->prefetch_begin + options.batch_size);
+        task->plan = plan;
       }
       if (s >= 0) {
         task->slot = s;
         task->position = static_cast<uint32_t>(next_task % options.batch_size);
-        task->index = order[next_task];
+        task->index = sampler->At(plan, next_task);
         task->seed = MixSeed(options.seed, epoch, task->index);
         task->generation = generation;
         ++slots[s].in_flight;
@@ -198,10 +198,12 @@ void Loader::Impl::ReleaseSlot(int s) {
 }
 
 void Loader::Impl::IssuePrefetch(Task* task, StageTimes* times) {
-  if (task->prefetch.empty()) return;
+  if (task->prefetch_begin >= task->prefetch_end) return;
   auto t = Clock::now();
-  for (uint64_t index : task->prefetch) archive->WillNeed(index);
-  task->prefetch.clear();
+  for (uint64_t k = task->prefetch_begin; k < task->prefetch_end; ++k) {
+    archive->WillNeed(sampler->At(task->plan, k));
+  }
+  task->prefetch_begin = task->prefetch_end = 0;
   times->read += Seconds(Clock::now() - t);
 }
 
@@ -390,14 +392,18 @@ Status ForkedCopy(pid_t owner) {
 
 }  // namespace
 
-Status Loader::StartEpoch(uint64_t epoch, uint64_t start_batch) {
+Status Loader::StartEpoch(uint64_t epoch, uint64_t start_batch, uint64_t start_position) {
   Impl& p = *impl_;
   if (!p.InOwnerProcess()) return ForkedCopy(p.owner_pid);
-  if (start_batch > batches_per_epoch()) {
-    return Status::InvalidArgument("resume position ", start_batch, " is past the epoch's ",
-                                   batches_per_epoch(), " batches");
+  if (start_position > p.sampler->size()) {
+    return Status::InvalidArgument("resume position ", start_position, " is past the epoch's ",
+                                   p.sampler->size(), " samples");
   }
-  std::vector<uint64_t> order = p.sampler->EpochOrder(epoch);
+  EpochPlan plan = p.sampler->Plan(epoch, start_position);
+  if (start_batch > plan.batches) {
+    return Status::InvalidArgument("resume batch ", start_batch, " is past the epoch's ",
+                                   plan.batches, " batches");
+  }
   {
     std::lock_guard<std::mutex> lock(p.mu);
     if (!p.fatal.ok()) return p.fatal;
@@ -414,11 +420,11 @@ Status Loader::StartEpoch(uint64_t epoch, uint64_t start_batch) {
       }
     }
     std::fill(p.filling.begin(), p.filling.end(), -1);
-    p.order = std::move(order);
+    p.plan = std::move(plan);
     p.epoch = epoch;
-    p.next_task = std::min<uint64_t>(p.order.size(), start_batch * p.options.batch_size);
+    p.next_task = std::min<uint64_t>(p.plan.samples, start_batch * p.options.batch_size);
     p.next_deliver = start_batch;
-    p.batches = batches_per_epoch();
+    p.batches = p.plan.batches;
     p.stats = EpochStats();
     p.stats.epoch = epoch;
     p.epoch_start = Clock::now();
@@ -528,8 +534,27 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
 }
 
 LoaderState Loader::State() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  return LoaderState{impl_->epoch, impl_->next_deliver, impl_->options.seed};
+  const Impl& p = *impl_;
+  std::lock_guard<std::mutex> lock(p.mu);
+  LoaderState s;
+  s.epoch = p.epoch;
+  s.position = p.next_deliver;
+  s.seed = p.options.seed;
+  s.plan_start = p.plan.start;
+  s.consumed = p.sampler->Consumed(p.plan, p.next_deliver);
+  s.world_size = p.options.world_size;
+  return s;
+}
+
+Status Loader::Resume(const LoaderState& state) {
+  if (state.seed != impl_->options.seed) {
+    return Status::InvalidArgument("state was saved with seed ", state.seed,
+                                   ", this loader has seed ", impl_->options.seed);
+  }
+  if (state.world_size == impl_->options.world_size) {
+    return StartEpoch(state.epoch, state.position, state.plan_start);  // exact, padding included
+  }
+  return StartEpoch(state.epoch, 0, state.consumed);  // elastic: the rest of the global order
 }
 
 EpochStats Loader::Stats() const {

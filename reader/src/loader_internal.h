@@ -22,7 +22,10 @@ struct Task {
   uint64_t index = 0;     // archive sample index
   uint64_t seed = 0;      // augmentation seed
   uint64_t generation = 0;
-  std::vector<uint64_t> prefetch;  // samples of the next batch, to madvise before decoding
+  // Positions [prefetch_begin, prefetch_end) of `plan` are the next batch, to madvise before
+  // decoding (looked up by the worker, outside the loader's lock).
+  uint64_t prefetch_begin = 0, prefetch_end = 0;
+  EpochPlan plan;
 };
 
 struct Loader::Impl {
@@ -104,7 +107,7 @@ struct Loader::Impl {
   std::vector<Slot> slots;
   std::vector<int> free_slots;
   std::vector<int> filling;  // batch % prefetch -> slot
-  std::vector<uint64_t> order;
+  EpochPlan plan;  // the epoch being delivered: positions [0, plan.samples) on this rank
   std::vector<WorkerProgress> progress;
   std::chrono::steady_clock::time_point last_completion;
   uint64_t epoch = 0, generation = 0, next_task = 0, next_deliver = 0, batches = 0;

@@ -1,8 +1,20 @@
 #include "shardfeed/reader/sampler.h"
 
-#include <numeric>
+#include <algorithm>
 
 namespace shardfeed::reader {
+namespace {
+
+uint64_t Mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+constexpr uint64_t kShuffleSalt = 0x5348554646ull;  // "SHUFF"
+constexpr uint64_t kBlockSalt = 0x424C4F434Bull;    // "BLOCK"
+
+}  // namespace
 
 uint64_t MixSeed(uint64_t a, uint64_t b, uint64_t c) {
   Rng r(a ^ 0x5851F42D4C957F2Dull);
@@ -13,55 +25,134 @@ uint64_t MixSeed(uint64_t a, uint64_t b, uint64_t c) {
   return r3.Next();
 }
 
+Permutation::Permutation(uint64_t n, uint64_t key) : n_(n) {
+  unsigned bits = 2;
+  while (bits < 64 && (uint64_t{1} << bits) < n) ++bits;
+  bits += bits & 1;  // balanced halves
+  half_ = bits / 2;
+  mask_ = (uint64_t{1} << half_) - 1;
+  Rng rng(key);
+  for (uint64_t& k : keys_) k = rng.Next();
+}
+
+uint64_t Permutation::Encrypt(uint64_t x) const {
+  uint64_t left = x >> half_, right = x & mask_;
+  for (uint64_t k : keys_) {
+    const uint64_t next = left ^ (Mix(right ^ k) & mask_);
+    left = right;
+    right = next;
+  }
+  return (left << half_) | right;
+}
+
+uint64_t Permutation::Decrypt(uint64_t y) const {
+  uint64_t left = y >> half_, right = y & mask_;
+  for (int r = 5; r >= 0; --r) {
+    const uint64_t prev = right ^ (Mix(left ^ keys_[r]) & mask_);
+    right = left;
+    left = prev;
+  }
+  return (left << half_) | right;
+}
+
+uint64_t Permutation::Inverse(uint64_t y) const {
+  uint64_t x = Decrypt(y);
+  while (x >= n_) x = Decrypt(x);
+  return x;
+}
+
+uint64_t Permutation::operator()(uint64_t i) const {
+  // Cycle walking: the network permutes [0, 2^bits); following it until the value falls back
+  // into [0, n) permutes [0, n).
+  uint64_t y = Encrypt(i);
+  while (y >= n_) y = Encrypt(y);
+  return y;
+}
+
 Sampler::Sampler(uint64_t sample_count, const SamplerOptions& options)
     : n_(sample_count), options_(options) {
   if (options_.world_size == 0) options_.world_size = 1;
   if (options_.batch_size == 0) options_.batch_size = 1;
-  const uint64_t w = options_.world_size;
-  per_rank_ = options_.drop_last ? n_ / w : (n_ + w - 1) / w;
+  if (options_.shuffle_window == 0) options_.shuffle_window = 1;
 }
 
-uint64_t Sampler::batches_per_epoch() const {
-  const uint64_t b = options_.batch_size;
-  return options_.drop_last ? per_rank_ / b : (per_rank_ + b - 1) / b;
+EpochPlan Sampler::Plan(uint64_t epoch, uint64_t start) const {
+  EpochPlan p;
+  p.epoch = epoch;
+  p.start = std::min(start, n_);
+  const uint64_t w = options_.world_size, b = options_.batch_size;
+  const uint64_t remaining = n_ - p.start;
+  if (options_.drop_last) {
+    p.batches = remaining / w / b;
+    p.samples = p.batches * b;
+  } else {
+    p.samples = (remaining + w - 1) / w;
+    p.batches = (p.samples + b - 1) / b;
+  }
+  if (options_.shuffle) {
+    const uint64_t key = MixSeed(options_.seed, epoch, kShuffleSalt);
+    const uint64_t block = options_.shuffle_block;
+    if (block == 0 || block >= n_) {
+      p.order = Permutation(n_, key);
+    } else {
+      const uint64_t blocks = (n_ + block - 1) / block;
+      p.block_order = Permutation(blocks, MixSeed(key, kBlockSalt));
+      p.short_slot = p.block_order.Inverse(blocks - 1);
+    }
+  }
+  return p;
+}
+
+uint64_t Sampler::GlobalAt(const EpochPlan& plan, uint64_t g) const {
+  if (!options_.shuffle) return g;
+  if (plan.order.size()) return plan.order(g);
+  // Block shuffle. Window w holds the blocks at permuted slots [w*W, w*W + W) and permutes their
+  // samples among themselves. Every block has `block` samples but the last (original numbering),
+  // which sits at slot plan.short_slot; so a window's start and size are O(1) to compute.
+  const uint64_t block = options_.shuffle_block, blocks = plan.block_order.size();
+  const uint64_t per = options_.shuffle_window, shortfall = blocks * block - n_;
+  auto start_of = [&](uint64_t w) {  // first global position of window w
+    const uint64_t slot = std::min(blocks, w * per);
+    return slot * block - (plan.short_slot < slot ? shortfall : 0);
+  };
+  uint64_t w = g / (block * per);
+  while (w > 0 && start_of(w) > g) --w;
+  while (start_of(w + 1) <= g) ++w;
+  const uint64_t first = start_of(w), size = start_of(w + 1) - first;
+  const Permutation inner(size, MixSeed(options_.seed, plan.epoch, MixSeed(w, kBlockSalt)));
+  uint64_t q = inner(g - first);
+  for (uint64_t slot = w * per; slot < std::min(blocks, (w + 1) * per); ++slot) {
+    const uint64_t bsize = slot == plan.short_slot ? block - shortfall : block;
+    if (q < bsize) return plan.block_order(slot) * block + q;
+    q -= bsize;
+  }
+  return g;  // unreachable: q < size
+}
+
+uint64_t Sampler::At(const EpochPlan& plan, uint64_t k) const {
+  const uint64_t remaining = n_ - plan.start;
+  uint64_t rel = k * options_.world_size + options_.rank;
+  if (rel >= remaining) rel %= remaining;  // padding repeats from the plan's start
+  return GlobalAt(plan, plan.start + rel);
+}
+
+uint64_t Sampler::Consumed(const EpochPlan& plan, uint64_t batches) const {
+  const uint64_t done = batches * options_.batch_size * options_.world_size;
+  return std::min(n_, plan.start + std::min(done, n_));
 }
 
 std::vector<uint64_t> Sampler::EpochOrder(uint64_t epoch) const {
-  std::vector<uint64_t> global(n_);
-  std::iota(global.begin(), global.end(), uint64_t{0});
-  if (options_.shuffle) {
-    Rng rng(MixSeed(options_.seed, epoch, 0x5348554646ull));
-    auto shuffle = [&rng](uint64_t* first, uint64_t count) {
-      for (uint64_t i = count; i > 1; --i) std::swap(first[i - 1], first[rng.Below(i)]);
-    };
-    const uint64_t block = options_.shuffle_block;
-    if (block == 0 || block >= n_) {
-      shuffle(global.data(), n_);
-    } else {
-      // Shuffle whole blocks, then samples inside each window of consecutive (shuffled) blocks.
-      const uint64_t blocks = (n_ + block - 1) / block;
-      std::vector<uint64_t> block_order(blocks);
-      std::iota(block_order.begin(), block_order.end(), uint64_t{0});
-      shuffle(block_order.data(), blocks);
-      global.clear();
-      for (uint64_t b : block_order) {
-        for (uint64_t i = b * block; i < std::min(n_, (b + 1) * block); ++i) global.push_back(i);
-      }
-      const uint64_t window = block * std::max<uint32_t>(1, options_.shuffle_window);
-      for (uint64_t start = 0; start < n_; start += window) {
-        shuffle(global.data() + start, std::min(window, n_ - start));
-      }
-    }
-  }
-  const uint64_t w = options_.world_size;
-  const uint64_t total = per_rank_ * w;
-  std::vector<uint64_t> mine;
-  mine.reserve(per_rank_);
-  for (uint64_t k = options_.rank; k < total; k += w) {
-    mine.push_back(n_ ? global[k % n_] : 0);  // k >= n_ only when padding
-  }
-  if (options_.drop_last) mine.resize(batches_per_epoch() * options_.batch_size);
+  const EpochPlan plan = Plan(epoch);
+  std::vector<uint64_t> mine(plan.samples);
+  for (uint64_t k = 0; k < plan.samples; ++k) mine[k] = At(plan, k);
   return mine;
 }
+
+uint64_t Sampler::samples_per_rank() const {
+  const uint64_t w = options_.world_size;
+  return options_.drop_last ? n_ / w : (n_ + w - 1) / w;
+}
+
+uint64_t Sampler::batches_per_epoch() const { return Plan(0).batches; }
 
 }  // namespace shardfeed::reader

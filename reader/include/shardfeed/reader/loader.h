@@ -83,11 +83,15 @@ struct LoaderOptions {
   double timeout = 120;
 };
 
-// Where an interrupted run stands: enough to resume on exactly the next batch.
+// Where an interrupted run stands: enough to resume on exactly the next batch at the same world
+// size, and on exactly the rest of the epoch's global order at another (elastic resume).
 struct LoaderState {
   uint64_t epoch = 0;
-  uint64_t position = 0;  // batches already delivered in `epoch`
+  uint64_t position = 0;  // batches already delivered by this rank in the current plan
   uint64_t seed = 0;
+  uint64_t plan_start = 0;  // global position the current plan started at (0: a whole epoch)
+  uint64_t consumed = 0;    // global positions consumed, once every rank is at `position`
+  uint32_t world_size = 1;  // of the run that saved it
 };
 
 struct EpochStats {
@@ -156,9 +160,14 @@ class Loader {
                                                 const LoaderOptions& options);
   ~Loader();
 
-  // Begins `epoch` at batch `start_batch` (a resume), abandoning any epoch in progress (see the
-  // lifecycle notes above). Fails if the loader has failed or this is a forked copy.
-  Status StartEpoch(uint64_t epoch, uint64_t start_batch = 0);
+  // Begins `epoch` at batch `start_batch` (a resume) of the plan that starts at global position
+  // `start_position` (0: the whole epoch; see sampler.h), abandoning any epoch in progress (see
+  // the lifecycle notes above). Fails if the loader has failed or this is a forked copy.
+  Status StartEpoch(uint64_t epoch, uint64_t start_batch = 0, uint64_t start_position = 0);
+  // Resumes from a saved State(): exactly the next batch when `state.world_size` is this
+  // loader's, else (elastic) the rest of the epoch's global order spread over this world size,
+  // so the interrupted epoch is covered exactly once across ranks (padding aside).
+  Status Resume(const LoaderState& state);
 
   // Called about every kWaitPollSeconds while Next() waits; a non-OK Status ends the wait and
   // is returned by Next() (the batch is not consumed: the next call delivers it). The Python
@@ -170,7 +179,7 @@ class Loader {
   // worker (decode failure naming the sample, dead worker process, timeout) is returned here.
   Result<Batch> Next(const WaitHook& hook = {});
 
-  LoaderState State() const;  // to resume: StartEpoch(state.epoch, state.position)
+  LoaderState State() const;  // to resume: Resume(state)
   EpochStats Stats() const;   // of the current (or just finished) epoch
   uint64_t batches_per_epoch() const;
   uint64_t samples_per_epoch() const;  // on this rank

@@ -1,8 +1,15 @@
-// Which samples an epoch visits, in which order, on which rank.
+// Which samples an epoch visits, in which order, on which rank: computed on demand, in O(1)
+// memory, whatever the number of samples or ranks.
 //
-// The order is a pure function of (sample count, seed, epoch, shuffle, rank, world size,
-// drop_last): it does not depend on the number of workers or on timing, so a run is reproducible
-// and a resume lands on exactly the same batches.
+// The global order of an epoch is a pure function of (sample count, seed, epoch, shuffle,
+// shuffle_block, shuffle_window): a seeded bijection of [0, n) evaluated per position, never a
+// vector. Rank r of W takes global positions r, r + W, r + 2W, ... (as DistributedSampler
+// does), so the order is independent of workers, timing and, for the global order, of W. That is
+// what makes a resume exact at the same world size and elastic across world sizes: a run that
+// consumed the first c global positions resumes, at any W, with positions [c, n).
+//
+// Thread-safety: Sampler and EpochPlan are immutable after construction; At() may be called from
+// any number of threads.
 #pragma once
 
 #include <cstdint>
@@ -19,29 +26,69 @@ struct SamplerOptions {
   uint32_t batch_size = 1;
   // Locality-friendly shuffle for archives larger than RAM: 0 keeps the true global shuffle.
   // Otherwise samples are cut into blocks of `shuffle_block` consecutive indices, the blocks
-  // are shuffled, and samples are shuffled within each window of `shuffle_window` blocks, so
-  // any stretch of the epoch reads from at most `shuffle_window` blocks of the archive.
+  // are permuted, and samples are permuted within each window of `shuffle_window` consecutive
+  // (permuted) blocks, so any stretch of the epoch reads from at most `shuffle_window` blocks.
   uint32_t shuffle_block = 0;
   uint32_t shuffle_window = 8;
+};
+
+// A seeded bijection of [0, n): a balanced Feistel network (6 rounds of a 64-bit mixer) on the
+// smallest even number of bits covering n, with cycle walking back into [0, n) (fewer than 4
+// steps on average). O(1) memory; about 20-60 ns per element.
+class Permutation {
+ public:
+  Permutation() = default;
+  Permutation(uint64_t n, uint64_t key);
+  uint64_t operator()(uint64_t i) const;  // i < size()
+  uint64_t Inverse(uint64_t y) const;     // the i with (*this)(i) == y
+  uint64_t size() const { return n_; }
+
+ private:
+  uint64_t Encrypt(uint64_t x) const;
+  uint64_t Decrypt(uint64_t y) const;
+  uint64_t n_ = 0, mask_ = 0;
+  unsigned half_ = 0;
+  uint64_t keys_[6] = {};
+};
+
+// One rank's share of one epoch, starting at global position `start` (0: the whole epoch; a
+// resume, possibly at another world size, starts where the interrupted run stood).
+struct EpochPlan {
+  uint64_t epoch = 0;
+  uint64_t start = 0;    // global positions [start, n) are this plan's
+  uint64_t samples = 0;  // this rank visits this many (padded or dropped as the options say)
+  uint64_t batches = 0;
+  Permutation order;        // the global order (identity without shuffle)
+  Permutation block_order;  // shuffle_block: the order of blocks
+  uint64_t short_slot = 0;  // shuffle_block: where the short last block landed in that order
 };
 
 class Sampler {
  public:
   Sampler(uint64_t sample_count, const SamplerOptions& options);
 
-  // Sample indices this rank visits in `epoch`, in order. Without drop_last, ranks are padded to
-  // equal length by repeating samples from the start of the global order, as
-  // torch.utils.data.DistributedSampler does, so every rank sees the same number of batches.
+  // The plan of `epoch` from global position `start` on. Without drop_last, ranks are padded to
+  // equal length by repeating positions from `start` on, as DistributedSampler does from 0, so
+  // every rank has the same number of batches; with drop_last the remainder is dropped.
+  EpochPlan Plan(uint64_t epoch, uint64_t start = 0) const;
+  // The k-th sample (k < plan.samples) this rank visits. O(1).
+  uint64_t At(const EpochPlan& plan, uint64_t k) const;
+  // The sample at global position g (< n) of `plan`'s epoch.
+  uint64_t GlobalAt(const EpochPlan& plan, uint64_t g) const;
+  // Global positions consumed once every rank delivered `batches` batches of `plan`: where a
+  // run at any world size resumes (Plan(epoch, Consumed(...))).
+  uint64_t Consumed(const EpochPlan& plan, uint64_t batches) const;
+
+  // This rank's whole epoch, materialised (O(samples) memory: tests and tools only).
   std::vector<uint64_t> EpochOrder(uint64_t epoch) const;
-  // Samples per rank per epoch, and batches per rank per epoch.
-  uint64_t samples_per_rank() const { return per_rank_; }
-  uint64_t batches_per_epoch() const;
+  uint64_t samples_per_rank() const;   // of a whole epoch
+  uint64_t batches_per_epoch() const;  // of a whole epoch
+  uint64_t size() const { return n_; }
   const SamplerOptions& options() const { return options_; }
 
  private:
   uint64_t n_;
   SamplerOptions options_;
-  uint64_t per_rank_;
 };
 
 // A reproducible 64-bit generator (splitmix64) used for shuffles and augmentation draws.
