@@ -5,11 +5,20 @@
 #include <cstdint>
 #include <string>
 
+#include "shardfeed/converter/pack.h"
 #include "shardfeed/format/status.h"
 
 namespace shardfeed::cli {
 
 int ExitCodeFor(const Status& s);
+
+#ifdef SHARDFEED_WITH_MPI
+// Ranks in the MPI job this process was started in by mpirun (1 outside one).
+int MpiWorldSize();
+// pack on every rank of the job: see mpi_pack.cpp.
+int MpiPack(const std::string& src, const std::string& list, const std::string& out,
+            converter::PackOptions opt, const std::string& report);
+#endif
 int Fail(const Status& s);  // prints the error, returns its exit code
 bool ParseBytes(const std::string& text, uint64_t* out);
 std::string FormatDuration(double seconds);

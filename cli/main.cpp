@@ -7,6 +7,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -102,13 +103,15 @@ void PrintUsage() {
       "  inspect ARCHIVE     samples, classes, encoding, shapes, sizes\n"
       "  extract ARCHIVE DIR write the samples back as an image folder\n"
       "  bench ARCHIVE       read epochs as training would and report images/s\n"
-      "  convert ARCHIVE OUT rewrite an archive into the other backend (LMDB <-> HDF5)\n\n"
+      "  convert ARCHIVE OUT rewrite an archive into the other backend (LMDB <-> HDF5)\n"
+      "  merge PARTS OUT     join the parts of a split pack (pack --part I/N) into one archive\n\n"
       "Run 'shardfeed <command> --help' for a command's options.\n");
 }
 
 int CmdPack(int argc, char** argv) {
   po::options_description desc("pack options");
   std::string src, out, list, encoding, crop, report, shard_size, chunk_size, validate, backend;
+  std::string part_spec, parts_dir;
   converter::PackOptions opt;
   uint64_t max_pixels = opt.limits.max_pixels;
   desc.add_options()("src", po::value(&src)->required(),
@@ -133,6 +136,10 @@ int CmdPack(int argc, char** argv) {
                                                     "write a JSON report of skipped files here")(
       "strict", po::bool_switch(&opt.strict), "fail (and write no archive) if any file is skipped")(
       "overwrite", po::bool_switch(&opt.writer.overwrite), "replace an existing archive at OUT")(
+      "part", po::value(&part_spec),
+      "I/N: pack only part I (0-based) of N of the source list, into PARTS-DIR/part-I-of-N; "
+      "join the parts with 'shardfeed merge'")("parts-dir", po::value(&parts_dir),
+                                               "where --part writes (default OUT.parts)")(
       "quiet,q", "no progress line");
   po::positional_options_description pos;
   pos.add("src", 1).add("out", 1);
@@ -183,9 +190,33 @@ int CmdPack(int argc, char** argv) {
                             {"shard_bytes", opt.writer.shard_bytes},
                             {"source", list.empty() ? "folder" : "list"}};
   opt.options_json = options.dump();
+  const std::string archive_out = out;  // the final archive (what the scan must never pack)
+  if (!part_spec.empty()) {
+    unsigned i = 0, n = 0;
+    char tail = 0;
+    if (std::sscanf(part_spec.c_str(), "%u/%u%c", &i, &n, &tail) != 2 || n == 0 || i >= n) {
+      return Fail(
+          Status::InvalidArgument("--part must be I/N with 0 <= I < N, not '", part_spec, "'"));
+    }
+    opt.part = i;
+    opt.parts = n;
+    opt.part_record = true;
+    out = parts_dir.empty()
+              ? converter::DefaultPartPath(out, i, n)
+              : (std::filesystem::path(parts_dir) /
+                 std::filesystem::path(converter::DefaultPartPath("x", i, n)).filename())
+                    .string();
+  } else if (!parts_dir.empty()) {
+    return Fail(Status::InvalidArgument("--parts-dir goes with --part"));
+  }
+#ifdef SHARDFEED_WITH_MPI
+  if (part_spec.empty() && cli::MpiWorldSize() > 1) {
+    return cli::MpiPack(src, list, archive_out, opt, report);
+  }
+#endif
 
   Result<converter::SourceList> source =
-      list.empty() ? converter::ScanImageFolder(src, converter::OutputPaths(out))
+      list.empty() ? converter::ScanImageFolder(src, converter::OutputPaths(archive_out))
                    : converter::ReadListFile(list, src);
   if (!source.ok()) return Fail(source.status());
 
@@ -356,6 +387,34 @@ int CmdConvert(int argc, char** argv) {
 
 }  // namespace
 
+int CmdMerge(int argc, char** argv) {
+  po::options_description desc("merge options");
+  std::vector<std::string> parts;
+  std::string out;
+  bool overwrite = false;
+  desc.add_options()("parts", po::value(&parts)->multitoken()->required(),
+                     "a directory of parts (OUT.parts) or the part archives, then OUT")(
+      "overwrite", po::bool_switch(&overwrite), "replace an existing archive at OUT");
+  po::positional_options_description pos;
+  pos.add("parts", -1);
+  po::variables_map vm;
+  int rc = ParseArgs(argc, argv, desc, pos, vm, "shardfeed merge PARTS... OUT [--overwrite]");
+  if (rc >= 0) return rc;
+  if (parts.size() < 2) {
+    return Fail(Status::InvalidArgument("usage: shardfeed merge PARTS... OUT"));
+  }
+  out = parts.back();
+  parts.pop_back();
+  converter::MergeResult r;
+  Status st = converter::Merge(parts, out, overwrite, &r);
+  if (!st.ok()) return Fail(st);
+  std::printf("merged %llu parts (%llu shards, %llu samples) into %s%s\n",
+              static_cast<unsigned long long>(r.parts), static_cast<unsigned long long>(r.shards),
+              static_cast<unsigned long long>(r.samples), out.c_str(),
+              r.copied_shards ? " (some shards copied: parts on another filesystem)" : "");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   if (argc < 2) {
@@ -368,7 +427,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "--version") {
-    std::printf("shardfeed %s\n", SHARDFEED_VERSION);
+    std::printf("shardfeed %s (format version %u", SHARDFEED_VERSION, format::kFormatVersion);
+#ifdef SHARDFEED_WITH_MPI
+    std::printf(", mpi");
+#endif
+    std::printf(")\n");
     return 0;
   }
   if (cmd == "pack") return CmdPack(argc - 1, argv + 1);
@@ -377,6 +440,7 @@ int main(int argc, char** argv) {
   if (cmd == "extract") return CmdExtract(argc - 1, argv + 1);
   if (cmd == "bench") return cli::CmdBench(argc - 1, argv + 1);
   if (cmd == "convert") return CmdConvert(argc - 1, argv + 1);
+  if (cmd == "merge") return CmdMerge(argc - 1, argv + 1);
   std::fprintf(stderr, "shardfeed: error: unknown command '%s'\n", cmd.c_str());
   PrintUsage();
   return 2;

@@ -16,6 +16,7 @@ PKGS=(
   nlohmann-json3-dev                # manifest and reports
   catch2                            # C++ tests
   clang libclang-rt-dev             # libFuzzer targets (scripts/fuzz.sh)
+  libopenmpi-dev openmpi-bin        # mpirun -n N shardfeed pack
   pybind11-dev python3-dev python3-numpy python3-pytest python3-torch python3-torchvision
   python3-pil python3-lmdb python3-h5py  # Python module, its tests and baselines
   python3-pip python3-venv python3-setuptools python3-wheel  # pip install .

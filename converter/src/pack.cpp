@@ -193,6 +193,19 @@ Status DecodeForRecord(imaging::Decoder& decoder, const uint8_t* data, size_t si
   return Status::OK();
 }
 
+uint64_t SourceFingerprint(const SourceList& source, const std::vector<SourceItem>& items) {
+  std::string text;
+  for (const std::string& c : source.class_names) text += c + '\n';
+  const std::string root =
+      source.root.empty() || source.root.back() == '/' ? source.root : source.root + "/";
+  for (const SourceItem& item : items) {
+    const bool under_root = item.path.compare(0, root.size(), root) == 0;
+    text += (under_root ? item.path.substr(root.size()) : item.path) + '\0' +
+            std::to_string(item.label) + '\n';
+  }
+  return format::RecordChecksum(text.data(), text.size());
+}
+
 void ShuffleItems(std::vector<SourceItem>* items, uint64_t seed) {
   uint64_t state = seed;
   auto next = [&state]() {  // splitmix64
@@ -222,8 +235,26 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
   if (options.quality < 1 || options.quality > 100) {
     return Status::InvalidArgument("--quality must be in 1..100");
   }
+  if (options.parts == 0 || options.part >= options.parts) {
+    return Status::InvalidArgument("--part ", options.part, "/", options.parts,
+                                   ": the part must be below the number of parts");
+  }
   std::vector<SourceItem> items = source.items;
   if (options.shuffle) ShuffleItems(&items, options.seed);
+  format::PartInfo part;
+  if (options.parts > 1 || options.part_record) {
+    // Every part computes the whole list, so parts agree on their slices without talking;
+    // merge checks they saw the same list (paths relative to the root) and options.
+    part.index = options.part;
+    part.count = options.parts;
+    part.total_items = items.size();
+    part.first_item = items.size() * options.part / options.parts;
+    part.source_fingerprint = SourceFingerprint(source, items);
+    part.options_fingerprint =
+        format::RecordChecksum(options.options_json.data(), options.options_json.size());
+    const uint64_t end = items.size() * (uint64_t{options.part} + 1) / options.parts;
+    items = std::vector<SourceItem>(items.begin() + part.first_item, items.begin() + end);
+  }
 
   format::WriterOptions writer_options = options.writer;
   if (!source.root.empty()) writer_options.protect.push_back(source.root);
@@ -331,7 +362,7 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
   for (auto& t : threads) t.join();
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!failure.ok()) return failure;  // the writer's destructor removes the partial output
-  if (stats.packed == 0) {
+  if (stats.packed == 0 && !(part.count > 0 && stats.total == 0)) {  // an empty part is fine
     return Status::InvalidArgument("no image could be packed (", result.skipped.size(),
                                    " files skipped); no archive written");
   }
@@ -346,6 +377,8 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
   manifest.source_bytes = stats.source_bytes;
   manifest.created_by = "shardfeed " SHARDFEED_VERSION;
   manifest.options_json = options.options_json;
+  manifest.is_part = part.count > 0;
+  manifest.part = part;
   SF_RETURN_IF_ERROR(writer->Finish(std::move(manifest)));
   if (progress) progress(stats);
   return Status::OK();

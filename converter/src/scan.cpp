@@ -208,7 +208,7 @@ Result<SourceList> ScanImageFolder(const std::string& root,
 std::vector<std::string> OutputPaths(const std::string& out) {
   std::string base = out;
   while (base.size() > 1 && base.back() == '/') base.pop_back();
-  return {base, base + ".partial", base + ".lock", base + ".old"};
+  return {base, base + ".partial", base + ".lock", base + ".old", base + ".parts"};
 }
 
 Result<SourceList> ReadListFile(const std::string& list_file, const std::string& root) {

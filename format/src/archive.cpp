@@ -75,7 +75,9 @@ Status CheckShardHeader(const ShardHeader& h, const ShardInfo& info, size_t numb
                                ", this build reads versions ", kMinFormatVersion, " to ",
                                kFormatVersion);
   }
-  if (h.shard_number != number || h.first_sample != info.first_sample ||
+  const uint64_t want_number = info.header_override ? info.header_number : number;
+  const uint64_t want_first = info.header_override ? info.header_first_sample : info.first_sample;
+  if (h.shard_number != want_number || h.first_sample != want_first ||
       h.sample_count != info.sample_count || h.chunk_count != info.chunk_count ||
       h.content_hash != info.content_hash) {
     return Status::Corrupt(where, ": shard header disagrees with ", kManifestFileName,
@@ -89,8 +91,8 @@ Status CheckShardHeader(const ShardHeader& h, const ShardInfo& info, size_t numb
   return Status::OK();
 }
 
-Status ValidateShard(const ShardStore& shard, const Manifest& manifest, const std::string& where,
-                     std::vector<uint64_t>* class_counts) {
+Status ValidateShard(const ShardStore& shard, const Manifest& manifest, uint64_t first_sample,
+                     const std::string& where, std::vector<uint64_t>* class_counts) {
   const ShardHeader& h = shard.header;
   uint64_t want = XXH3_64bits(shard.index, h.sample_count * sizeof(IndexEntry));
   if (want != h.index_checksum) {
@@ -102,7 +104,7 @@ Status ValidateShard(const ShardStore& shard, const Manifest& manifest, const st
   const bool jpeg = manifest.encoding == Encoding::kJpeg;
   for (uint64_t i = 0; i < h.sample_count; ++i) {
     const IndexEntry& e = shard.index[i];
-    const uint64_t sample = h.first_sample + i;
+    const uint64_t sample = first_sample + i;
     auto bad = [&](const char* why) {
       return Status::Corrupt(where, ": index entry of sample ", sample, " ", why);
     };
@@ -205,7 +207,7 @@ Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path) {
     } else {
       SF_ASSIGN_OR_RETURN(store, OpenHdf5Shard(file, info, s));
     }
-    SF_RETURN_IF_ERROR(ValidateShard(*store, manifest, file, &class_counts));
+    SF_RETURN_IF_ERROR(ValidateShard(*store, manifest, info.first_sample, file, &class_counts));
     archive->shard_starts_.push_back(info.first_sample);
     archive->shards_.push_back(std::move(store));
   }
@@ -232,8 +234,9 @@ size_t Archive::FindShard(uint64_t index) const {
 }
 
 RecordView Archive::Get(uint64_t index) const {
-  const ShardStore& shard = *shards_[FindShard(index)];
-  const IndexEntry& e = shard.index[index - shard.header.first_sample];
+  const size_t s = FindShard(index);
+  const ShardStore& shard = *shards_[s];
+  const IndexEntry& e = shard.index[index - shard_starts_[s]];
   return RecordView{shard.chunk_data[e.chunk] + e.offset, e.size, &e};
 }
 

@@ -300,6 +300,47 @@ Status ArchiveWriter::NextShard() {
   return OpenShard();
 }
 
+Status ArchiveWriter::LinkShard(const std::string& file, const ShardInfo& source,
+                                uint32_t source_number, const std::vector<uint64_t>& counts,
+                                bool* copied) {
+  if (finished_) return Status::InvalidArgument("LinkShard after Finish");
+  if (!index_.empty()) return Status::InvalidArgument("LinkShard needs an empty current shard");
+  // Drop the empty shard opened for appending; the linked file takes its number.
+  const std::string name = ShardFileName(options_.backend, shards_.size());
+  const std::string dst = (fs::path(partial_path_) / name).string();
+  sink_.reset();
+  ::unlink(dst.c_str());
+  bool was_copied = false;
+  if (::link(file.c_str(), dst.c_str()) != 0) {
+    if (errno != EXDEV && errno != EPERM) {
+      return Status::IOError(file, ": cannot link into ", dst, ": ", std::strerror(errno));
+    }
+    std::error_code ec;
+    fs::copy_file(file, dst, ec);
+    if (ec) return Status::IOError(file, ": cannot copy to ", dst, ": ", ec.message());
+    SF_RETURN_IF_ERROR(SyncPath(dst, false));
+    was_copied = true;
+  }
+  if (copied) *copied = was_copied;
+  ShardInfo info = source;
+  info.file = name;
+  info.first_sample = samples_;
+  info.header_override = true;
+  info.header_number = source.header_override ? source.header_number : source_number;
+  info.header_first_sample =
+      source.header_override ? source.header_first_sample : source.first_sample;
+  if (info.header_number == shards_.size() && info.header_first_sample == samples_) {
+    info.header_override = false;  // the header already says where it is
+  }
+  shards_.push_back(info);
+  linked_.push_back(true);
+  samples_ += source.sample_count;
+  bytes_ += source.payload_bytes;
+  if (counts.size() > class_counts_.size()) class_counts_.resize(counts.size());
+  for (size_t c = 0; c < counts.size(); ++c) class_counts_[c] += counts[c];
+  return OpenShard();
+}
+
 Status ArchiveWriter::CloseShard() {
   SF_RETURN_IF_ERROR(FlushChunk());
   ShardHeader h{};
@@ -324,6 +365,7 @@ Status ArchiveWriter::CloseShard() {
   std::error_code ec;
   info.file_bytes = fs::file_size(fs::path(partial_path_) / info.file, ec);
   shards_.push_back(std::move(info));
+  linked_.push_back(false);
   index_.clear();
   index_.shrink_to_fit();
   return Status::OK();
@@ -331,7 +373,13 @@ Status ArchiveWriter::CloseShard() {
 
 Status ArchiveWriter::Finish(Manifest manifest) {
   if (finished_) return Status::InvalidArgument("Finish called twice");
-  SF_RETURN_IF_ERROR(CloseShard());
+  if (index_.empty() && !shards_.empty()) {
+    // Nothing was appended after the last shard (linked ones, or NextShard): no empty shard.
+    sink_.reset();
+    ::unlink((fs::path(partial_path_) / ShardFileName(options_.backend, shards_.size())).c_str());
+  } else {
+    SF_RETURN_IF_ERROR(CloseShard());
+  }
   manifest.format_version = kFormatVersion;
   manifest.backend = options_.backend;
   manifest.sample_count = samples_;
@@ -345,9 +393,10 @@ Status ArchiveWriter::Finish(Manifest manifest) {
   }
   const std::string manifest_text = manifest.ToJson();
   if (options_.backend == Backend::kHdf5) {
-    for (const ShardInfo& info : shards_) {
+    for (size_t s = 0; s < shards_.size(); ++s) {
+      if (linked_[s]) continue;  // shared with its part (hard link): keeps the part's manifest
       SF_RETURN_IF_ERROR(
-          AnnotateHdf5Shard((fs::path(partial_path_) / info.file).string(), manifest_text));
+          AnnotateHdf5Shard((fs::path(partial_path_) / shards_[s].file).string(), manifest_text));
     }
   }
   std::string manifest_file = (fs::path(partial_path_) / kManifestFileName).string();

@@ -145,13 +145,18 @@ bool IsShardfeedManifest(const std::string& text) {
 std::string Manifest::ToJson() const {
   json shards_json = json::array();
   for (const ShardInfo& s : shards) {
-    shards_json.push_back({{"file", s.file},
-                           {"first_sample", s.first_sample},
-                           {"sample_count", s.sample_count},
-                           {"chunk_count", s.chunk_count},
-                           {"payload_bytes", s.payload_bytes},
-                           {"file_bytes", s.file_bytes},
-                           {"xxh3", HashToHex(s.content_hash)}});
+    json entry = {{"file", s.file},
+                  {"first_sample", s.first_sample},
+                  {"sample_count", s.sample_count},
+                  {"chunk_count", s.chunk_count},
+                  {"payload_bytes", s.payload_bytes},
+                  {"file_bytes", s.file_bytes},
+                  {"xxh3", HashToHex(s.content_hash)}};
+    if (s.header_override) {
+      entry["header"] = {{"shard_number", s.header_number},
+                         {"first_sample", s.header_first_sample}};
+    }
+    shards_json.push_back(std::move(entry));
   }
   json options = json::object();
   if (!options_json.empty()) options = json::parse(options_json, nullptr, false);
@@ -170,6 +175,14 @@ std::string Manifest::ToJson() const {
             {"options", options},
             {"shards", shards_json}};
   if (class_counts.empty()) j.erase("class_counts");  // unknown (accepted as absent on read)
+  if (is_part) {
+    j["part"] = {{"index", part.index},
+                 {"count", part.count},
+                 {"first_item", part.first_item},
+                 {"total_items", part.total_items},
+                 {"source_fingerprint", HashToHex(part.source_fingerprint)},
+                 {"options_fingerprint", HashToHex(part.options_fingerprint)}};
+  }
   if (format_version >= 2) j[kChecksumField] = HashToHex(ManifestChecksum(j));
   return j.dump(2) + "\n";
 }
@@ -297,6 +310,12 @@ Result<Manifest> Manifest::FromJson(const std::string& text, const std::string& 
       if (!HexToHash(hash, &info.content_hash)) {
         return Status::Corrupt(where, " has a malformed xxh3");
       }
+      if (auto h = s.find("header"); h != s.end()) {
+        if (!h->is_object()) return Status::Corrupt(where, ": header is not an object");
+        info.header_override = true;
+        SF_RETURN_IF_ERROR(Get(*h, "shard_number", &info.header_number, where + ": header"));
+        SF_RETURN_IF_ERROR(Get(*h, "first_sample", &info.header_first_sample, where + ": header"));
+      }
       if (info.first_sample != next) {
         return Status::Corrupt(where, " starts at sample ", info.first_sample, ", expected ", next);
       }
@@ -308,6 +327,23 @@ Result<Manifest> Manifest::FromJson(const std::string& text, const std::string& 
     if (next != m.sample_count) {
       return Status::Corrupt(origin, ": shards hold ", next, " samples, manifest says ",
                              m.sample_count);
+    }
+    if (auto it = j.find("part"); it != j.end()) {
+      if (!it->is_object()) return Status::Corrupt(origin, ": part is not an object");
+      const std::string where = origin + ": part";
+      m.is_part = true;
+      std::string source, options;
+      SF_RETURN_IF_ERROR(Get(*it, "index", &m.part.index, where));
+      SF_RETURN_IF_ERROR(Get(*it, "count", &m.part.count, where));
+      SF_RETURN_IF_ERROR(Get(*it, "first_item", &m.part.first_item, where));
+      SF_RETURN_IF_ERROR(Get(*it, "total_items", &m.part.total_items, where));
+      SF_RETURN_IF_ERROR(Get(*it, "source_fingerprint", &source, where));
+      SF_RETURN_IF_ERROR(Get(*it, "options_fingerprint", &options, where));
+      if (!HexToHash(source, &m.part.source_fingerprint) ||
+          !HexToHash(options, &m.part.options_fingerprint) || m.part.count == 0 ||
+          m.part.index >= m.part.count || m.part.first_item > m.part.total_items) {
+        return Status::Corrupt(where, " is malformed");
+      }
     }
   } catch (const json::exception& e) {
     return Status::Corrupt(origin, ": malformed manifest: ", e.what());

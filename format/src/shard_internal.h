@@ -38,8 +38,9 @@ Status CheckShardHeader(const ShardHeader& header, const ShardInfo& info, size_t
 // entry: inside its chunk, the manifest's encoding (and fixed shape), at least one pixel, a
 // channel count the encoding allows, a raw record's exact size, a label below the class count.
 // Adds each label to `class_counts` (sized to the class count).
-Status ValidateShard(const ShardStore& shard, const Manifest& manifest, const std::string& where,
-                     std::vector<uint64_t>* class_counts);
+// `first_sample` is the shard's first global sample (messages name global samples).
+Status ValidateShard(const ShardStore& shard, const Manifest& manifest, uint64_t first_sample,
+                     const std::string& where, std::vector<uint64_t>* class_counts);
 
 Result<std::unique_ptr<ShardStore>> OpenLmdbShard(const std::string& file, const ShardInfo& info,
                                                   size_t number);

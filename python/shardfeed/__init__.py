@@ -18,7 +18,8 @@ from . import _native
 from ._native import (DataError, Error, Timeout, WorkerError, cuda_available,
                       cuda_unavailable_reason)
 
-__all__ = ["Archive", "Loader", "Batch", "pack", "convert", "verify", "inspect", "Error", "DataError",
+__all__ = ["Archive", "Loader", "Batch", "pack", "merge", "convert", "verify", "inspect", "Error",
+           "DataError",
            "WorkerError", "Timeout", "cuda_available", "cuda_unavailable_reason"]
 
 __version__ = "0.1.0"
@@ -241,8 +242,17 @@ def pack(src, out, **options):
     """Packs an image folder (or list=FILE with paths relative to src) into an archive; returns
     the report dict (packed, skipped with reasons, ignored). Options as `shardfeed pack`:
     encoding, backend, size, crop, quality, level, workers, shuffle, seed, validate, strict,
-    overwrite, shard_size, chunk_size, max_pixels."""
+    overwrite, shard_size, chunk_size, max_pixels; part='I/N' (and parts_dir) packs one part of
+    a split pack into OUT.parts/part-I-of-N, to be joined by merge()."""
     return _native.pack(os.fspath(src), os.fspath(out), **options)
+
+
+def merge(parts, out, overwrite=False):
+    """Joins the parts of a split pack into one archive without copying records (hard links).
+    `parts`: a directory of parts (OUT.parts) or a list of part archives. Returns counts."""
+    if isinstance(parts, (str, os.PathLike)):
+        parts = [parts]
+    return _native.merge([os.fspath(p) for p in parts], os.fspath(out), overwrite)
 
 
 def convert(path, out, backend, overwrite=False):

@@ -405,7 +405,7 @@ PYBIND11_MODULE(_native, m) {
       "pack",
       [](const std::string& src, const std::string& out, py::kwargs kw) {
         converter::PackOptions o;
-        std::string list;
+        std::string list, parts_dir;
         for (auto item : kw) {
           std::string k = py::str(item.first);
           py::handle v = item.second;
@@ -441,6 +441,17 @@ PYBIND11_MODULE(_native, m) {
             o.limits.max_pixels = v.cast<uint64_t>();
           else if (k == "list")
             list = v.cast<std::string>();
+          else if (k == "part") {
+            std::string spec = v.cast<std::string>();
+            unsigned i = 0, n = 0;
+            char tail = 0;
+            if (std::sscanf(spec.c_str(), "%u/%u%c", &i, &n, &tail) != 2 || n == 0 || i >= n)
+              throw py::value_error("part must be 'I/N' with 0 <= I < N, not '" + spec + "'");
+            o.part = i;
+            o.parts = n;
+            o.part_record = true;
+          } else if (k == "parts_dir")
+            parts_dir = v.cast<std::string>();
           else if (k == "backend") {
             if (!format::ParseBackend(v.cast<std::string>(), &o.writer.backend))
               throw py::value_error("backend must be lmdb or hdf5");
@@ -459,11 +470,18 @@ PYBIND11_MODULE(_native, m) {
         }
         converter::PackResult result;
         Status st;
+        std::string target = out;
+        if (o.part_record) {
+          target = converter::DefaultPartPath(out, o.part, o.parts);
+          if (!parts_dir.empty()) {
+            target = parts_dir + "/" + target.substr(target.find_last_of('/') + 1);
+          }
+        }
         {
           py::gil_scoped_release release;
           auto source = list.empty() ? converter::ScanImageFolder(src, converter::OutputPaths(out))
                                      : converter::ReadListFile(list, src);
-          st = source.ok() ? converter::Pack(*source, out, o, &result) : source.status();
+          st = source.ok() ? converter::Pack(*source, target, o, &result) : source.status();
         }
         Check(st);
         return FromJson(converter::PackReportJson(result, src));
@@ -504,6 +522,25 @@ PYBIND11_MODULE(_native, m) {
         return Check(std::move(n));
       },
       py::arg("path"), py::arg("out"), py::arg("backend"), py::arg("overwrite") = false);
+
+  m.def(
+      "merge",
+      [](const std::vector<std::string>& parts, const std::string& out, bool overwrite) {
+        converter::MergeResult r;
+        Status st;
+        {
+          py::gil_scoped_release release;
+          st = converter::Merge(parts, out, overwrite, &r);
+        }
+        Check(st);
+        py::dict d;
+        d["parts"] = r.parts;
+        d["shards"] = r.shards;
+        d["samples"] = r.samples;
+        d["copied_shards"] = r.copied_shards;
+        return d;
+      },
+      py::arg("parts"), py::arg("out"), py::arg("overwrite") = false);
 
   m.def(
       "inspect",

@@ -37,7 +37,7 @@ struct SourceList {
 Result<SourceList> ScanImageFolder(const std::string& root,
                                    const std::vector<std::string>& exclude = {});
 
-// The paths a pack to `out` creates beside it: out, out.partial, out.lock, out.old.
+// The paths a pack to `out` creates beside it: out, out.partial, out.lock, out.old, out.parts.
 std::vector<std::string> OutputPaths(const std::string& out);
 
 // A list file: "path label" per line (Caffe convert_imageset; the label is the last
@@ -65,7 +65,12 @@ struct PackOptions {
   Validation validation = Validation::kHeader;
   imaging::Limits limits;
   format::WriterOptions writer;
-  std::string options_json;  // recorded in the manifest
+  std::string options_json;  // recorded in the manifest (and fingerprinted for parts)
+  // Split packing: this pack writes part `part` of `parts` (0-based), the items
+  // [n*part/parts, n*(part+1)/parts) of the sorted (then, with shuffle, shuffled) source list,
+  // and records that in the manifest for `Merge`. part_record: record it even when parts == 1.
+  uint32_t part = 0, parts = 1;
+  bool part_record = false;
 };
 
 struct PackStats {
@@ -102,5 +107,27 @@ std::string PackReportJson(const PackResult& result, const std::string& source);
 
 // Deterministic Fisher-Yates shuffle with a splitmix64/xoshiro stream from `seed`.
 void ShuffleItems(std::vector<SourceItem>* items, uint64_t seed);
+
+// XXH3 of a source list as parts see it: class names, then every item's path relative to the
+// root and its label, in order. Two machines that mount the source elsewhere agree on it.
+uint64_t SourceFingerprint(const SourceList& source, const std::vector<SourceItem>& items);
+
+// Where `pack --part I/N` writes by default: OUT.parts/part-IIIII-of-NNNNN.
+std::string DefaultPartPath(const std::string& out, uint32_t part, uint32_t parts);
+
+struct MergeResult {
+  uint64_t samples = 0, parts = 0, shards = 0;
+  uint64_t copied_shards = 0;  // shards copied rather than hard-linked (another filesystem)
+};
+
+// Joins the parts of a split pack into one archive at `out` without copying records: each part's
+// shard files are hard-linked (copied only across filesystems) and one manifest joins them.
+// `parts` lists part archives, or holds one directory whose archive sub-directories are the
+// parts. Refused, naming the part: one missing or given twice, parts of another split count,
+// source list or option set, or of another backend, encoding, shape or class list. Labels,
+// class names and sample order equal a single pack of the same source with the same options;
+// merging the same parts again gives the same archive (the same manifest, byte for byte).
+Status Merge(const std::vector<std::string>& parts, const std::string& out, bool overwrite,
+             MergeResult* result);
 
 }  // namespace shardfeed::converter

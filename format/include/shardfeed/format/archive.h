@@ -111,6 +111,13 @@ class ArchiveWriter {
   Status Append(IndexEntry entry, const uint8_t* data, size_t size);
   // Closes the current shard (if it holds any record) so the next record starts a new one.
   Status NextShard();
+  // Adds an existing, validated shard file of another archive as the next shard, without
+  // copying its records: a hard link (a copy only across filesystems; `*copied` says which).
+  // `source` is its entry in that archive's manifest and `source_number` its position there; its
+  // header keeps that position (the manifest records it). `class_counts` are the labels it
+  // holds, per class. The current shard must be empty. `merge` builds archives with it.
+  Status LinkShard(const std::string& file, const ShardInfo& source, uint32_t source_number,
+                   const std::vector<uint64_t>& class_counts, bool* copied = nullptr);
   // Closes the last shard, fills `manifest.shards`, sample counts and backend, writes
   // manifest.json and renames the partial directory into place.
   Status Finish(Manifest manifest);
@@ -132,6 +139,7 @@ class ArchiveWriter {
   WriterOptions options_;
   std::unique_ptr<ShardSink> sink_;
   std::vector<ShardInfo> shards_;
+  std::vector<bool> linked_;  // per shard: a linked file of another archive (LinkShard)
   std::vector<uint64_t> class_counts_;
   std::vector<uint8_t> chunk_;     // the chunk being filled
   std::vector<IndexEntry> index_;  // the open shard's index

@@ -19,6 +19,21 @@ struct ShardInfo {
   uint64_t payload_bytes = 0;  // sum of record payload sizes
   uint64_t file_bytes = 0;     // size of the shard file on disk
   uint64_t content_hash = 0;   // ShardHeader::content_hash, repeated here
+  // A merged archive links its parts' shard files unchanged, so a shard's header may record
+  // another position than the shard has here: the number and first sample it had in its part.
+  bool header_override = false;
+  uint32_t header_number = 0;
+  uint64_t header_first_sample = 0;
+};
+
+// What `pack --part I/N` records: the part's place in a split pack, so `merge` can check that
+// the parts belong together (same source list, same options) and that none is missing.
+struct PartInfo {
+  uint32_t index = 0, count = 0;
+  uint64_t first_item = 0;           // this part's first item in the (shuffled) source list
+  uint64_t total_items = 0;          // items in the whole source list
+  uint64_t source_fingerprint = 0;   // XXH3 of the whole source list (paths, labels, classes)
+  uint64_t options_fingerprint = 0;  // XXH3 of the pack options that shape records
 };
 
 struct Manifest {
@@ -35,6 +50,8 @@ struct Manifest {
   std::string created_at;     // UTC, ISO 8601
   std::string options_json;   // the pack options as a JSON object (free-form, for humans)
   std::vector<ShardInfo> shards;
+  bool is_part = false;  // made by `pack --part`: `part` says which
+  PartInfo part;
 
   // The JSON text, ending in "manifest_xxh3": the XXH3-64 of the compact JSON of every other
   // field, so an edit to any field (a class name, a count) is detected.

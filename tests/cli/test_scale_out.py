@@ -1,0 +1,181 @@
+"""Split packing: `pack --part I/N` on any scheduler, `merge`, and `mpirun -n N shardfeed pack`.
+A merged archive must equal a single-machine pack of the same source sample by sample (labels,
+class names, order, record bytes); merge refuses parts that do not belong together, naming
+them, and gives the same archive when run again."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+CLI = os.environ.get("SHARDFEED_CLI", "shardfeed")
+DATA = os.environ.get("SHARDFEED_TEST_DATA", "")
+GOOD = os.path.join(DATA, "good")
+PYTHONPATH = os.environ.get("SHARDFEED_PYTHONPATH", "")
+
+
+def run(*args, check=None, env=None, timeout=120):
+    p = subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, env=env,
+                       timeout=timeout)
+    if check is not None:
+        assert p.returncode == check, (p.returncode, p.stdout, p.stderr)
+    return p
+
+
+def same_samples(a, b):
+    """Compares two archives sample by sample, in a subprocess using the Python module."""
+    code = ("import shardfeed as s, sys\n"
+            "a, b = s.Archive(sys.argv[1]), s.Archive(sys.argv[2])\n"
+            "assert a.class_names == b.class_names, (a.class_names, b.class_names)\n"
+            "assert len(a) == len(b), (len(a), len(b))\n"
+            "assert (a.labels() == b.labels()).all()\n"
+            "for i in range(len(a)):\n"
+            "    assert bytes(a.record(i)) == bytes(b.record(i)), i\n"
+            "print('same', len(a))\n")
+    env = dict(os.environ, PYTHONPATH=PYTHONPATH)
+    p = subprocess.run(["/usr/bin/python3", "-c", code, str(a), str(b)], capture_output=True,
+                       text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    return int(p.stdout.split()[1])
+
+
+def pack_parts(src, out, n, *extra):
+    for i in range(n):
+        run("pack", src, out, "--part", "%d/%d" % (i, n), "-q", *extra, check=0)
+    return out.parent / (out.name + ".parts")
+
+
+@pytest.mark.parametrize("backend", ["lmdb", "hdf5"])
+@pytest.mark.parametrize("shuffle", [[], ["--shuffle", "--seed", "9"]])
+def test_parts_merged_equal_a_single_pack(tmp_path, backend, shuffle):
+    extra = ["--backend", backend, "--chunk-size", "4K", *shuffle]
+    run("pack", GOOD, tmp_path / "single", "-q", *extra, check=0)
+    parts = pack_parts(GOOD, tmp_path / "merged", 3, *extra)
+    assert sorted(os.listdir(parts)) == ["part-00000-of-00003", "part-00001-of-00003",
+                                        "part-00002-of-00003"]
+    p = run("merge", parts, tmp_path / "merged", check=0)
+    assert "merged 3 parts" in p.stdout and "copied" not in p.stdout
+    run("verify", tmp_path / "merged", "--decode", check=0)
+    assert same_samples(tmp_path / "single", tmp_path / "merged") == 36
+    # No record bytes copied: the shard files are the parts' (hard links).
+    merged_shard = next(f for f in os.listdir(tmp_path / "merged") if f.startswith("shard-"))
+    assert os.stat(tmp_path / "merged" / merged_shard).st_nlink == 2
+
+
+def test_merging_again_gives_the_same_archive(tmp_path):
+    parts = pack_parts(GOOD, tmp_path / "m", 2)
+    run("merge", parts, tmp_path / "m", check=0)
+    run("merge", parts, tmp_path / "again", check=0)
+    first = (tmp_path / "m" / "manifest.json").read_text()
+    assert first == (tmp_path / "again" / "manifest.json").read_text()
+    run("merge", parts, tmp_path / "m", "--overwrite", check=0)
+    assert first == (tmp_path / "m" / "manifest.json").read_text()
+    assert sorted(f for f in os.listdir(tmp_path / "m") if f.startswith("shard")) == [
+        "shard-00000.mdb", "shard-00001.mdb"]  # no duplicated shards
+    run("verify", tmp_path / "m", check=0)
+
+
+def test_more_parts_than_images(tmp_path):
+    parts = pack_parts(GOOD, tmp_path / "m", 40)
+    run("merge", parts, tmp_path / "m", check=0)
+    run("pack", GOOD, tmp_path / "s", "-q", check=0)
+    assert same_samples(tmp_path / "s", tmp_path / "m") == 36
+
+
+@pytest.fixture
+def three_parts(tmp_path):
+    return pack_parts(GOOD, tmp_path / "m", 3)
+
+
+def test_merge_refuses_a_missing_part(tmp_path, three_parts):
+    shutil.rmtree(three_parts / "part-00001-of-00003")
+    p = run("merge", three_parts, tmp_path / "out", check=2)
+    assert "part 1 of 3 is missing" in p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_merge_refuses_a_part_given_twice(tmp_path, three_parts):
+    shutil.copytree(three_parts / "part-00002-of-00003", three_parts / "copy-of-2")
+    p = run("merge", three_parts, tmp_path / "out", check=2)
+    assert "part 2 of 3 is given twice" in p.stderr and "copy-of-2" in p.stderr
+
+
+def test_merge_refuses_a_part_of_another_source(tmp_path, three_parts):
+    other = tmp_path / "other"
+    shutil.copytree(GOOD, other)
+    os.remove(next((other / "cat").iterdir()))
+    shutil.rmtree(three_parts / "part-00001-of-00003")
+    run("pack", other, tmp_path / "m", "--part", "1/3", "-q", check=0)
+    p = run("merge", three_parts, tmp_path / "out", check=2)
+    assert "part-00001-of-00003" in p.stderr and "source list" in p.stderr
+
+
+def test_merge_refuses_a_part_with_other_options(tmp_path, three_parts):
+    shutil.rmtree(three_parts / "part-00002-of-00003")
+    run("pack", GOOD, tmp_path / "m", "--part", "2/3", "--chunk-size", "64K", "-q", check=0)
+    p = run("merge", three_parts, tmp_path / "out", check=2)
+    assert "part-00002-of-00003" in p.stderr and "pack options" in p.stderr
+
+
+def test_merge_refuses_an_archive_that_is_not_a_part(tmp_path, three_parts):
+    run("pack", GOOD, tmp_path / "whole", "-q", check=0)
+    p = run("merge", three_parts / "part-00000-of-00003", tmp_path / "whole", tmp_path / "o",
+            check=2)
+    assert "not a part" in p.stderr
+
+
+def test_parts_from_python(tmp_path):
+    code = ("import shardfeed, sys\n"
+            "src, out = sys.argv[1], sys.argv[2]\n"
+            "for i in range(2):\n"
+            "    shardfeed.pack(src, out, part='%d/2' % i)\n"
+            "r = shardfeed.merge(out + '.parts', out)\n"
+            "assert r['parts'] == 2 and r['samples'] == 36, r\n"
+            "print('ok')\n")
+    env = dict(os.environ, PYTHONPATH=PYTHONPATH)
+    p = subprocess.run(["/usr/bin/python3", "-c", code, GOOD, str(tmp_path / "py")],
+                       capture_output=True, text=True, env=env)
+    assert p.stdout.strip() == "ok", p.stderr
+    run("pack", GOOD, tmp_path / "s", "-q", check=0)
+    assert same_samples(tmp_path / "s", tmp_path / "py") == 36
+
+
+# ---- MPI ------------------------------------------------------------------------------------
+
+def mpi_env():
+    # CI runs as root; OpenMPI refuses that unless told it is meant.
+    return dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                OMPI_MCA_btl_vader_single_copy_mechanism="none")
+
+
+needs_mpi = pytest.mark.skipif(
+    shutil.which("mpirun") is None or "mpi" not in run("--version").stdout,
+    reason="needs mpirun and a shardfeed built with MPI (libopenmpi-dev)")
+
+
+@needs_mpi
+@pytest.mark.parametrize("backend", ["lmdb", "hdf5"])
+def test_mpirun_pack_equals_a_single_pack(tmp_path, backend):
+    run("pack", GOOD, tmp_path / "single", "--backend", backend, "-q", check=0)
+    p = subprocess.run(["mpirun", "--oversubscribe", "-n", "2", CLI, "pack", GOOD,
+                        str(tmp_path / "mpi"), "--backend", backend, "-q"], capture_output=True,
+                       text=True, env=mpi_env(), timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "on 2 ranks" in p.stdout
+    assert not (tmp_path / "mpi.parts").exists()
+    run("verify", tmp_path / "mpi", check=0)
+    assert same_samples(tmp_path / "single", tmp_path / "mpi") == 36
+
+
+@needs_mpi
+def test_a_failing_rank_fails_the_job_and_leaves_no_archive(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(GOOD, src)
+    (src / "zebra" / "zz-broken.jpg").write_bytes(b"\xff\xd8 not really a jpeg")  # rank 1's half
+    p = subprocess.run(["mpirun", "--oversubscribe", "-n", "2", CLI, "pack", str(src),
+                        str(tmp_path / "mpi"), "--strict", "-q"], capture_output=True, text=True,
+                       env=mpi_env(), timeout=300)
+    assert p.returncode != 0
+    assert "rank 1 of 2" in p.stderr and "zz-broken.jpg" in p.stderr, p.stderr
+    assert not (tmp_path / "mpi").exists() and not (tmp_path / "mpi.parts").exists()
