@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -281,3 +282,39 @@ def test_a_child_exiting_normally_with_an_inherited_loader(archive_path, mode):
         print("child", os.waitstatus_to_exitcode(status), flush=True)
     """ % (archive_path, mode))
     assert "child 0" in r.stdout, r.stdout + r.stderr
+
+
+def test_workers_exit_when_the_parent_process_is_killed(archive_path):
+    # SIGKILL leaves the parent no chance to clean up: its workers must notice on their own.
+    r = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import sys, time, shardfeed
+        l = shardfeed.Loader(%r, batch_size=16, size=32, workers=2, mode="processes")
+        next(iter(l))
+        print(" ".join(map(str, l.worker_pids)), flush=True)
+        time.sleep(60)
+    """ % archive_path)], stdout=subprocess.PIPE, text=True)
+    pids = [int(p) for p in r.stdout.readline().split()]
+    assert len(pids) == 2
+    os.kill(r.pid, signal.SIGKILL)
+    r.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline and any(os.path.exists("/proc/%d" % p) and
+                                         "Z" not in open("/proc/%d/stat" % p).read().split()[2]
+                                         for p in pids):
+        time.sleep(0.05)
+    alive = [p for p in pids if os.path.exists("/proc/%d" % p) and
+             open("/proc/%d/stat" % p).read().split()[2] != "Z"]
+    assert alive == [], "workers outlived their parent: %s" % alive
+
+
+def test_a_loader_made_in_a_thread_that_exits_keeps_its_workers(archive_path):
+    # PR_SET_PDEATHSIG would have killed the workers when the creating thread ended.
+    import threading
+    made = {}
+    t = threading.Thread(target=lambda: made.setdefault(
+        "l", loader(archive_path, "processes", shuffle=False)))
+    t.start()
+    t.join()
+    time.sleep(0.3)
+    assert all_indices(made["l"]) == list(range(180))
+    made["l"].close()
