@@ -60,25 +60,6 @@ int CurrentCudaDevice() {
 }
 std::string CudaUnavailableReason() { return Probe().reason; }
 
-Status SetCudaDevice(int device) {
-  if (device < 0) return Status::OK();
-#ifdef SHARDFEED_WITH_CUDA
-  if (!CudaAvailable()) return Status::Unsupported("CUDA: ", CudaUnavailableReason());
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || device >= count) {
-    cudaGetLastError();
-    return Status::InvalidArgument("CUDA device ", device, " does not exist (", count, " devices)");
-  }
-  cudaError_t err = cudaSetDevice(device);
-  if (err != cudaSuccess) {
-    return Status::IOError("cudaSetDevice(", device, "): ", cudaGetErrorString(err));
-  }
-  return Status::OK();
-#else
-  return Status::Unsupported("CUDA: ", CudaUnavailableReason());
-#endif
-}
-
 const char* PinKindName(PinKind kind) {
   switch (kind) {
     case PinKind::kCudaHostAlloc:
@@ -185,13 +166,37 @@ Status CudaStatus(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return Status::OK();
   return Status::IOError(what, ": ", cudaGetErrorString(err));
 }
+
+// Makes `device` current for a scope and restores the caller's device after: Release() and the
+// destructor run on the consumer's threads, whose current device is theirs, not ours.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (previous_ != device) cudaSetDevice(device);
+  }
+  ~DeviceScope() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;
+};
 }  // namespace
 
 Result<std::unique_ptr<DeviceSlot>> DeviceSlot::Create(size_t bytes, int device) {
   if (!CudaAvailable()) return Status::Unsupported("CUDA: ", CudaUnavailableReason());
   std::unique_ptr<DeviceSlot> s(new DeviceSlot());
-  SF_RETURN_IF_ERROR(SetCudaDevice(device));
-  s->device_index_ = CurrentCudaDevice();
+  s->device_index_ = device >= 0 ? device : CurrentCudaDevice();
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || s->device_index_ >= count) {
+    cudaGetLastError();
+    return Status::InvalidArgument("CUDA device ", s->device_index_, " does not exist (", count,
+                                   " devices)");
+  }
+  DeviceScope scope(s->device_index_);  // the caller's current device is left as it was
   SF_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&s->device_, bytes), "cudaMalloc"));
   cudaStream_t stream;
   SF_RETURN_IF_ERROR(
@@ -207,7 +212,7 @@ Result<std::unique_ptr<DeviceSlot>> DeviceSlot::Create(size_t bytes, int device)
 }
 
 DeviceSlot::~DeviceSlot() {
-  cudaSetDevice(device_index_);
+  DeviceScope scope(device_index_);
   if (stream_) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
   if (copied_) cudaEventDestroy(static_cast<cudaEvent_t>(copied_));
   if (released_) cudaEventDestroy(static_cast<cudaEvent_t>(released_));
@@ -246,7 +251,7 @@ Status DeviceSlot::StreamWait(void* stream) {
 }
 
 void DeviceSlot::Release() {
-  cudaSetDevice(device_index_);
+  DeviceScope scope(device_index_);
   cudaError_t err = cudaEventRecord(static_cast<cudaEvent_t>(released_),
                                     static_cast<cudaStream_t>(consumer_stream_));
   if (err != cudaSuccess) {

@@ -17,8 +17,6 @@ bool CudaAvailable();
 std::string CudaUnavailableReason();
 // The calling thread's current CUDA device (0 without CUDA).
 int CurrentCudaDevice();
-// Makes `device` current for the calling thread (cudaSetDevice). No-op for device < 0.
-Status SetCudaDevice(int device);
 
 // How a PinnedBuffer's memory was obtained.
 enum class PinKind {
