@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   std::vector<std::vector<uint8_t>> records;
   size_t max_pixels = 0;
   for (uint64_t i = 0; i < (*archive)->size(); ++i) {
-    auto r = (*archive)->Get(i);
+    auto r = *(*archive)->At(i);
     records.emplace_back(r.data, r.data + r.size);
     max_pixels = std::max(max_pixels, size_t{r.entry->height} * r.entry->width);
   }

@@ -77,8 +77,8 @@ int main(int argc, char** argv) {
     for (uint64_t k = 0; k < lookups; ++k) sink += s.At(plan, k % plan.samples);
     const double per = Since(t) / lookups;
     const size_t bytes = sizeof(Sampler) + sizeof(EpochPlan) + kBatch * sizeof(uint64_t);
-    std::printf("%-12.0e %-10s %11zu B %13.1f us %15.1f ns\n", nd, "on-demand", bytes,
-                first * 1e6, per * 1e9);
+    std::printf("%-12.0e %-10s %11zu B %13.1f us %15.1f ns\n", nd, "on-demand", bytes, first * 1e6,
+                per * 1e9);
     // Vector: one rank (the cost is the same on every rank).
     if (nd <= max_vector) {
       const long before = MaxRssKb();

@@ -281,7 +281,7 @@ int CmdVerify(int argc, char** argv) {
   int rc = ParseArgs(argc, argv, desc, pos, vm, "shardfeed verify ARCHIVE [--decode] [--json]");
   if (rc >= 0) return rc;
   const bool json = vm.count("json") > 0;
-  auto archive = format::Archive::Open(path);
+  auto archive = format::Archive::Open(path, format::IndexCheck::kFull);
   if (!archive.ok()) {
     if (json) {
       nlohmann::json j = {{"archive", path}, {"ok", false}, {"error", archive.status().ToString()}};
@@ -327,7 +327,7 @@ int CmdInspect(int argc, char** argv) {
   po::variables_map vm;
   int rc = ParseArgs(argc, argv, desc, pos, vm, "shardfeed inspect ARCHIVE [--json]");
   if (rc >= 0) return rc;
-  auto archive = format::Archive::Open(path);
+  auto archive = format::Archive::Open(path, format::IndexCheck::kFull);
   if (!archive.ok()) return Fail(archive.status());
   std::printf("%s", vm.count("json") ? converter::InspectJson(**archive).c_str()
                                      : converter::InspectText(**archive).c_str());
@@ -344,7 +344,7 @@ int CmdExtract(int argc, char** argv) {
   po::variables_map vm;
   int rc = ParseArgs(argc, argv, desc, pos, vm, "shardfeed extract ARCHIVE DIR");
   if (rc >= 0) return rc;
-  auto archive = format::Archive::Open(path);
+  auto archive = format::Archive::Open(path, format::IndexCheck::kFull);
   if (!archive.ok()) return Fail(archive.status());
   auto n = converter::Extract(**archive, dir);
   if (!n.ok()) return Fail(n.status());
@@ -366,7 +366,7 @@ int CmdConvert(int argc, char** argv) {
   int rc =
       ParseArgs(argc, argv, desc, pos, vm, "shardfeed convert ARCHIVE OUT [--backend lmdb|hdf5]");
   if (rc >= 0) return rc;
-  auto archive = format::Archive::Open(path);
+  auto archive = format::Archive::Open(path, format::IndexCheck::kFull);
   if (!archive.ok()) return Fail(archive.status());
   format::Backend b;
   if (backend.empty()) {

@@ -52,7 +52,7 @@ Status Merge(const std::vector<std::string>& args, const std::string& out, bool 
   std::vector<std::shared_ptr<format::Archive>> parts;
   std::map<uint32_t, size_t> by_index;
   for (const std::string& path : paths) {
-    auto archive = format::Archive::Open(path);
+    auto archive = format::Archive::Open(path, format::IndexCheck::kFull);
     if (!archive.ok()) return archive.status().WithContext("part " + path);
     const format::Manifest& m = (*archive)->manifest();
     if (!m.is_part) {

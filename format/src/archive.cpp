@@ -9,11 +9,13 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
 #include "shard_internal.h"
@@ -91,8 +93,7 @@ Status CheckShardHeader(const ShardHeader& h, const ShardInfo& info, size_t numb
   return Status::OK();
 }
 
-Status ValidateShard(const ShardStore& shard, const Manifest& manifest, uint64_t first_sample,
-                     const std::string& where, std::vector<uint64_t>* class_counts) {
+Status CheckIndexChecksum(const ShardStore& shard, const std::string& where) {
   const ShardHeader& h = shard.header;
   uint64_t want = XXH3_64bits(shard.index, h.sample_count * sizeof(IndexEntry));
   if (want != h.index_checksum) {
@@ -100,9 +101,17 @@ Status ValidateShard(const ShardStore& shard, const Manifest& manifest, uint64_t
                                     HashToHex(h.index_checksum), ", computed ", HashToHex(want),
                                     ")");
   }
+  return Status::OK();
+}
+
+Status ValidateEntries(const ShardStore& shard, const Manifest& manifest, uint64_t first_sample,
+                       uint64_t begin, uint64_t end, const std::string& where,
+                       std::vector<uint64_t>* class_counts) {
+  const ShardHeader& h = shard.header;
   const uint8_t encoding = static_cast<uint8_t>(manifest.encoding);
   const bool jpeg = manifest.encoding == Encoding::kJpeg;
-  for (uint64_t i = 0; i < h.sample_count; ++i) {
+  const size_t classes = manifest.class_names.size();
+  for (uint64_t i = begin; i < end; ++i) {
     const IndexEntry& e = shard.index[i];
     const uint64_t sample = first_sample + i;
     auto bad = [&](const char* why) {
@@ -126,11 +135,11 @@ Status ValidateShard(const ShardStore& shard, const Manifest& manifest, uint64_t
     if (manifest.height && (e.height != manifest.height || e.width != manifest.width)) {
       return bad("has another shape than the manifest");
     }
-    if (e.label < 0 || static_cast<size_t>(e.label) >= class_counts->size()) {
+    if (e.label < 0 || static_cast<size_t>(e.label) >= classes) {
       return Status::Corrupt(where, ": sample ", sample, " has label ", e.label, " but there are ",
-                             class_counts->size(), " classes");
+                             classes, " classes");
     }
-    ++(*class_counts)[e.label];
+    if (class_counts) ++(*class_counts)[e.label];
   }
   return Status::OK();
 }
@@ -176,9 +185,19 @@ bool IsArchiveDirectory(const std::string& path) {
   return text.ok() && IsShardfeedManifest(*text);
 }
 
+// A shard's slot: opened once (std::call_once), at Open() or, when lazy, on first use.
+struct Archive::Shard {
+  mutable std::once_flag once;
+  mutable std::atomic<bool> ready{false};
+  mutable Status status;  // why it could not be opened (set once, inside `once`)
+  mutable std::unique_ptr<ShardStore> store;
+  std::string file;  // its path, for messages
+};
+
+Archive::Archive() = default;
 Archive::~Archive() = default;
 
-Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path) {
+Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path, IndexCheck check) {
   std::error_code ec;
   if (!fs::is_directory(path, ec)) {
     if (fs::exists(path, ec)) {
@@ -197,34 +216,68 @@ Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path) {
 
   std::shared_ptr<Archive> archive(new Archive());
   archive->path_ = path;
-  std::vector<uint64_t> class_counts(manifest.class_names.size());
-  for (size_t s = 0; s < manifest.shards.size(); ++s) {
-    const ShardInfo& info = manifest.shards[s];
-    std::string file = (fs::path(path) / info.file).string();
-    std::unique_ptr<ShardStore> store;
-    if (manifest.backend == Backend::kLmdb) {
-      SF_ASSIGN_OR_RETURN(store, OpenLmdbShard(file, info, s));
-    } else {
-      SF_ASSIGN_OR_RETURN(store, OpenHdf5Shard(file, info, s));
-    }
-    SF_RETURN_IF_ERROR(ValidateShard(*store, manifest, info.first_sample, file, &class_counts));
+  archive->lazy_ = check == IndexCheck::kLazy ||
+                   (check == IndexCheck::kAuto && manifest.sample_count > kLazyIndexAbove);
+  for (const ShardInfo& info : manifest.shards) {
     archive->shard_starts_.push_back(info.first_sample);
-    archive->shards_.push_back(std::move(store));
+    archive->shards_.push_back(std::make_unique<Shard>());
+    archive->shards_.back()->file = (fs::path(path) / info.file).string();
+  }
+  archive->manifest_ = std::move(manifest);
+  if (archive->lazy_) return archive;
+
+  // Full: every shard now, with its index checksum, every entry and the class counts.
+  std::vector<uint64_t> class_counts(archive->manifest_.class_names.size());
+  for (size_t s = 0; s < archive->shards_.size(); ++s) {
+    Status error;
+    const Shard* shard = archive->Ready(s, &error);
+    if (!shard) return error;
+    const std::string file = (fs::path(path) / archive->manifest_.shards[s].file).string();
+    SF_RETURN_IF_ERROR(CheckIndexChecksum(*shard->store, file));
+    SF_RETURN_IF_ERROR(ValidateEntries(*shard->store, archive->manifest_, archive->shard_starts_[s],
+                                       0, shard->store->header.sample_count, file, &class_counts));
   }
   // The manifest's counts are checked against the labels stored, so an edited manifest (a count,
   // a class added or dropped) cannot pass even where it carries no checksum (version 1).
-  if (!manifest.class_counts.empty() && manifest.class_counts != class_counts) {
+  const Manifest& m = archive->manifest_;
+  if (!m.class_counts.empty() && m.class_counts != class_counts) {
     for (size_t c = 0; c < class_counts.size(); ++c) {
-      if (manifest.class_counts[c] != class_counts[c]) {
+      if (m.class_counts[c] != class_counts[c]) {
         return Status::Corrupt(manifest_file, ": class ", c, " has ", class_counts[c],
-                               " samples in the shards, the manifest says ",
-                               manifest.class_counts[c]);
+                               " samples in the shards, the manifest says ", m.class_counts[c]);
       }
     }
   }
-  manifest.class_counts = class_counts;
-  archive->manifest_ = std::move(manifest);
+  archive->manifest_.class_counts = class_counts;
   return archive;
+}
+
+Status Archive::OpenShard(size_t s) const {
+  const ShardInfo& info = manifest_.shards[s];
+  const std::string file = (fs::path(path_) / info.file).string();
+  std::unique_ptr<ShardStore> store;
+  if (manifest_.backend == Backend::kLmdb) {
+    SF_ASSIGN_OR_RETURN(store, OpenLmdbShard(file, info, s));
+  } else {
+    SF_ASSIGN_OR_RETURN(store, OpenHdf5Shard(file, info, s));
+  }
+  shards_[s]->store = std::move(store);
+  return Status::OK();
+}
+
+const Archive::Shard* Archive::Ready(size_t s, Status* error) const {
+  Shard& shard = *shards_[s];
+  if (!shard.ready.load(std::memory_order_acquire)) {
+    std::call_once(shard.once, [&] {
+      shard.status = OpenShard(s);
+      if (shard.status.ok()) shard.ready.store(true, std::memory_order_release);
+    });
+    if (!shard.status.ok()) {
+      *error = shard.status;
+      return nullptr;
+    }
+  }
+  return &shard;
 }
 
 size_t Archive::FindShard(uint64_t index) const {
@@ -235,7 +288,7 @@ size_t Archive::FindShard(uint64_t index) const {
 
 RecordView Archive::Get(uint64_t index) const {
   const size_t s = FindShard(index);
-  const ShardStore& shard = *shards_[s];
+  const ShardStore& shard = *shards_[s]->store;
   const IndexEntry& e = shard.index[index - shard_starts_[s]];
   return RecordView{shard.chunk_data[e.chunk] + e.offset, e.size, &e};
 }
@@ -244,6 +297,16 @@ Result<RecordView> Archive::At(uint64_t index) const {
   if (index >= size()) {
     return Status::InvalidArgument(path_, ": sample ", index, " out of range (archive has ", size(),
                                    " samples)");
+  }
+  const size_t s = FindShard(index);
+  Status error;
+  const Shard* shard = Ready(s, &error);
+  if (!shard) return error;
+  if (lazy_) {  // entries were not checked at open: check this one (a few comparisons)
+    const uint64_t local = index - shard_starts_[s];
+    Status st = ValidateEntries(*shard->store, manifest_, shard_starts_[s], local, local + 1,
+                                shard->file, nullptr);
+    if (!st.ok()) return st;
   }
   return Get(index);
 }
@@ -261,7 +324,10 @@ Status Archive::VerifyRecord(uint64_t index) const {
 
 Status Archive::VerifyShard(size_t s) const {
   if (s >= shards_.size()) return Status::InvalidArgument(path_, ": no shard ", s);
-  const ShardStore& shard = *shards_[s];
+  Status error;
+  const Shard* slot = Ready(s, &error);
+  if (!slot) return error;
+  const ShardStore& shard = *slot->store;
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
   for (size_t c = 0; c < shard.chunk_data.size(); ++c) {
@@ -284,26 +350,37 @@ void Archive::Advise(Access access) const {
                : access == Access::kWillNeed ? MADV_WILLNEED
                                              : MADV_NORMAL;
   long page = sysconf(_SC_PAGESIZE);
-  for (const auto& shard : shards_) {
-    if (!shard->map_base) continue;
-    uintptr_t start = reinterpret_cast<uintptr_t>(shard->map_base) & ~uintptr_t(page - 1);
-    uintptr_t end = reinterpret_cast<uintptr_t>(shard->map_base) + shard->map_size;
+  for (const auto& slot : shards_) {
+    if (!slot->ready.load(std::memory_order_acquire)) continue;  // not mapped yet
+    const ShardStore& shard = *slot->store;
+    if (!shard.map_base) continue;
+    uintptr_t start = reinterpret_cast<uintptr_t>(shard.map_base) & ~uintptr_t(page - 1);
+    uintptr_t end = reinterpret_cast<uintptr_t>(shard.map_base) + shard.map_size;
     ::madvise(reinterpret_cast<void*>(start), end - start, advice);  // advisory: errors ignored
   }
 }
 
 void Archive::WillNeed(uint64_t index) const {
-  if (index >= size()) return;
-  const RecordView r = Get(index);
+  auto r = At(index);  // a record that cannot be read gets no advice: its reader reports why
+  if (!r.ok()) return;
   static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  uintptr_t start = reinterpret_cast<uintptr_t>(r.data) & ~(page - 1);
-  uintptr_t end = reinterpret_cast<uintptr_t>(r.data) + r.size;
+  uintptr_t start = reinterpret_cast<uintptr_t>(r->data) & ~(page - 1);
+  uintptr_t end = reinterpret_cast<uintptr_t>(r->data) + r->size;
   ::madvise(reinterpret_cast<void*>(start), end - start, MADV_WILLNEED);  // advisory
+}
+
+size_t Archive::OpenedShards() const {
+  size_t n = 0;
+  for (const auto& slot : shards_) n += slot->ready.load(std::memory_order_acquire);
+  return n;
 }
 
 uint64_t Archive::FileBytes() const {
   uint64_t total = 0;
-  for (const auto& shard : shards_) total += shard->file_bytes;
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    total += shards_[s]->ready.load(std::memory_order_acquire) ? shards_[s]->store->file_bytes
+                                                               : manifest_.shards[s].file_bytes;
+  }
   return total;
 }
 

@@ -342,6 +342,8 @@ Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file, const
   // Phase 1, under the HDF5 lock: read the small metadata and every chunk's file address.
   std::vector<uint64_t> chunk_sizes, chunk_addr;
   std::vector<std::vector<uint64_t>> piece_addr;  // records mode: each logical chunk's pieces
+  constexpr uint64_t kNoOffset = ~uint64_t{0};
+  uint64_t index_offset = kNoOffset;  // where the index lies in the file, when it can be mapped
   uint64_t chunk_bytes = 0;
   {
     std::lock_guard<std::mutex> lock(Hdf5Lock());
@@ -354,11 +356,31 @@ Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file, const
                                   sizeof(ShardHeader), file));
     std::memcpy(&store->header, header_bytes.data(), sizeof(ShardHeader));
     SF_RETURN_IF_ERROR(CheckShardHeader(store->header, info, number, store->file_bytes, file));
-    SF_RETURN_IF_ERROR(ReadVector(f.get(), "/shardfeed/index", H5T_NATIVE_UINT8, &index_bytes,
-                                  store->header.sample_count * sizeof(IndexEntry), file));
-    store->owned_index.resize(store->header.sample_count);
-    std::memcpy(store->owned_index.data(), index_bytes.data(), index_bytes.size());
-    store->index = store->owned_index.data();
+    // The index is read from the mapping when HDF5 stored it contiguously, aligned and inside
+    // the file (as our writer does): no private copy, pages shared by every reader of the file.
+    const uint64_t index_size = store->header.sample_count * sizeof(IndexEntry);
+    {
+      Handle dset(H5Lexists(f.get(), "/shardfeed/index", H5P_DEFAULT) > 0
+                      ? H5Dopen2(f.get(), "/shardfeed/index", H5P_DEFAULT)
+                      : -1);
+      Handle space(dset.ok() ? H5Dget_space(dset.get()) : -1);
+      hsize_t n = 0;
+      if (space.ok() && H5Sget_simple_extent_ndims(space.get()) == 1) {
+        H5Sget_simple_extent_dims(space.get(), &n, nullptr);
+      }
+      const haddr_t offset = dset.ok() ? H5Dget_offset(dset.get()) : HADDR_UNDEF;
+      if (n == index_size && offset != HADDR_UNDEF && offset % alignof(IndexEntry) == 0 &&
+          offset <= store->file_bytes && index_size <= store->file_bytes - offset) {
+        index_offset = offset;
+      }
+    }
+    if (index_offset == kNoOffset && index_size > 0) {
+      SF_RETURN_IF_ERROR(ReadVector(f.get(), "/shardfeed/index", H5T_NATIVE_UINT8, &index_bytes,
+                                    index_size, file));
+      store->owned_index.resize(store->header.sample_count);
+      std::memcpy(store->owned_index.data(), index_bytes.data(), index_bytes.size());
+      store->index = store->owned_index.data();
+    }
     SF_RETURN_IF_ERROR(ReadVector(f.get(), "/shardfeed/chunk_sizes", H5T_NATIVE_UINT64,
                                   &chunk_sizes, store->header.chunk_count, file));
     uint64_t total = 0;
@@ -420,6 +442,9 @@ Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file, const
   store->map_base = static_cast<const uint8_t*>(map);
   store->map_size = store->file_bytes;
   const auto* base = static_cast<const uint8_t*>(map);
+  if (index_offset != kNoOffset) {
+    store->index = reinterpret_cast<const IndexEntry*>(base + index_offset);
+  }
   store->chunk_data.resize(chunk_sizes.size());
   store->chunk_size = chunk_sizes;
   for (size_t k = 0; k < chunk_sizes.size(); ++k) {

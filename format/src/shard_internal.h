@@ -34,13 +34,16 @@ class ShardStore {
 // file's size can hold.
 Status CheckShardHeader(const ShardHeader& header, const ShardInfo& info, size_t number,
                         uint64_t file_bytes, const std::string& where);
-// ValidateShard: once the index and chunk table are in memory: the index checksum, then every
-// entry: inside its chunk, the manifest's encoding (and fixed shape), at least one pixel, a
-// channel count the encoding allows, a raw record's exact size, a label below the class count.
-// Adds each label to `class_counts` (sized to the class count).
-// `first_sample` is the shard's first global sample (messages name global samples).
-Status ValidateShard(const ShardStore& shard, const Manifest& manifest, uint64_t first_sample,
-                     const std::string& where, std::vector<uint64_t>* class_counts);
+// Then, with the index and chunk table in memory: the index checksum (all of it, IndexCheck::kFull
+// only), and the entries [begin, end) (all at once, or a page at a time when lazy): inside their
+// chunk, the manifest's encoding (and fixed shape), at least one pixel, a channel count the
+// encoding allows, a raw record's exact size, a label below the class count. `first_sample` is
+// the shard's first global sample (messages name global samples); labels are added to
+// `class_counts` when given (sized to the class count).
+Status CheckIndexChecksum(const ShardStore& shard, const std::string& where);
+Status ValidateEntries(const ShardStore& shard, const Manifest& manifest, uint64_t first_sample,
+                       uint64_t begin, uint64_t end, const std::string& where,
+                       std::vector<uint64_t>* class_counts);
 
 Result<std::unique_ptr<ShardStore>> OpenLmdbShard(const std::string& file, const ShardInfo& info,
                                                   size_t number);

@@ -29,23 +29,29 @@ class Archive:
     """An opened archive. Opens its file mapping lazily in each process that uses it, so an
     Archive created before fork() (or pickled into DataLoader workers) works in the child."""
 
-    def __init__(self, path):
+    def __init__(self, path, index_check="auto"):
+        """index_check: 'full' checks every shard and index entry at open (O(samples)); 'lazy'
+        opens a shard when first read and checks each index entry as it is read, so open and the
+        first batch cost the same whatever the archive's size (for ranks of large jobs; verify()
+        still checks everything); 'auto' is full up to 4M samples, lazy above."""
         self.path = os.fspath(path)
+        self.index_check = index_check
         self._native = None
         self._pid = None
         self._handle()  # fail early on a bad path
 
     def _handle(self):
         if self._native is None or self._pid != os.getpid():
-            self._native = _native.Archive(self.path)
+            self._native = _native.Archive(self.path, self.index_check)
             self._pid = os.getpid()
         return self._native
 
     def __getstate__(self):
-        return {"path": self.path}
+        return {"path": self.path, "index_check": self.index_check}
 
     def __setstate__(self, state):
         self.path = state["path"]
+        self.index_check = state.get("index_check", "auto")
         self._native = None
         self._pid = None
 

@@ -83,7 +83,9 @@ py::tuple GetItem(const PyArchive& a, int64_t i) {
   const int64_t n = static_cast<int64_t>(a.archive->size());
   if (i < 0) i += n;
   if (i < 0 || i >= n) throw py::index_error("sample index out of range");
-  format::RecordView r = a.archive->Get(static_cast<uint64_t>(i));
+  auto at = a.archive->At(static_cast<uint64_t>(i));
+  if (!at.ok()) Raise(at.status());
+  const format::RecordView r = *at;
   auto image = std::make_shared<imaging::Image>();
   {
     py::gil_scoped_release release;
@@ -243,13 +245,21 @@ PYBIND11_MODULE(_native, m) {
   g_timeout = timeout.ptr();
 
   py::class_<PyArchive>(m, "Archive")
-      .def(py::init([](const std::string& path) {
+      .def(py::init([](const std::string& path, const std::string& check) {
+             format::IndexCheck c = format::IndexCheck::kAuto;
+             if (check == "full")
+               c = format::IndexCheck::kFull;
+             else if (check == "lazy")
+               c = format::IndexCheck::kLazy;
+             else if (check != "auto")
+               throw py::value_error("index_check must be 'auto', 'full' or 'lazy'");
              PyArchive a;
-             a.archive = Check(format::Archive::Open(path));
+             a.archive = Check(format::Archive::Open(path, c));
              a.pid = ::getpid();
              return a;
            }),
-           py::arg("path"))
+           py::arg("path"), py::arg("index_check") = "auto")
+      .def_property_readonly("lazy", [](const PyArchive& a) { return a.archive->lazy(); })
       .def("__len__", [](const PyArchive& a) { return a.archive->size(); })
       .def("__getitem__", &GetItem)
       .def_property_readonly("path", [](const PyArchive& a) { return a.archive->path(); })
@@ -270,19 +280,21 @@ PYBIND11_MODULE(_native, m) {
       .def("label",
            [](const PyArchive& a, uint64_t i) {
              if (i >= a.archive->size()) throw py::index_error("sample index out of range");
-             return a.archive->Label(i);
+             return Check(a.archive->At(i)).entry->label;
            })
       .def("labels",
            [](const PyArchive& a) {
              py::array_t<int64_t> out(static_cast<ssize_t>(a.archive->size()));
              auto* p = out.mutable_data();
-             for (uint64_t i = 0; i < a.archive->size(); ++i) p[i] = a.archive->Label(i);
+             for (uint64_t i = 0; i < a.archive->size(); ++i) {
+               p[i] = Check(a.archive->At(i)).entry->label;
+             }
              return out;
            })
       .def("record", [](const PyArchive& a, uint64_t i) {
         // The stored payload, zero-copy: a read-only memoryview into the mapping.
         if (i >= a.archive->size()) throw py::index_error("sample index out of range");
-        format::RecordView r = a.archive->Get(i);
+        const format::RecordView r = Check(a.archive->At(i));
         auto arr =
             View<uint8_t>(const_cast<uint8_t*>(r.data), {static_cast<ssize_t>(r.size)}, a.archive);
         py::detail::array_proxy(arr.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
@@ -491,7 +503,7 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "verify",
       [](const std::string& path, bool decode, int workers, uint64_t max_pixels) {
-        auto archive = Check(format::Archive::Open(path));
+        auto archive = Check(format::Archive::Open(path, format::IndexCheck::kFull));
         converter::VerifyOptions o;
         o.decode = decode;
         o.workers = workers;
@@ -513,7 +525,7 @@ PYBIND11_MODULE(_native, m) {
         format::Backend b;
         if (!format::ParseBackend(backend, &b))
           throw py::value_error("backend must be lmdb or hdf5");
-        auto archive = Check(format::Archive::Open(path));
+        auto archive = Check(format::Archive::Open(path, format::IndexCheck::kFull));
         Result<uint64_t> n = Status::Internal("unset");
         {
           py::gil_scoped_release release;
@@ -545,7 +557,7 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "inspect",
       [](const std::string& path) {
-        auto archive = Check(format::Archive::Open(path));
+        auto archive = Check(format::Archive::Open(path, format::IndexCheck::kFull));
         return FromJson(converter::InspectJson(*archive));
       },
       py::arg("path"));

@@ -27,23 +27,47 @@ struct RecordView {
   const IndexEntry* entry = nullptr;
 };
 
+// How much of the shards Open() checks before it returns.
+enum class IndexCheck {
+  // Every shard is opened and checked at once: headers, the index checksum, every index entry,
+  // class counts against the labels stored. Open costs O(samples). What verify, inspect,
+  // convert, merge and extract use.
+  kFull,
+  // Only the manifest at once; a shard is opened and its header checked when a record of it is
+  // first asked for, and each index entry is checked (bounds, encoding, shape, label) every time
+  // it is read, a few comparisons. Open and the first batch cost O(shards touched), independent
+  // of the archive's size (a rank of a large job). The index checksum and class counts are then
+  // left to verify. Every access is still bounds-checked: damage is an error, never a fault.
+  kLazy,
+  kAuto,  // kFull up to kLazyIndexAbove samples, else kLazy
+};
+inline constexpr uint64_t kLazyIndexAbove = uint64_t{1} << 22;
+
 class Archive {
  public:
-  // Opens `path` (an archive directory). Checks the manifest, every shard header and every
-  // shard's index checksum, and that every index entry points inside its chunk, so no later
-  // access can read outside the mapping. Payload checksums are checked by VerifyRecord().
-  static Result<std::shared_ptr<Archive>> Open(const std::string& path);
+  // Opens `path` (an archive directory): reads and checks the manifest, then the shards as
+  // `check` says (IndexCheck), so no later access can read outside the mapping. Payload
+  // checksums are checked by VerifyRecord().
+  static Result<std::shared_ptr<Archive>> Open(const std::string& path,
+                                               IndexCheck check = IndexCheck::kAuto);
   ~Archive();
 
   const std::string& path() const { return path_; }
   const Manifest& manifest() const { return manifest_; }
   uint64_t size() const { return manifest_.sample_count; }
+  bool lazy() const { return lazy_; }
 
-  // O(1). `index` must be < size(); thread-safe (read-only).
-  RecordView Get(uint64_t index) const;
-  // Get() with a bounds check that names the archive.
+  // The record `index`: O(1) once its shard is open (the first access to a shard of a lazy
+  // archive opens it). Errors name the archive, the shard and the sample. Thread-safe.
   Result<RecordView> At(uint64_t index) const;
-  int32_t Label(uint64_t index) const { return Get(index).entry->label; }
+  // At() without the checks, for an index whose At() succeeded (or any index of an archive
+  // opened with IndexCheck::kFull). O(1); thread-safe.
+  RecordView Get(uint64_t index) const;
+  // The label of `index`, or -1 when its record cannot be read (At() says why).
+  int32_t Label(uint64_t index) const {
+    auto r = At(index);
+    return r.ok() ? r->entry->label : -1;
+  }
 
   // Recomputes a record's XXH3 and compares it with the index. kChecksumMismatch names the sample.
   Status VerifyRecord(uint64_t index) const;
@@ -56,14 +80,21 @@ class Archive {
   // Asks the kernel to start reading a record's pages (madvise WILLNEED) without waiting:
   // readers call it for samples they will need soon, so cold data arrives in parallel.
   void WillNeed(uint64_t index) const;
-  // Bytes of all shard files.
+  // Bytes of all shard files (the manifest's figure for shards not opened yet).
   uint64_t FileBytes() const;
+  // Shards opened so far (all of them unless lazy).
+  size_t OpenedShards() const;
 
  private:
-  Archive() = default;
+  struct Shard;  // a shard's slot: opened once, on first use when lazy
+  Archive();
+  Status OpenShard(size_t s) const;
+  const Shard* Ready(size_t s, Status* error) const;
+
   std::string path_;
   Manifest manifest_;
-  std::vector<std::unique_ptr<ShardStore>> shards_;
+  bool lazy_ = false;
+  std::vector<std::unique_ptr<Shard>> shards_;
   std::vector<uint64_t> shard_starts_;  // first_sample per shard, ascending
   size_t FindShard(uint64_t index) const;
 };
