@@ -223,3 +223,38 @@ TEST_CASE("a resume at the same world size gives exactly the batches that were n
 
 }  // namespace
 }  // namespace shardfeed::reader
+
+namespace shardfeed::reader {
+namespace {
+
+TEST_CASE("with the block shuffle, one step of the whole job reads a bounded set of blocks") {
+  // Ranks stride through the same global positions, so step k of all W ranks covers positions
+  // [k*B*W, (k+1)*B*W): with windows of that many positions, at most two or three windows.
+  const uint32_t world = 8, batch = 8, block = 16, window = 4;  // B*W = 64 = one window
+  SamplerOptions o;
+  o.shuffle = true;
+  o.shuffle_block = block;
+  o.shuffle_window = window;
+  o.world_size = world;
+  o.batch_size = batch;
+  const uint64_t n = 16 * 1000 + 5;
+  std::vector<Sampler> ranks;
+  for (uint32_t r = 0; r < world; ++r) {
+    o.rank = r;
+    ranks.emplace_back(n, o);
+  }
+  const EpochPlan plan = ranks[0].Plan(2);
+  for (uint64_t step = 0; step < plan.batches; ++step) {
+    std::set<uint64_t> blocks;
+    for (uint32_t r = 0; r < world; ++r) {
+      const EpochPlan p = ranks[r].Plan(2);
+      for (uint64_t k = step * batch; k < std::min(p.samples, (step + 1) * batch); ++k) {
+        blocks.insert(ranks[r].At(p, k) / block);
+      }
+    }
+    REQUIRE(blocks.size() <= 3 * window);
+  }
+}
+
+}  // namespace
+}  // namespace shardfeed::reader
