@@ -97,22 +97,29 @@ bool Loader::Impl::Claim(size_t worker, Task* task) {
         task->prefetch_begin = std::min<uint64_t>(plan.samples, first + options.batch_size);
         task->prefetch_end =
             std::min<uint64_t>(plan.samples, task->prefetch_begin + options.batch_size);
-        task->plan = plan;
       }
       if (s >= 0) {
+        if (task->plan_generation != generation) {  // once per epoch per worker
+          task->plan = plan;
+          task->plan_generation = generation;
+        }
         task->slot = s;
         task->position = static_cast<uint32_t>(next_task % options.batch_size);
-        task->index = sampler->At(plan, next_task);
-        task->seed = MixSeed(options.seed, epoch, task->index);
+        task->k = next_task;
         task->generation = generation;
         ++slots[s].in_flight;
-        progress[worker] = WorkerProgress{true, task->index, Clock::now()};
+        progress[worker] = WorkerProgress{true, next_task, claims++};
         ++next_task;
         return true;
       }
     }
     cv_work.wait(lock);
   }
+}
+
+void Loader::Impl::Resolve(Task* task) const {
+  task->index = sampler->At(task->plan, task->k);
+  task->seed = MixSeed(options.seed, task->plan.epoch, task->index);
 }
 
 int Loader::Impl::batch_slot(uint64_t b) const {
@@ -142,13 +149,13 @@ void Loader::Impl::Complete(size_t worker, const Task& task, const Status& statu
     std::memset(image, 0, sample_bytes);
     labels[task.position] = -1;
   } else {
-    labels[task.position] = archive->Label(task.index);
+    labels[task.position] = times.label >= 0 ? times.label : archive->Label(task.index);
   }
   bool last;
   {
     std::lock_guard<std::mutex> lock(mu);
     progress[worker].busy = false;
-    last_completion = Clock::now();
+    ++completions;
     stats.decode += times.decode;
     stats.collate += times.resize;
     stats.read += times.read;
@@ -193,8 +200,8 @@ void Loader::Impl::ReleaseSlot(int s) {
     std::lock_guard<std::mutex> lock(mu);
     FreeSlot(s);
   }
+  // Workers only: the consumer learns of the freed slot when a batch completes into it.
   cv_work.notify_all();
-  cv_ready.notify_all();
 }
 
 void Loader::Impl::IssuePrefetch(Task* task, StageTimes* times) {
@@ -208,10 +215,9 @@ void Loader::Impl::IssuePrefetch(Task* task, StageTimes* times) {
 }
 
 Status Loader::Impl::OnTimeout(double waited) {
-  const auto now = Clock::now();
-  int slowest = -1;
+  int slowest = -1;  // the busy worker with the oldest claim
   for (size_t w = 0; w < progress.size(); ++w) {
-    if (progress[w].busy && (slowest < 0 || progress[w].since < progress[slowest].since)) {
+    if (progress[w].busy && (slowest < 0 || progress[w].claim < progress[slowest].claim)) {
       slowest = static_cast<int>(w);
     }
   }
@@ -225,7 +231,7 @@ Status Loader::Impl::OnTimeout(double waited) {
     const WorkerProgress& wp = progress[slowest];
     msg << "; worker " << slowest;
     if (!children.empty()) msg << " (process " << children[slowest].pid << ")";
-    msg << " has held sample " << wp.index << " for " << Seconds(now - wp.since) << " s";
+    msg << " has held sample " << sampler->At(plan, wp.k) << " all that time";
   }
   Status status = Status::Timeout(msg.str());
   if (!children.empty() && slowest >= 0) {
@@ -258,6 +264,7 @@ Status FromException(const format::Archive& archive, uint64_t index) {
 Status Loader::Impl::ThreadWorkerLoop(size_t worker, SampleDecoder* decoder) {
   Task task;
   while (Claim(worker, &task)) {
+    Resolve(&task);
     StageTimes times;
     Status s;
     try {
@@ -468,10 +475,16 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
   // Bounded wait: wake every poll interval for the hook, and give up after `timeout` seconds in
   // which no sample completed.
   const double poll = hook ? kWaitPollSeconds : 1.0;
+  uint64_t seen = p.completions;
+  auto progressed = enter;  // when a sample last completed, as far as this wait knows
   while (!ready()) {
     const auto now = Clock::now();
+    if (p.completions != seen) {
+      seen = p.completions;
+      progressed = now;
+    }
     if (p.options.timeout > 0) {
-      const double idle = Seconds(now - std::max(enter, p.last_completion));
+      const double idle = Seconds(now - progressed);
       if (idle >= p.options.timeout) return p.OnTimeout(idle);
     }
     p.cv_ready.wait_for(lock, std::chrono::duration<double>(poll));

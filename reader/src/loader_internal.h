@@ -16,16 +16,21 @@ namespace shardfeed::reader {
 
 enum class SlotState { kFree, kFilling, kReady, kLeased };
 
+// A worker's current sample. The worker keeps one Task for its life: `plan` is its copy of the
+// epoch's plan, refreshed under the loader's lock only when the epoch changes, so the sampler
+// lookup and the seed (Resolve) run outside the lock.
 struct Task {
   int slot = -1;
   uint32_t position = 0;  // within the batch
-  uint64_t index = 0;     // archive sample index
-  uint64_t seed = 0;      // augmentation seed
+  uint64_t k = 0;         // position in the epoch (this rank's plan)
+  uint64_t index = 0;     // archive sample index (Resolve)
+  uint64_t seed = 0;      // augmentation seed (Resolve)
   uint64_t generation = 0;
   // Positions [prefetch_begin, prefetch_end) of `plan` are the next batch, to madvise before
-  // decoding (looked up by the worker, outside the loader's lock).
+  // decoding.
   uint64_t prefetch_begin = 0, prefetch_end = 0;
   EpochPlan plan;
+  uint64_t plan_generation = ~uint64_t{0};
 };
 
 struct Loader::Impl {
@@ -40,16 +45,18 @@ struct Loader::Impl {
     Status error;
   };
 
-  // What each worker is doing, for the timeout's message.
+  // What each worker is doing, for the timeout's message (no clock read per sample: the waiting
+  // consumer keeps time; the oldest claim identifies the slowest worker).
   struct WorkerProgress {
     bool busy = false;
-    uint64_t index = 0;
-    std::chrono::steady_clock::time_point since;
+    uint64_t k = 0;      // the epoch position it holds
+    uint64_t claim = 0;  // claims handed out before this one
   };
 
   ~Impl();
   void Shutdown();
   bool Claim(size_t worker, Task* task);
+  void Resolve(Task* task) const;  // index and seed of a claimed task (no lock needed)
   void Complete(size_t worker, const Task& task, const Status& status, const StageTimes& times);
   void ReleaseSlot(int slot);
   void FreeSlot(int slot);               // mu held
@@ -107,9 +114,9 @@ struct Loader::Impl {
   std::vector<Slot> slots;
   std::vector<int> free_slots;
   std::vector<int> filling;  // batch % prefetch -> slot
-  EpochPlan plan;  // the epoch being delivered: positions [0, plan.samples) on this rank
+  EpochPlan plan;            // the epoch being delivered: positions [0, plan.samples) on this rank
   std::vector<WorkerProgress> progress;
-  std::chrono::steady_clock::time_point last_completion;
+  uint64_t claims = 0, completions = 0;
   uint64_t epoch = 0, generation = 0, next_task = 0, next_deliver = 0, batches = 0;
   EpochStats stats;
   std::chrono::steady_clock::time_point epoch_start, last_return;

@@ -263,6 +263,7 @@ void Loader::Impl::DispatchTo(size_t c) {
   std::string message;
   try {
     while (Claim(c, &task)) {
+      Resolve(&task);
       StageTimes prefetch_time;
       IssuePrefetch(&task, &prefetch_time);  // the mapping is shared: the parent's advice counts
       WireTask wt{task.slot, task.position, task.index, task.seed,

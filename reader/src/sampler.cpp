@@ -5,12 +5,6 @@
 namespace shardfeed::reader {
 namespace {
 
-uint64_t Mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 constexpr uint64_t kShuffleSalt = 0x5348554646ull;  // "SHUFF"
 constexpr uint64_t kBlockSalt = 0x424C4F434Bull;    // "BLOCK"
 
@@ -28,31 +22,49 @@ uint64_t MixSeed(uint64_t a, uint64_t b, uint64_t c) {
 Permutation::Permutation(uint64_t n, uint64_t key) : n_(n) {
   unsigned bits = 2;
   while (bits < 64 && (uint64_t{1} << bits) < n) ++bits;
-  bits += bits & 1;  // balanced halves
-  half_ = bits / 2;
-  mask_ = (uint64_t{1} << half_) - 1;
+  a_ = bits / 2;
+  b_ = bits - a_;
   Rng rng(key);
-  for (uint64_t& k : keys_) k = rng.Next();
+  for (uint64_t& k : keys_) k = rng.Next() | 1;
 }
 
+namespace {
+
+// The round function: a multiply-xorshift of (value ^ key), its top `width` bits.
+inline uint64_t Round(uint64_t x, uint64_t key, unsigned width) {
+  x = (x ^ key) * 0x9E3779B97F4A7C15ull;
+  x ^= x >> 29;
+  x *= key;
+  return x >> (64 - width);
+}
+
+}  // namespace
+
+// (left: w_l bits, right: w_r bits) -> (right, left ^ F(right)): the halves swap widths each
+// round, so after the (even) 6 rounds they are back as they started.
 uint64_t Permutation::Encrypt(uint64_t x) const {
-  uint64_t left = x >> half_, right = x & mask_;
+  unsigned wl = a_, wr = b_;
+  uint64_t left = x >> wr, right = x & ((uint64_t{1} << wr) - 1);
   for (uint64_t k : keys_) {
-    const uint64_t next = left ^ (Mix(right ^ k) & mask_);
+    const uint64_t next = left ^ Round(right, k, wl);
     left = right;
     right = next;
+    std::swap(wl, wr);
   }
-  return (left << half_) | right;
+  return (left << wr) | right;
 }
 
 uint64_t Permutation::Decrypt(uint64_t y) const {
-  uint64_t left = y >> half_, right = y & mask_;
+  unsigned wl = a_, wr = b_;
+  uint64_t left = y >> wr, right = y & ((uint64_t{1} << wr) - 1);
   for (int r = 5; r >= 0; --r) {
-    const uint64_t prev = right ^ (Mix(left ^ keys_[r]) & mask_);
+    // Undo (left, right) = (R, L ^ F(R)): R had width wl and L width wr before the round.
+    std::swap(wl, wr);
+    const uint64_t prev_left = right ^ Round(left, keys_[r], wl);
     right = left;
-    left = prev;
+    left = prev_left;
   }
-  return (left << half_) | right;
+  return (left << wr) | right;
 }
 
 uint64_t Permutation::Inverse(uint64_t y) const {

@@ -153,6 +153,7 @@ Status SampleDecoder::DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst, 
   auto t0 = Clock::now();
   if (options_.verify_checksums) SF_RETURN_IF_ERROR(archive_->VerifyRecord(index));
   SF_ASSIGN_OR_RETURN(const format::RecordView r, archive_->At(index));
+  times->label = r.entry->label;
   times->read += Since(t0);
   const format::IndexEntry& e = *r.entry;
   SF_RETURN_IF_ERROR(format::CheckPixelLimit(e, options_.max_pixels));

@@ -50,9 +50,10 @@ CropRect CenterCropRect(uint32_t width, uint32_t height, double ratio);
 CropRect StoredRect(const CropRect& displayed, int orientation, uint32_t w, uint32_t h);
 
 struct StageTimes {
-  double read = 0;    // record lookup in the map (and checksum, if enabled)
-  double decode = 0;  // entropy decode / decompress / read from the map
-  double resize = 0;  // crop, resize, flip and layout into the slot
+  double read = 0;     // record lookup in the map (and checksum, if enabled)
+  double decode = 0;   // entropy decode / decompress / read from the map
+  double resize = 0;   // crop, resize, flip and layout into the slot
+  int32_t label = -1;  // the sample's label, read with its record (-1 until then)
 };
 
 class SampleDecoder {
