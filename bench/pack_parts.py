@@ -64,8 +64,10 @@ def main():
                                                         100 * m / p))
     per_node = files / p  # this machine as one node
     print("\nprojection to %d nodes like this one (assumptions below):" % args.nodes)
-    print("  %.0f files/s x %d nodes = %.0f files/s (%.0f MB/s read), merge + %.0f%%" % (
-        per_node, args.nodes, per_node * args.nodes, size / p * args.nodes / 1e6, 100 * m / p))
+    print("  %.0f files/s x %d nodes = %.0f files/s (%.0f MB/s read), then one merge of about"
+          " %.0f ms per part (%.1f s for %d parts), whatever the data size" % (
+              per_node, args.nodes, per_node * args.nodes, size / p * args.nodes / 1e6,
+              1e3 * m / args.parts, m / args.parts * args.nodes, args.nodes))
     print("  assumes: parts are independent (they are: no communication until merge), the shared")
     print("  storage serves %.0f MB/s of reads and the writes (else it, not the nodes, bounds the"
           % (size / p * args.nodes / 1e6))
