@@ -103,18 +103,31 @@ bool Loader::Impl::Claim(size_t worker, Task* task) {
           task->plan = plan;
           task->plan_generation = generation;
         }
+        const uint64_t batch_end = std::min<uint64_t>(
+            plan.samples, (next_task / options.batch_size + 1) * options.batch_size);
+        const uint32_t n =
+            static_cast<uint32_t>(std::min<uint64_t>(RunLength(), batch_end - next_task));
         task->slot = s;
         task->position = static_cast<uint32_t>(next_task % options.batch_size);
+        task->count = n;
         task->k = next_task;
         task->generation = generation;
-        ++slots[s].in_flight;
+        slots[s].in_flight += n;
         progress[worker] = WorkerProgress{true, next_task, claims++};
-        ++next_task;
+        holding[worker].store(next_task, std::memory_order_relaxed);
+        next_task += n;
         return true;
       }
     }
     cv_work.wait(lock);
   }
+}
+
+uint32_t Loader::Impl::RunLength() const {
+  // Up to 8 samples per lock round trip, fewer for small batches so that every worker still
+  // has a share of each batch (its tail stays parallel).
+  const uint64_t share = options.batch_size / (4 * std::max<uint64_t>(1, progress.size()));
+  return static_cast<uint32_t>(std::clamp<uint64_t>(share, 1, 8));
 }
 
 void Loader::Impl::Resolve(Task* task) const {
@@ -137,51 +150,53 @@ void Loader::Impl::FreeSlot(int s) {
   free_slots.push_back(s);
 }
 
-void Loader::Impl::Complete(size_t worker, const Task& task, const Status& status,
-                            const StageTimes& times) {
-  Slot& slot = slots[task.slot];
-  int64_t* labels = SlotLabels(task.slot);
-  uint64_t* indices = SlotIndices(task.slot);
-  uint8_t* image = SlotImages(task.slot) + size_t{task.position} * sample_bytes;
-  indices[task.position] = task.index;
-  bool failed = !status.ok();
-  if (failed && options.skip_errors) {
-    std::memset(image, 0, sample_bytes);
-    labels[task.position] = -1;
+void Loader::Impl::WriteSample(const Task& t, const Status& status, const StageTimes& times) {
+  int64_t* labels = SlotLabels(t.slot);
+  uint64_t* indices = SlotIndices(t.slot);
+  indices[t.position] = t.index;
+  if (!status.ok() && options.skip_errors) {
+    std::memset(SlotImages(t.slot) + size_t{t.position} * sample_bytes, 0, sample_bytes);
+    labels[t.position] = -1;
   } else {
-    labels[task.position] = times.label >= 0 ? times.label : archive->Label(task.index);
+    labels[t.position] = times.label >= 0 ? times.label : archive->Label(t.index);
   }
+}
+
+void Loader::Impl::FinishRun(size_t worker, const Task& run, uint32_t failures, const Status& error,
+                             const StageTimes& times) {
+  Slot& slot = slots[run.slot];
   bool last;
   {
     std::lock_guard<std::mutex> lock(mu);
     progress[worker].busy = false;
-    ++completions;
+    completions += run.count;
     stats.decode += times.decode;
     stats.collate += times.resize;
     stats.read += times.read;
-    --slot.in_flight;
+    slot.in_flight -= run.count;
     if (slot.generation != generation) {  // an abandoned epoch's batch: never delivered
       if (slot.in_flight == 0 && slot.state == SlotState::kFilling) {
-        FreeSlot(task.slot);
+        FreeSlot(run.slot);
         cv_work.notify_all();
         cv_ready.notify_all();
       }
       return;
     }
-    if (failed) {
+    if (failures) {
       if (options.skip_errors) {
-        ++slot.skipped;
+        slot.skipped += failures;
       } else if (slot.error.ok()) {
-        slot.error = status;
+        slot.error = error;
       }
     }
-    last = --slot.remaining == 0;
+    slot.remaining -= run.count;
+    last = slot.remaining == 0;
   }
   if (!last) return;
   Status copy_status;
   if (device_slots.size() && slot.error.ok()) {
     auto t = Clock::now();
-    copy_status = device_slots[task.slot]->CopyAsync(SlotImages(task.slot), slot_bytes);
+    copy_status = device_slots[run.slot]->CopyAsync(SlotImages(run.slot), slot_bytes);
     std::lock_guard<std::mutex> lock(mu);
     stats.copy += Seconds(Clock::now() - t);
   }
@@ -228,10 +243,10 @@ Status Loader::Impl::OnTimeout(double waited) {
   if (slowest < 0) {
     msg << "; no worker is decoding";
   } else {
-    const WorkerProgress& wp = progress[slowest];
     msg << "; worker " << slowest;
     if (!children.empty()) msg << " (process " << children[slowest].pid << ")";
-    msg << " has held sample " << sampler->At(plan, wp.k) << " all that time";
+    msg << " has held sample "
+        << sampler->At(plan, holding[slowest].load(std::memory_order_relaxed)) << " all that time";
   }
   Status status = Status::Timeout(msg.str());
   if (!children.empty() && slowest >= 0) {
@@ -262,19 +277,33 @@ Status FromException(const format::Archive& archive, uint64_t index) {
 }  // namespace
 
 Status Loader::Impl::ThreadWorkerLoop(size_t worker, SampleDecoder* decoder) {
-  Task task;
-  while (Claim(worker, &task)) {
-    Resolve(&task);
-    StageTimes times;
-    Status s;
-    try {
-      IssuePrefetch(&task, &times);
-      uint8_t* dst = SlotImages(task.slot) + size_t{task.position} * sample_bytes;
-      s = decoder->DecodeInto(task.index, task.seed, dst, &times);
-    } catch (...) {
-      s = FromException(*archive, task.index);
+  Task run;
+  while (Claim(worker, &run)) {
+    StageTimes total;
+    IssuePrefetch(&run, &total);
+    uint32_t failures = 0;
+    Status first_error;
+    Task t = run;
+    for (uint32_t i = 0; i < run.count; ++i) {
+      t.k = run.k + i;
+      t.position = run.position + i;
+      holding[worker].store(t.k, std::memory_order_relaxed);
+      Status s;
+      StageTimes times;
+      try {
+        Resolve(&t);
+        uint8_t* dst = SlotImages(t.slot) + size_t{t.position} * sample_bytes;
+        s = decoder->DecodeInto(t.index, t.seed, dst, &times);
+      } catch (...) {
+        s = FromException(*archive, t.index);
+      }
+      WriteSample(t, s, times);
+      total.read += times.read;
+      total.decode += times.decode;
+      total.resize += times.resize;
+      if (!s.ok() && failures++ == 0) first_error = s;
     }
-    Complete(worker, task, s, times);
+    FinishRun(worker, run, failures, first_error, total);
   }
   return Status::OK();
 }
@@ -382,6 +411,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
   }
   if (options.mode == WorkerMode::kThreads) {
     impl->progress.resize(static_cast<size_t>(impl->options.workers));
+    impl->holding.reset(new std::atomic<uint64_t>[impl->progress.size()]());
     for (int w = 0; w < impl->options.workers; ++w) {
       impl->threads.emplace_back([p = impl.get(), w] { p->ThreadWorker(static_cast<size_t>(w)); });
     }

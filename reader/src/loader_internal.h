@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -21,7 +22,8 @@ enum class SlotState { kFree, kFilling, kReady, kLeased };
 // lookup and the seed (Resolve) run outside the lock.
 struct Task {
   int slot = -1;
-  uint32_t position = 0;  // within the batch
+  uint32_t position = 0;  // within the batch (of the run's first sample)
+  uint32_t count = 1;     // a run of consecutive samples of one batch, claimed at once
   uint64_t k = 0;         // position in the epoch (this rank's plan)
   uint64_t index = 0;     // archive sample index (Resolve)
   uint64_t seed = 0;      // augmentation seed (Resolve)
@@ -49,7 +51,7 @@ struct Loader::Impl {
   // consumer keeps time; the oldest claim identifies the slowest worker).
   struct WorkerProgress {
     bool busy = false;
-    uint64_t k = 0;      // the epoch position it holds
+    uint64_t k = 0;      // the first epoch position of the run it holds
     uint64_t claim = 0;  // claims handed out before this one
   };
 
@@ -57,7 +59,13 @@ struct Loader::Impl {
   void Shutdown();
   bool Claim(size_t worker, Task* task);
   void Resolve(Task* task) const;  // index and seed of a claimed task (no lock needed)
-  void Complete(size_t worker, const Task& task, const Status& status, const StageTimes& times);
+  // One sample of a claimed run is done: its label, index (and zeros, for a skipped error) go
+  // into the slot. No lock: the slot is this run's until FinishRun.
+  void WriteSample(const Task& sample, const Status& status, const StageTimes& times);
+  // The run is done: `failures` samples failed, `error` the first of them (when not skipped).
+  void FinishRun(size_t worker, const Task& run, uint32_t failures, const Status& error,
+                 const StageTimes& times);
+  uint32_t RunLength() const;  // samples a claim hands out at most
   void ReleaseSlot(int slot);
   void FreeSlot(int slot);               // mu held
   int batch_slot(uint64_t batch) const;  // slot filling or holding `batch`, or -1 (mu held)
@@ -116,6 +124,8 @@ struct Loader::Impl {
   std::vector<int> filling;  // batch % prefetch -> slot
   EpochPlan plan;            // the epoch being delivered: positions [0, plan.samples) on this rank
   std::vector<WorkerProgress> progress;
+  // The epoch position each worker is decoding now (written by the worker, per sample).
+  std::unique_ptr<std::atomic<uint64_t>[]> holding;
   uint64_t claims = 0, completions = 0;
   uint64_t epoch = 0, generation = 0, next_task = 0, next_deliver = 0, batches = 0;
   EpochStats stats;

@@ -251,6 +251,7 @@ Status Loader::Impl::StartProcesses() {
   }
   ring = PinnedBuffer::Adopt(map, bytes);
   progress.resize(children.size());
+  holding.reset(new std::atomic<uint64_t>[progress.size()]());
   for (size_t c = 0; c < children.size(); ++c) {
     threads.emplace_back([this, c] { DispatchTo(c); });
   }
@@ -259,44 +260,56 @@ Status Loader::Impl::StartProcesses() {
 
 void Loader::Impl::DispatchTo(size_t c) {
   const Child child = children[c];
-  Task task;
+  Task run;
   std::string message;
   try {
-    while (Claim(c, &task)) {
-      Resolve(&task);
-      StageTimes prefetch_time;
-      IssuePrefetch(&task, &prefetch_time);  // the mapping is shared: the parent's advice counts
-      WireTask wt{task.slot, task.position, task.index, task.seed,
-                  static_cast<uint64_t>(SlotImages(task.slot) - ring_base) +
-                      uint64_t{task.position} * sample_bytes};
-      WireResult r{};
-      bool alive = SendAll(child.fd, &wt, sizeof(wt)) && RecvAll(child.fd, &r, sizeof(r));
-      if (alive) {
-        message.resize(r.message_size);
-        alive = RecvAll(child.fd, message.data(), message.size());
-      }
-      if (!alive) {
-        bool shutting_down;
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          shutting_down = stopping;
+    while (Claim(c, &run)) {
+      StageTimes total;
+      IssuePrefetch(&run, &total);  // the mapping is shared: the parent's advice counts
+      uint32_t failures = 0;
+      Status first_error;
+      Task t = run;
+      for (uint32_t i = 0; i < run.count; ++i) {  // one sample per message
+        t.k = run.k + i;
+        t.position = run.position + i;
+        holding[c].store(t.k, std::memory_order_relaxed);
+        Resolve(&t);
+        WireTask wt{t.slot, t.position, t.index, t.seed,
+                    static_cast<uint64_t>(SlotImages(t.slot) - ring_base) +
+                        uint64_t{t.position} * sample_bytes};
+        WireResult r{};
+        bool alive = SendAll(child.fd, &wt, sizeof(wt)) && RecvAll(child.fd, &r, sizeof(r));
+        if (alive) {
+          message.resize(r.message_size);
+          alive = RecvAll(child.fd, message.data(), message.size());
         }
-        Status dead =
-            shutting_down
-                ? Status::Cancelled("loader is shutting down")
-                : Status::IOError("worker process ", child.pid, " ", DescribeExit(child.pid),
-                                  " while decoding sample ", task.index, " of ", archive->path());
-        SetFatal(dead);  // before the sample completes: no later Next() may succeed
-        Complete(c, task, dead, StageTimes());
-        return;
+        if (!alive) {
+          bool shutting_down;
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            shutting_down = stopping;
+          }
+          Status dead =
+              shutting_down
+                  ? Status::Cancelled("loader is shutting down")
+                  : Status::IOError("worker process ", child.pid, " ", DescribeExit(child.pid),
+                                    " while decoding sample ", t.index, " of ", archive->path());
+          SetFatal(dead);  // before the run completes: no later Next() may succeed
+          FinishRun(c, run, run.count, dead, total);
+          return;
+        }
+        StageTimes times;
+        times.read = r.read;
+        times.decode = r.decode;
+        times.resize = r.resize;
+        Status s = r.code == 0 ? Status::OK() : Status(static_cast<StatusCode>(r.code), message);
+        WriteSample(t, s, times);
+        total.read += times.read;
+        total.decode += times.decode;
+        total.resize += times.resize;
+        if (!s.ok() && failures++ == 0) first_error = s;
       }
-      StageTimes times;
-      times.read = r.read;
-      times.decode = r.decode;
-      times.resize = r.resize;
-      Complete(c, task,
-               r.code == 0 ? Status::OK() : Status(static_cast<StatusCode>(r.code), message),
-               times);
+      FinishRun(c, run, failures, first_error, total);
     }
   } catch (const std::exception& e) {
     SetFatal(Status::Internal("dispatcher of worker process ", child.pid, ": ", e.what()));
