@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Read throughput of two builds of shardfeed on the same archives, alternated, 3 rounds, median:
+# what "before/after" figures in docs/BENCHMARKS.md come from.
+#   bench/compare_builds.sh OLD_SHARDFEED NEW_SHARDFEED CORPUS WORKDIR
+# The archives are packed by OLD (the format NEW must also read); CUDA is disabled in both.
+set -euo pipefail
+OLD=$1 NEW=$2 CORPUS=$3 B=$4
+mkdir -p "$B"
+[ -d "$B/jpeg.sf" ] || "$OLD" pack "$CORPUS" "$B/jpeg.sf" -q >/dev/null
+[ -d "$B/raw224.sf" ] || "$OLD" pack "$CORPUS" "$B/raw224.sf" --encoding raw --size 224 --crop center -q >/dev/null
+if [ ! -d "$B/raw32x30k.sf" ]; then  # 30,000 tiny records: the corpus listed 10 times
+  /usr/bin/python3 - "$CORPUS" "$B/list30k.txt" <<'PY'
+import os, sys
+root, out = sys.argv[1], sys.argv[2]
+files = sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs)
+classes = sorted({f.split("/")[0] for f in files})
+with open(out, "w") as o:
+    for _ in range(10):
+        for f in files:
+            o.write("%s %d\n" % (f, classes.index(f.split("/")[0])))
+PY
+  "$OLD" pack "$CORPUS" "$B/raw32x30k.sf" --list "$B/list30k.txt" --encoding raw --size 32 --crop center -q >/dev/null
+fi
+run() { local bin=$1; shift; SHARDFEED_DISABLE_CUDA=1 "$bin" bench "$@" --json | /usr/bin/python3 -c "import json,sys; print('%.0f' % json.load(sys.stdin)['images_per_second'])"; }
+while IFS= read -r case; do
+  set -- $case
+  a=$B/$1; shift
+  olds=(); news=()
+  for round in 1 2 3; do olds+=($(run "$OLD" "$a" "$@")); news+=($(run "$NEW" "$a" "$@")); done
+  /usr/bin/python3 - "$case" "${olds[@]}" "${news[@]}" <<'PY'
+import statistics, sys
+case = sys.argv[1]; v = list(map(float, sys.argv[2:])); o, n = v[:3], v[3:]
+mo, mn = statistics.median(o), statistics.median(n)
+print("%-66s before %9.0f  after %9.0f  after/before %.2f" % (case, mo, mn, mn / mo))
+PY
+done <<'CASES'
+jpeg.sf --crop center --size 224 --epochs 2 --workers 2
+jpeg.sf --crop random --flip --size 224 --epochs 2 --workers 2
+raw224.sf --crop none --size 0 --epochs 5 --workers 2
+raw32x30k.sf --crop none --size 0 --batch-size 256 --epochs 10 --workers 2
+raw32x30k.sf --crop none --size 0 --batch-size 256 --epochs 10 --workers 1
+CASES
