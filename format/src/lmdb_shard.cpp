@@ -369,7 +369,7 @@ Result<std::unique_ptr<ShardStore>> OpenLmdbShard(const std::string& file,
     return Status::Corrupt(file, ": index is ", v.mv_size, " bytes, header promises ",
                            store->header.sample_count, " entries");
   }
-  if (reinterpret_cast<uintptr_t>(v.mv_data) % alignof(IndexEntry) != 0) {
+  if (v.mv_size > 0 && reinterpret_cast<uintptr_t>(v.mv_data) % alignof(IndexEntry) != 0) {
     // Small values live inside B-tree leaf pages at any offset; large ones (overflow pages) are
     // 8-byte aligned. Copy the rare small, misaligned index rather than read it unaligned.
     store->owned_index.resize(store->header.sample_count);

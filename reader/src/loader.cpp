@@ -150,7 +150,12 @@ void Loader::Impl::FreeSlot(int s) {
   free_slots.push_back(s);
 }
 
-void Loader::Impl::WriteSample(const Task& t, const Status& status, const StageTimes& times) {
+void Loader::Impl::SampleDone(const Task& t, const Status& status, const StageTimes& times,
+                              RunTally* tally) {
+  tally->total.read += times.read;
+  tally->total.decode += times.decode;
+  tally->total.resize += times.resize;
+  if (!status.ok() && tally->failures++ == 0) tally->first_error = status;
   int64_t* labels = SlotLabels(t.slot);
   uint64_t* indices = SlotIndices(t.slot);
   indices[t.position] = t.index;
@@ -162,8 +167,9 @@ void Loader::Impl::WriteSample(const Task& t, const Status& status, const StageT
   }
 }
 
-void Loader::Impl::FinishRun(size_t worker, const Task& run, uint32_t failures, const Status& error,
-                             const StageTimes& times) {
+void Loader::Impl::FinishRun(size_t worker, const Task& run, const RunTally& tally) {
+  const StageTimes& times = tally.total;
+  const uint32_t failures = tally.failures;
   Slot& slot = slots[run.slot];
   bool last;
   {
@@ -186,7 +192,7 @@ void Loader::Impl::FinishRun(size_t worker, const Task& run, uint32_t failures, 
       if (options.skip_errors) {
         slot.skipped += failures;
       } else if (slot.error.ok()) {
-        slot.error = error;
+        slot.error = tally.first_error;
       }
     }
     slot.remaining -= run.count;
@@ -279,10 +285,8 @@ Status FromException(const format::Archive& archive, uint64_t index) {
 Status Loader::Impl::ThreadWorkerLoop(size_t worker, SampleDecoder* decoder) {
   Task run;
   while (Claim(worker, &run)) {
-    StageTimes total;
-    IssuePrefetch(&run, &total);
-    uint32_t failures = 0;
-    Status first_error;
+    RunTally tally;
+    IssuePrefetch(&run, &tally.total);
     Task t = run;
     for (uint32_t i = 0; i < run.count; ++i) {
       t.k = run.k + i;
@@ -297,13 +301,9 @@ Status Loader::Impl::ThreadWorkerLoop(size_t worker, SampleDecoder* decoder) {
       } catch (...) {
         s = FromException(*archive, t.index);
       }
-      WriteSample(t, s, times);
-      total.read += times.read;
-      total.decode += times.decode;
-      total.resize += times.resize;
-      if (!s.ok() && failures++ == 0) first_error = s;
+      SampleDone(t, s, times, &tally);
     }
-    FinishRun(worker, run, failures, first_error, total);
+    FinishRun(worker, run, tally);
   }
   return Status::OK();
 }

@@ -59,12 +59,19 @@ struct Loader::Impl {
   void Shutdown();
   bool Claim(size_t worker, Task* task);
   void Resolve(Task* task) const;  // index and seed of a claimed task (no lock needed)
+  // What a run's samples came to: stage times, failures, the first error.
+  struct RunTally {
+    StageTimes total;
+    uint32_t failures = 0;
+    Status first_error;
+  };
   // One sample of a claimed run is done: its label, index (and zeros, for a skipped error) go
-  // into the slot. No lock: the slot is this run's until FinishRun.
-  void WriteSample(const Task& sample, const Status& status, const StageTimes& times);
-  // The run is done: `failures` samples failed, `error` the first of them (when not skipped).
-  void FinishRun(size_t worker, const Task& run, uint32_t failures, const Status& error,
-                 const StageTimes& times);
+  // into the slot, its outcome into `tally`. No lock: the slot is this run's until FinishRun.
+  void SampleDone(const Task& sample, const Status& status, const StageTimes& times,
+                  RunTally* tally);
+  // The run is done (`tally.failures` of its samples failed; skipped, or the first is the
+  // batch's error).
+  void FinishRun(size_t worker, const Task& run, const RunTally& tally);
   uint32_t RunLength() const;  // samples a claim hands out at most
   void ReleaseSlot(int slot);
   void FreeSlot(int slot);               // mu held

@@ -264,10 +264,8 @@ void Loader::Impl::DispatchTo(size_t c) {
   std::string message;
   try {
     while (Claim(c, &run)) {
-      StageTimes total;
-      IssuePrefetch(&run, &total);  // the mapping is shared: the parent's advice counts
-      uint32_t failures = 0;
-      Status first_error;
+      RunTally tally;
+      IssuePrefetch(&run, &tally.total);  // the mapping is shared: the parent's advice counts
       Task t = run;
       for (uint32_t i = 0; i < run.count; ++i) {  // one sample per message
         t.k = run.k + i;
@@ -295,7 +293,9 @@ void Loader::Impl::DispatchTo(size_t c) {
                   : Status::IOError("worker process ", child.pid, " ", DescribeExit(child.pid),
                                     " while decoding sample ", t.index, " of ", archive->path());
           SetFatal(dead);  // before the run completes: no later Next() may succeed
-          FinishRun(c, run, run.count, dead, total);
+          tally.failures = run.count;
+          tally.first_error = dead;
+          FinishRun(c, run, tally);
           return;
         }
         StageTimes times;
@@ -303,13 +303,9 @@ void Loader::Impl::DispatchTo(size_t c) {
         times.decode = r.decode;
         times.resize = r.resize;
         Status s = r.code == 0 ? Status::OK() : Status(static_cast<StatusCode>(r.code), message);
-        WriteSample(t, s, times);
-        total.read += times.read;
-        total.decode += times.decode;
-        total.resize += times.resize;
-        if (!s.ok() && failures++ == 0) first_error = s;
+        SampleDone(t, s, times, &tally);
       }
-      FinishRun(c, run, failures, first_error, total);
+      FinishRun(c, run, tally);
     }
   } catch (const std::exception& e) {
     SetFatal(Status::Internal("dispatcher of worker process ", child.pid, ": ", e.what()));
