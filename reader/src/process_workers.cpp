@@ -236,7 +236,20 @@ Status Loader::Impl::StartProcesses() {
     bool ok = SendAll(sv[0], &cfg, sizeof(cfg)) &&
               SendAll(sv[0], &options.transform, sizeof(TransformOptions)) &&
               SendAll(sv[0], build.data(), build.size()) &&
-              SendAll(sv[0], path.data(), path.size()) && RecvAll(sv[0], &hello, sizeof(hello));
+              SendAll(sv[0], path.data(), path.size());
+    // The worker opens the archive before it answers: bounded like every wait of the loader.
+    if (ok && options.timeout > 0) {
+      pollfd pfd{sv[0], POLLIN, 0};
+      int r;
+      do {
+        r = ::poll(&pfd, 1, static_cast<int>(options.timeout * 1000));
+      } while (r < 0 && errno == EINTR);
+      if (r == 0) {
+        return Status::Timeout("worker process ", pid, " (", program, ") did not start within ",
+                               options.timeout, " s (opening ", path, ")");
+      }
+    }
+    ok = ok && RecvAll(sv[0], &hello, sizeof(hello));
     if (ok) {
       message.resize(hello.message_size);
       ok = RecvAll(sv[0], message.data(), message.size());
@@ -309,6 +322,8 @@ void Loader::Impl::DispatchTo(size_t c) {
     }
   } catch (const std::exception& e) {
     SetFatal(Status::Internal("dispatcher of worker process ", child.pid, ": ", e.what()));
+  } catch (...) {
+    SetFatal(Status::Internal("dispatcher of worker process ", child.pid, ": unknown exception"));
   }
 }
 

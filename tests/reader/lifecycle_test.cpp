@@ -5,6 +5,7 @@
 // CTest's timeout guards the rest.
 #include <dirent.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -387,6 +388,34 @@ TEST_CASE("options that cannot make a ring are refused at Create") {
   o.transform.size = 64;
   o.timeout = -1;
   CHECK(!Loader::Create(archive, o).ok());
+}
+
+}  // namespace
+}  // namespace shardfeed::reader
+
+namespace shardfeed::reader {
+namespace {
+
+TEST_CASE("a worker process that does not start is a timeout, not a hang") {
+  // A stand-in worker program that never answers (as one stuck opening an archive on a hung
+  // network filesystem would): Create must give up after `timeout` and leave nothing behind.
+  testing::TempDir dir;
+  auto archive = testing::MakeConstantArchive(dir / "a", 20, 4);
+  const std::string program = dir / "stuck-worker";
+  {
+    std::ofstream script(program);
+    script << "#!/bin/sh\nexec sleep 600\n";
+  }
+  REQUIRE(::chmod(program.c_str(), 0755) == 0);
+  ::setenv("SHARDFEED_WORKER", program.c_str(), 1);
+  LoaderOptions o = Options(WorkerMode::kProcesses);
+  o.timeout = 1;
+  auto loader = Loader::Create(archive, o);
+  ::unsetenv("SHARDFEED_WORKER");
+  REQUIRE(!loader.ok());
+  CHECK(loader.status().code() == StatusCode::kTimeout);
+  CHECK(loader.status().message().find("did not start") != std::string::npos);
+  CHECK(Children().empty());
 }
 
 }  // namespace
