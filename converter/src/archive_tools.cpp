@@ -337,16 +337,10 @@ Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
     format::RecordView r = archive.Get(i);
     SF_RETURN_IF_ERROR(writer->Append(*r.entry, r.data, r.size));
   }
-  format::Manifest copy;
-  copy.encoding = m.encoding;
-  copy.class_names = m.class_names;
-  copy.height = m.height;
-  copy.width = m.width;
-  copy.channels = m.channels;
+  format::Manifest copy = format::SameRecordsAs(m);
   copy.source_bytes = m.source_bytes;
   copy.created_by = "shardfeed " SHARDFEED_VERSION " (converted from " +
                     std::string(format::BackendName(m.backend)) + ")";
-  copy.options_json = m.options_json;
   SF_RETURN_IF_ERROR(writer->Finish(std::move(copy)));
   return archive.size();
 }

@@ -103,13 +103,7 @@ Status Merge(const std::vector<std::string>& args, const std::string& out, bool 
   wo.overwrite = overwrite;
   wo.protect = paths;
   SF_ASSIGN_OR_RETURN(auto writer, format::ArchiveWriter::Create(out, wo));
-  format::Manifest merged;
-  merged.encoding = m0.encoding;
-  merged.class_names = m0.class_names;
-  merged.height = m0.height;
-  merged.width = m0.width;
-  merged.channels = m0.channels;
-  merged.options_json = m0.options_json;
+  format::Manifest merged = format::SameRecordsAs(m0);
   merged.created_by =
       "shardfeed " SHARDFEED_VERSION " (merged from " + std::to_string(count) + " parts)";
   MergeResult r;

@@ -134,6 +134,17 @@ Status Get(const json& j, const char* key, T* out, const std::string& origin,
 
 }  // namespace
 
+Manifest SameRecordsAs(const Manifest& m) {
+  Manifest out;
+  out.encoding = m.encoding;
+  out.class_names = m.class_names;
+  out.height = m.height;
+  out.width = m.width;
+  out.channels = m.channels;
+  out.options_json = m.options_json;
+  return out;
+}
+
 bool IsShardfeedManifest(const std::string& text) {
   if (text.size() > kMaxManifestBytes || MaxDepth(text) > kMaxManifestDepth) return false;
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);

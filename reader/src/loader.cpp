@@ -113,7 +113,7 @@ bool Loader::Impl::Claim(size_t worker, Task* task) {
         task->k = next_task;
         task->generation = generation;
         slots[s].in_flight += n;
-        progress[worker] = WorkerProgress{true, next_task, claims++};
+        progress[worker] = WorkerProgress{true, claims++};
         holding[worker].store(next_task, std::memory_order_relaxed);
         next_task += n;
         return true;
@@ -264,23 +264,17 @@ Status Loader::Impl::OnTimeout(double waited) {
   return status;
 }
 
-namespace {
-
-// An exception escaping a decoder or resizer becomes the sample's error.
-Status FromException(const format::Archive& archive, uint64_t index) {
+Status SampleException(const std::string& archive, uint64_t index) {
   try {
     throw;
   } catch (const std::bad_alloc&) {
-    return Status::ResourceExhausted(archive.path(), ": sample ", index,
-                                     ": out of memory while decoding");
+    return Status::ResourceExhausted(archive, ": sample ", index, ": out of memory while decoding");
   } catch (const std::exception& e) {
-    return Status::Internal(archive.path(), ": sample ", index, ": ", e.what());
+    return Status::Internal(archive, ": sample ", index, ": ", e.what());
   } catch (...) {
-    return Status::Internal(archive.path(), ": sample ", index, ": unknown exception");
+    return Status::Internal(archive, ": sample ", index, ": unknown exception");
   }
 }
-
-}  // namespace
 
 Status Loader::Impl::ThreadWorkerLoop(size_t worker, SampleDecoder* decoder) {
   Task run;
@@ -299,7 +293,7 @@ Status Loader::Impl::ThreadWorkerLoop(size_t worker, SampleDecoder* decoder) {
         uint8_t* dst = SlotImages(t.slot) + size_t{t.position} * sample_bytes;
         s = decoder->DecodeInto(t.index, t.seed, dst, &times);
       } catch (...) {
-        s = FromException(*archive, t.index);
+        s = SampleException(archive->path(), t.index);
       }
       SampleDone(t, s, times, &tally);
     }

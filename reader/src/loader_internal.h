@@ -51,7 +51,6 @@ struct Loader::Impl {
   // consumer keeps time; the oldest claim identifies the slowest worker).
   struct WorkerProgress {
     bool busy = false;
-    uint64_t k = 0;      // the first epoch position of the run it holds
     uint64_t claim = 0;  // claims handed out before this one
   };
 
@@ -145,4 +144,7 @@ namespace shardfeed::reader {
 // The body of the `shardfeed-worker` program (reader/src/worker_main.cpp): serves one loader's
 // decode tasks over descriptor 3 into the ring mapped from descriptor 4. Returns the exit code.
 int RunWorkerProcess();
+
+// Inside a catch block: the exception a decoder or resizer threw, as that sample's error.
+Status SampleException(const std::string& archive, uint64_t index);
 }  // namespace shardfeed::reader

@@ -443,13 +443,8 @@ int RunWorkerProcess() {
     } else {
       try {
         s = decoder.DecodeInto(task.index, task.seed, ring + task.offset, &times);
-      } catch (const std::bad_alloc&) {
-        s = Status::ResourceExhausted(path, ": sample ", task.index,
-                                      ": out of memory while decoding");
-      } catch (const std::exception& e) {
-        s = Status::Internal(path, ": sample ", task.index, ": ", e.what());
       } catch (...) {
-        s = Status::Internal(path, ": sample ", task.index, ": unknown exception");
+        s = SampleException(path, task.index);
       }
     }
     if (!SendResult(fd, s, times)) break;

@@ -62,6 +62,10 @@ struct Manifest {
   static Result<Manifest> FromJson(const std::string& text, const std::string& origin);
 };
 
+// A new manifest describing the same records as `m` (encoding, classes, shape, pack options),
+// for archives rewritten from it (convert, merge); counts and shards are the writer's.
+Manifest SameRecordsAs(const Manifest& m);
+
 inline constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
 inline constexpr int kMaxManifestDepth = 32;
 
