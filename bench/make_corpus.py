@@ -3,7 +3,10 @@
 (about 460x400 pixels, 50-90 KB), cut from the photographs in Debian's
 plasma-workspace-wallpapers package (install with scripts/install-deps.sh --bench).
 
-    make_corpus.py OUT [--count 3000]
+    make_corpus.py OUT [--count 3000] [--camera]
+
+With --camera, camera-size photos instead: crops of 1600-2560 px on the long side (aspect 4:3
+to 3:2, never enlarged), quality 88-95, the size people's own photo collections have.
 
 Each image is a random crop of one photograph, resized with Pillow (Lanczos) to a short side of
 360-480 pixels and an aspect ratio of 3:4 to 3:2, saved as baseline JPEG at quality 85-95. The
@@ -27,6 +30,7 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--count", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=2026)
+    ap.add_argument("--camera", action="store_true", help="1600-2560 px photos")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     sources = []
@@ -40,6 +44,18 @@ def main():
         name, photo = sources[i % len(sources)]
         d = os.path.join(args.out, name)
         os.makedirs(d, exist_ok=True)
+        if args.camera:
+            aspect = rng.choice([4 / 3, 3 / 2, 3 / 4, 2 / 3])
+            long_side = rng.randint(1600, 2560)
+            w, h = (long_side, round(long_side / aspect)) if aspect >= 1 else \
+                (round(long_side * aspect), long_side)
+            w, h = min(w, photo.width), min(h, photo.height)
+            x, y = rng.randint(0, photo.width - w), rng.randint(0, photo.height - h)
+            img = photo.crop((x, y, x + w, y + h))
+            path = os.path.join(d, "%05d.jpg" % i)
+            img.save(path, quality=rng.randint(88, 95))
+            total_bytes += os.path.getsize(path)
+            continue
         aspect = rng.uniform(0.75, 1.5)
         short = rng.randint(360, 480)
         w, h = (round(short * aspect), short) if aspect >= 1 else (short, round(short / aspect))

@@ -16,7 +16,7 @@ namespace shardfeed::cli {
 
 int CmdBench(int argc, char** argv) {
   po::options_description desc("bench options");
-  std::string path, crop, layout, mode, decode;
+  std::string path, crop, layout, mode, decode, dtype, mean, stdev;
   reader::LoaderOptions opt;
   int epochs = 1;
   double step_ms = 0;
@@ -29,13 +29,20 @@ int CmdBench(int argc, char** argv) {
       "output side (0 with --crop none: the archive's shape)")(
       "flip", po::bool_switch(&opt.transform.flip), "random horizontal flip")(
       "layout", po::value(&layout)->default_value("nhwc"), "nhwc | nchw")(
+      "dtype", po::value(&dtype)->default_value("uint8"),
+      "uint8 | float32 | float16 | bfloat16 (floats: (x / 255 - mean) / std)")(
+      "mean", po::value(&mean)->default_value("0,0,0"),
+      "per-channel mean R,G,B in 0..1 units (e.g. 0.485,0.456,0.406); float dtypes only")(
+      "std", po::value(&stdev)->default_value("1,1,1"),
+      "per-channel std R,G,B in 0..1 units (e.g. 0.229,0.224,0.225); float dtypes only")(
       "shuffle", po::value(&opt.shuffle)->default_value(true), "global shuffle each epoch")(
       "seed", po::value(&opt.seed)->default_value(0), "shuffle/augmentation seed")(
       "epochs", po::value(&epochs)->default_value(1), "epochs to read")(
       "mode", po::value(&mode)->default_value("threads"), "threads | processes")(
       "device", po::bool_switch(&opt.device), "copy batches to the CUDA device")(
       "decode", po::value(&decode)->default_value("scaled"),
-      "JPEG decoding: scaled (DCT-scaled and cropped) | cropped (full scale, crop rows and "
+      "JPEG decoding: scaled (DCT-scaled by 1/8, 2/8, 4/8 and cropped) | scaled-any (also 3/8, "
+      "5/8, 6/8, 7/8: no SIMD, slower on libjpeg-turbo 2.x) | cropped (full scale, crop rows and "
       "columns only) | full (whole image, then crop)")(
       "step-ms", po::value(&step_ms)->default_value(0), "simulated training step per batch (ms)")(
       "shuffle-block", po::value(&opt.shuffle_block)->default_value(0),
@@ -50,35 +57,39 @@ int CmdBench(int argc, char** argv) {
   po::variables_map vm;
   int rc = ParseArgs(argc, argv, desc, pos, vm, "shardfeed bench ARCHIVE [options]");
   if (rc >= 0) return rc;
-  if (crop == "center")
-    opt.transform.crop = reader::Crop::kCenter;
-  else if (crop == "random")
-    opt.transform.crop = reader::Crop::kRandom;
-  else if (crop == "none")
-    opt.transform.crop = reader::Crop::kNone;
-  else
-    return Fail(Status::InvalidArgument("--crop must be center, random or none"));
-  if (layout == "nhwc")
-    opt.transform.layout = reader::Layout::kNHWC;
-  else if (layout == "nchw")
-    opt.transform.layout = reader::Layout::kNCHW;
-  else
-    return Fail(Status::InvalidArgument("--layout must be nhwc or nchw"));
+  {
+    auto c = reader::ParseCrop(crop);
+    if (!c.ok()) return Fail(c.status());
+    opt.transform.crop = *c;
+    auto l = reader::ParseLayout(layout);
+    if (!l.ok()) return Fail(l.status());
+    opt.transform.layout = *l;
+    auto d = reader::ParseDType(dtype);
+    if (!d.ok()) return Fail(d.status());
+    opt.transform.dtype = *d;
+    auto m = reader::ParseChannels("mean", mean);
+    if (!m.ok()) return Fail(m.status());
+    opt.transform.mean = *m;
+    auto sd = reader::ParseChannels("std", stdev);
+    if (!sd.ok()) return Fail(sd.status());
+    opt.transform.std = *sd;
+  }
   if (mode == "threads")
     opt.mode = reader::WorkerMode::kThreads;
   else if (mode == "processes")
     opt.mode = reader::WorkerMode::kProcesses;
   else
     return Fail(Status::InvalidArgument("--mode must be threads or processes"));
-  if (decode == "scaled") {
+  if (decode == "scaled" || decode == "scaled-any") {
     opt.transform.scaled_decode = opt.transform.cropped_decode = true;
+    opt.transform.any_scale = decode == "scaled-any";
   } else if (decode == "cropped") {
     opt.transform.scaled_decode = false;
     opt.transform.cropped_decode = true;
   } else if (decode == "full") {
     opt.transform.scaled_decode = opt.transform.cropped_decode = false;
   } else {
-    return Fail(Status::InvalidArgument("--decode must be scaled, cropped or full"));
+    return Fail(Status::InvalidArgument("--decode must be scaled, scaled-any, cropped or full"));
   }
   if (epochs < 1) return Fail(Status::InvalidArgument("--epochs must be at least 1"));
 
@@ -144,6 +155,8 @@ int CmdBench(int argc, char** argv) {
                         {"batch_size", opt.batch_size},
                         {"workers", l.options().workers},
                         {"crop", crop},
+                        {"dtype", reader::DTypeName(opt.transform.dtype)},
+                        {"layout", layout},
                         {"size", l.out_height()},
                         {"mode", mode},
                         {"pinned", reader::PinKindName(l.pin_kind())},
@@ -153,10 +166,10 @@ int CmdBench(int argc, char** argv) {
   } else {
     std::printf(
         "read %.0f images in %.2f s: %.0f images/s (%s, batch %u, %d workers, %ux%u %s "
-        "crop, ring in %s memory%s)\n",
+        "crop, %s %s, ring in %s memory%s)\n",
         total_images, total_seconds, ips, path.c_str(), opt.batch_size, l.options().workers,
-        l.out_height(), l.out_width(), crop.c_str(), reader::PinKindName(l.pin_kind()),
-        l.on_device() ? ", copied to GPU" : "");
+        l.out_height(), l.out_width(), crop.c_str(), reader::DTypeName(opt.transform.dtype),
+        layout.c_str(), reader::PinKindName(l.pin_kind()), l.on_device() ? ", copied to GPU" : "");
   }
   return 0;
 }

@@ -238,8 +238,10 @@ Status DecodeHeif(const uint8_t* data, size_t size, Image* out, const Limits& li
   return Status::OK();
 }
 
-}  // namespace
+// A side of `side` pixels decoded at scale n/8 (libjpeg rounds up).
+uint64_t ScaledSide(uint32_t side, int n) { return (uint64_t{side} * unsigned(n) + 7) / 8; }
 
+}  // namespace
 
 void OnProgress(j_common_ptr cinfo) {
   auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
@@ -296,12 +298,13 @@ Status Decoder::DecodeJpegRegion(const uint8_t* data, size_t size, const JpegReg
     return Status::InvalidArgument("region ", rw, "x", rh, "+", rx, "+", ry, " outside a ", iw, "x",
                                    ih, " JPEG");
   }
-  // Scales with SIMD IDCTs in libjpeg-turbo: 1/8, 2/8, 4/8, 8/8. Pick the smallest that covers.
+  // libjpeg-turbo scales by any n/8 inside the IDCT. Pick the smallest n whose output still
+  // covers the requested size, among 1, 2, 4, 8 (SIMD IDCTs) unless any n is allowed: the other
+  // scales cost more than the next power of two up (see JpegRegion).
   int n = 8;
-  for (int cand : {1, 2, 4}) {
-    if ((uint64_t{rw} * cand + 7) / 8 >= region.min_width &&
-        (uint64_t{rh} * cand + 7) / 8 >= region.min_height &&
-        region.min_width + region.min_height > 0) {
+  for (int cand = 1; cand < 8 && region.min_width + region.min_height > 0; ++cand) {
+    if (!region.any_scale && (cand & (cand - 1)) != 0) continue;
+    if (ScaledSide(rw, cand) >= region.min_width && ScaledSide(rh, cand) >= region.min_height) {
       n = cand;
       break;
     }

@@ -98,11 +98,16 @@ class Batch(tuple):
 
 
 class Loader:
-    """Shuffled, fixed-shape uint8 batches from an archive.
+    """Shuffled, fixed-shape batches from an archive: uint8, or normalised floats.
 
     Options: batch_size=64, shuffle=False, seed=0, drop_last=False, shuffle_block=0 and
     shuffle_window=8 (a locality-friendly block shuffle for archives larger than RAM; 0 keeps
-    the true global shuffle), workers=0 (all cores), prefetch=4, crop='center'|'random'|'none', size=224, flip=False, layout='nhwc'|'nchw',
+    the true global shuffle), workers=0 (all cores), prefetch=4, crop='center'|'random'|'none',
+    size=224, flip=False, layout='nhwc'|'nchw',
+    dtype='uint8'|'float32'|'float16'|'bfloat16' (or the torch dtype), mean=(0, 0, 0) and
+    std=(1, 1, 1) per RGB channel in 0..1 units, as torchvision's Normalize after ToTensor: float
+    outputs are (x / 255 - mean) / std, computed by the workers into the batch (numpy has no
+    bfloat16: its bits come as uint16 here, as torch.bfloat16 from shardfeed.torch.Loader),
     rank=0, world_size=1, mode='threads'|'processes', device='cpu'|'cuda'|'cuda:N',
     skip_errors=False, verify_checksums=False, timeout=120 (seconds with no sample completed
     before shardfeed.Timeout is raised; 0 or None waits forever).

@@ -1,7 +1,8 @@
 """PyTorch integration.
 
 - `Loader`: use in place of torch.utils.data.DataLoader. Yields (images, labels) as torch
-  tensors that share memory with the loader's pinned ring (zero-copy); with device='cuda' the
+  tensors (uint8, or float32/float16/bfloat16 normalised with `mean`/`std`: see
+  shardfeed.Loader) that share memory with the loader's pinned ring (zero-copy); with device='cuda' the
   batches arrive on the GPU through shardfeed's own pinned ring and CUDA stream. Picks up
   torch.distributed's rank and world size when a process group is initialised; every rank gets
   the same number of batches, and len() is that number.
@@ -56,9 +57,15 @@ class Loader:
         self.close()
 
     def __iter__(self):
+        bfloat16 = str(self._loader.options.get("dtype", "uint8")) in ("bfloat16", "torch.bfloat16")
         for batch in self._loader:
             if self.device == "cpu":
-                yield torch.from_numpy(batch.images), torch.from_numpy(batch.labels)
+                images = batch.images
+                if bfloat16:  # numpy has no bfloat16: reinterpret its bits (no copy)
+                    images = torch.from_numpy(images.view("int16")).view(torch.bfloat16)
+                else:
+                    images = torch.from_numpy(images)
+                yield images, torch.from_numpy(batch.labels)
             else:
                 yield (torch.utils.dlpack.from_dlpack(batch.images),
                        torch.utils.dlpack.from_dlpack(batch.labels))

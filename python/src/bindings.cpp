@@ -74,6 +74,63 @@ py::array_t<T> View(T* data, std::vector<ssize_t> shape, std::shared_ptr<void> o
   return py::array_t<T>(shape, data, base);
 }
 
+// The numpy dtype of a batch's images. numpy has no bfloat16: its bits come as uint16
+// (shardfeed.torch views them as torch.bfloat16).
+py::dtype NumpyDType(reader::DType d) {
+  switch (d) {
+    case reader::DType::kFloat32:
+      return py::dtype("float32");
+    case reader::DType::kFloat16:
+      return py::dtype("float16");
+    case reader::DType::kBFloat16:
+      return py::dtype("uint16");
+    case reader::DType::kUint8:
+      break;
+  }
+  return py::dtype("uint8");
+}
+
+py::array ViewAs(void* data, reader::DType d, std::vector<ssize_t> shape,
+                 std::shared_ptr<void> owner) {
+  auto* holder = new std::shared_ptr<void>(std::move(owner));
+  py::capsule base(holder, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
+  return py::array(NumpyDType(d), shape, data, base);
+}
+
+DLDataType DlpackType(reader::DType d) {
+  switch (d) {
+    case reader::DType::kFloat32:
+      return {kDLFloat, 32, 1};
+    case reader::DType::kFloat16:
+      return {kDLFloat, 16, 1};
+    case reader::DType::kBFloat16:
+      return {kDLBfloat, 16, 1};
+    case reader::DType::kUint8:
+      break;
+  }
+  return {kDLUInt, 8, 1};
+}
+
+// A name from a str or a torch.dtype / torch.device ("torch.float32" -> "float32").
+std::string OptionName(const py::handle& v) {
+  std::string s = py::str(v);
+  if (s.rfind("torch.", 0) == 0) s = s.substr(6);
+  return s;
+}
+
+std::array<float, 3> Channels(const char* what, const py::handle& v) {
+  std::vector<float> c;
+  if (py::isinstance<py::float_>(v) || py::isinstance<py::int_>(v)) {
+    c.assign(3, v.cast<float>());
+  } else {
+    c = v.cast<std::vector<float>>();
+  }
+  if (c.size() != 3) {
+    throw py::value_error(std::string(what) + " must be one number or three (R, G, B)");
+  }
+  return {c[0], c[1], c[2]};
+}
+
 struct PyArchive {
   std::shared_ptr<format::Archive> archive;
   pid_t pid = 0;
@@ -152,25 +209,19 @@ reader::LoaderOptions ParseLoaderOptions(const py::dict& kw) {
       o.timeout = v.is_none() ? 0.0 : v.cast<double>();
     else if (k == "max_pixels")
       o.transform.max_pixels = v.cast<uint64_t>();
-    else if (k == "crop") {
-      std::string c = v.cast<std::string>();
-      if (c == "center")
-        o.transform.crop = reader::Crop::kCenter;
-      else if (c == "random")
-        o.transform.crop = reader::Crop::kRandom;
-      else if (c == "none")
-        o.transform.crop = reader::Crop::kNone;
-      else
-        throw py::value_error("crop must be 'center', 'random' or 'none', not '" + c + "'");
-    } else if (k == "layout") {
-      std::string l = v.cast<std::string>();
-      if (l == "nhwc")
-        o.transform.layout = reader::Layout::kNHWC;
-      else if (l == "nchw")
-        o.transform.layout = reader::Layout::kNCHW;
-      else
-        throw py::value_error("layout must be 'nhwc' or 'nchw', not '" + l + "'");
-    } else if (k == "mode") {
+    else if (k == "any_scale")
+      o.transform.any_scale = v.cast<bool>();
+    else if (k == "crop")
+      o.transform.crop = Check(reader::ParseCrop(v.cast<std::string>()));
+    else if (k == "layout")
+      o.transform.layout = Check(reader::ParseLayout(v.cast<std::string>()));
+    else if (k == "dtype")
+      o.transform.dtype = Check(reader::ParseDType(OptionName(v)));
+    else if (k == "mean")
+      o.transform.mean = Channels("mean", v);
+    else if (k == "std")
+      o.transform.std = Channels("std", v);
+    else if (k == "mode") {
       std::string m = v.cast<std::string>();
       if (m == "threads")
         o.mode = reader::WorkerMode::kThreads;
@@ -364,7 +415,7 @@ PYBIND11_MODULE(_native, m) {
             if (!b) return py::none();
             const std::vector<int64_t> batch_shape = b.shape();
             std::vector<ssize_t> shape(batch_shape.begin(), batch_shape.end());
-            auto images = View<uint8_t>(b.images(), shape, b.lease());
+            auto images = ViewAs(b.images(), b.dtype(), shape, b.lease());
             auto labels = View<int64_t>(const_cast<int64_t*>(b.labels()), {b.size()}, b.lease());
             auto indices =
                 View<uint64_t>(const_cast<uint64_t*>(b.indices()), {b.size()}, b.lease());
@@ -372,8 +423,10 @@ PYBIND11_MODULE(_native, m) {
             // The consumer's stream waits for this batch's copy; the host does not block.
             Check(b.Wait(reinterpret_cast<void*>(consumer_stream)));
             const int device = b.device();
-            auto dimages = ExportDlpack(const_cast<void*>(b.device_images()), shape, kDLUInt, 8,
-                                        kDLCUDA, device, b.lease());
+            const DLDataType dt = DlpackType(b.dtype());
+            auto dimages = ExportDlpack(const_cast<void*>(b.device_images()), shape,
+                                        static_cast<DLDataTypeCode>(dt.code), dt.bits, kDLCUDA,
+                                        device, b.lease());
             auto dlabels = ExportDlpack(const_cast<int64_t*>(b.device_labels()), {b.size()}, kDLInt,
                                         64, kDLCUDA, device, b.lease());
             return py::make_tuple(images, labels, indices, dimages, dlabels);

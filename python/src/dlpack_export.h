@@ -12,7 +12,7 @@
 namespace shardfeed_py {
 
 enum DLDeviceType : int32_t { kDLCPU = 1, kDLCUDA = 2 };
-enum DLDataTypeCode : uint8_t { kDLInt = 0, kDLUInt = 1, kDLFloat = 2 };
+enum DLDataTypeCode : uint8_t { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4 };
 
 struct DLDevice {
   DLDeviceType device_type;

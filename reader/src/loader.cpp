@@ -24,7 +24,7 @@ using Clock = std::chrono::steady_clock;
 static double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 size_t Batch::image_bytes() const {
-  size_t n = 1;
+  size_t n = DTypeSize(dtype_);
   for (int64_t d : shape_) n *= static_cast<size_t>(d);
   return n;
 }
@@ -347,6 +347,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
     return Status::InvalidArgument("timeout must be >= 0 seconds (0: wait forever), not ",
                                    options.timeout);
   }
+  SF_RETURN_IF_ERROR(ValidateTransform(options.transform));
   auto impl = std::make_shared<Impl>();
   impl->self = impl;
   impl->owner_pid = ::getpid();
@@ -370,9 +371,10 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
 
   // Slot layout: images, then labels (int64), then indices (uint64), each 64-byte aligned.
   const size_t b = options.batch_size;
+  const size_t element = DTypeSize(options.transform.dtype);
   size_t ring_bytes = 0;
   if (uint64_t{impl->out_h} * impl->out_w > kMaxOutputPixels ||
-      __builtin_mul_overflow(size_t{impl->out_h} * impl->out_w * 3, b, &ring_bytes) ||
+      __builtin_mul_overflow(size_t{impl->out_h} * impl->out_w * 3 * element, b, &ring_bytes) ||
       __builtin_mul_overflow(ring_bytes, size_t{options.prefetch}, &ring_bytes) ||
       ring_bytes > kMaxRingBytes) {
     return Status::InvalidArgument("output ", impl->out_h, "x", impl->out_w, " x batch ", b,
@@ -380,7 +382,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
                                    " is beyond the ring's limit of ", kMaxRingBytes >> 30,
                                    " GiB (or ", kMaxOutputPixels, " pixels per image)");
   }
-  impl->sample_bytes = size_t{impl->out_h} * impl->out_w * 3;
+  impl->sample_bytes = size_t{impl->out_h} * impl->out_w * 3 * element;
   auto align = [](size_t n) { return (n + 63) / 64 * 64; };
   impl->labels_offset = align(impl->sample_bytes * b);
   impl->indices_offset = impl->labels_offset + align(b * sizeof(int64_t));
@@ -551,6 +553,7 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
   batch.skipped_ = slot.skipped;
   batch.epoch_ = p.epoch;
   batch.number_ = b;
+  batch.dtype_ = p.options.transform.dtype;
   const int64_t n = slot.count, h = p.out_h, w = p.out_w;
   batch.shape_ = p.options.transform.layout == Layout::kNCHW ? std::vector<int64_t>{n, 3, h, w}
                                                              : std::vector<int64_t>{n, h, w, 3};

@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "failpoint.h"
+#include "pixel_store.h"
 #include "shardfeed/reader/sampler.h"
 
 namespace shardfeed::reader {
@@ -23,6 +26,104 @@ double Since(Clock::time_point t) {
 }
 
 }  // namespace
+
+const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kUint8:
+      return "uint8";
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kBFloat16:
+      return "bfloat16";
+  }
+  return "?";
+}
+
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kUint8:
+      return 1;
+    case DType::kFloat32:
+      return 4;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return 2;
+  }
+  return 1;
+}
+
+Result<DType> ParseDType(std::string_view name) {
+  for (DType d : {DType::kUint8, DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    if (name == DTypeName(d)) return d;
+  }
+  return Status::InvalidArgument("dtype must be uint8, float32, float16 or bfloat16, not '",
+                                 std::string(name), "'");
+}
+
+Result<Layout> ParseLayout(std::string_view name) {
+  if (name == "nhwc") return Layout::kNHWC;
+  if (name == "nchw") return Layout::kNCHW;
+  return Status::InvalidArgument("layout must be nhwc or nchw, not '", std::string(name), "'");
+}
+
+Result<Crop> ParseCrop(std::string_view name) {
+  if (name == "center") return Crop::kCenter;
+  if (name == "random") return Crop::kRandom;
+  if (name == "none") return Crop::kNone;
+  return Status::InvalidArgument("crop must be center, random or none, not '", std::string(name),
+                                 "'");
+}
+
+Result<std::array<float, 3>> ParseChannels(std::string_view what, std::string_view text) {
+  std::vector<float> values;
+  std::string t(text);
+  size_t pos = 0;
+  while (pos <= t.size()) {
+    size_t end = t.find(',', pos);
+    if (end == std::string::npos) end = t.size();
+    const std::string item = t.substr(pos, end - pos);
+    char* stop = nullptr;
+    const double v = std::strtod(item.c_str(), &stop);
+    if (item.empty() || stop != item.c_str() + item.size() || !std::isfinite(v)) {
+      return Status::InvalidArgument(std::string(what), " must be R,G,B numbers, not '", t, "'");
+    }
+    values.push_back(static_cast<float>(v));
+    pos = end + 1;
+  }
+  if (values.size() == 1) values.assign(3, values[0]);
+  if (values.size() != 3) {
+    return Status::InvalidArgument(std::string(what), " must have 1 or 3 values, not '", t, "'");
+  }
+  return std::array<float, 3>{values[0], values[1], values[2]};
+}
+
+Status ValidateTransform(const TransformOptions& o) {
+  if (!(o.center_ratio > 0 && o.center_ratio <= 1)) {
+    return Status::InvalidArgument("center_ratio must be in (0, 1], not ", o.center_ratio);
+  }
+  if (!(o.scale_min > 0 && o.scale_min <= o.scale_max && o.scale_max <= 1)) {
+    return Status::InvalidArgument("random crop scale must satisfy 0 < min <= max <= 1");
+  }
+  if (!(o.ratio_min > 0 && o.ratio_min <= o.ratio_max && std::isfinite(o.ratio_max))) {
+    return Status::InvalidArgument("random crop ratio must satisfy 0 < min <= max");
+  }
+  const bool normalised =
+      o.mean != std::array<float, 3>{0.f, 0.f, 0.f} || o.std != std::array<float, 3>{1.f, 1.f, 1.f};
+  if (o.dtype == DType::kUint8 && normalised) {
+    return Status::InvalidArgument(
+        "mean/std need a float dtype (float32, float16 or bfloat16); uint8 output is not "
+        "normalised");
+  }
+  for (int c = 0; c < 3; ++c) {
+    if (!std::isfinite(o.mean[c])) return Status::InvalidArgument("mean must be finite");
+    if (!std::isfinite(o.std[c]) || o.std[c] == 0.f) {
+      return Status::InvalidArgument("std must be finite and non-zero");
+    }
+  }
+  return Status::OK();
+}
 
 CropRect CenterCropRect(uint32_t width, uint32_t height, double ratio) {
   uint32_t side = std::max<uint32_t>(
@@ -108,13 +209,20 @@ Status SampleDecoder::OutputShape(const format::Archive& archive, const Transfor
 SampleDecoder::SampleDecoder(std::shared_ptr<const format::Archive> archive,
                              const TransformOptions& options)
     : archive_(std::move(archive)), options_(options), zstd_(std::make_unique<Zstd>()) {
-  if (!OutputShape(*archive_, options_, &out_h_, &out_w_).ok()) out_h_ = out_w_ = 0;
+  if (!OutputShape(*archive_, options_, &out_h_, &out_w_).ok() ||
+      !ValidateTransform(options_).ok()) {
+    out_h_ = out_w_ = 0;
+  }
+  const internal::Affine a = internal::AffineFor(options_);
+  for (int c = 0; c < 3; ++c) scale_[c] = a.scale[c], bias_[c] = a.bias[c];
 }
 
 SampleDecoder::~SampleDecoder() = default;
 
 Status SampleDecoder::DecodeInto(uint64_t index, uint64_t seed, uint8_t* dst, StageTimes* times) {
-  if (out_h_ == 0) return Status::InvalidArgument("no output shape (see OutputShape)");
+  if (out_h_ == 0) {
+    return Status::InvalidArgument("no output shape (see OutputShape and ValidateTransform)");
+  }
   Status s = DecodeRecord(index, seed, dst, times);
   if (!s.ok()) {
     return Status(s.code(),
@@ -126,21 +234,20 @@ Status SampleDecoder::DecodeInto(uint64_t index, uint64_t seed, uint8_t* dst, St
 void SampleDecoder::Finish(const uint8_t* src, uint32_t w, uint32_t h, size_t stride, bool flip,
                            uint8_t* dst, StageTimes* times) {
   auto t = Clock::now();
-  const bool planar = options_.layout == Layout::kNCHW;
+  // uint8 NHWC is resized straight into the slot. Anything else is resized into a small HWC
+  // staging image (it stays in cache) and written to the slot in one converting pass.
+  const bool direct = options_.dtype == DType::kUint8 && options_.layout == Layout::kNHWC;
   uint8_t* hwc = dst;
-  if (planar) {
-    planar_.resize(sample_bytes());
-    hwc = planar_.data();
+  if (!direct) {
+    staging_.resize(size_t{out_w_} * out_h_ * 3);
+    hwc = staging_.data();
   }
   imaging::ResizeInto(src, w, h, stride, 3, hwc, out_w_, out_h_);
   if (flip) imaging::FlipHorizontal(hwc, out_w_, out_h_, 3, 0);
-  if (planar) {
-    const size_t plane = size_t{out_w_} * out_h_;
-    for (size_t i = 0; i < plane; ++i) {
-      dst[i] = hwc[3 * i];
-      dst[plane + i] = hwc[3 * i + 1];
-      dst[2 * plane + i] = hwc[3 * i + 2];
-    }
+  if (!direct) {
+    internal::Affine a;
+    for (int c = 0; c < 3; ++c) a.scale[c] = scale_[c], a.bias[c] = bias_[c];
+    internal::StorePixels(hwc, size_t{out_w_} * out_h_, options_.layout, options_.dtype, a, dst);
   }
   times->resize += Since(t);
 }
@@ -183,6 +290,7 @@ Status SampleDecoder::DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst, 
         if (options_.scaled_decode) {
           region.min_width = swap ? out_h_ : out_w_;
           region.min_height = swap ? out_w_ : out_h_;
+          region.any_scale = options_.any_scale;
         }
         SF_RETURN_IF_ERROR(decoder_.DecodeJpegRegion(r.data, r.size, region, &image_, limits));
         imaging::ApplyOrientation(&image_, e.orientation);

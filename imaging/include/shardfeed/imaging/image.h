@@ -93,9 +93,16 @@ int ParseExifOrientation(const uint8_t* app1, size_t size);
 // A region of a JPEG to decode, in stored (pre-orientation) pixel coordinates, and the smallest
 // size the decoded region may have. The decoder picks the smallest DCT scale (n/8) whose output
 // still covers `min_width` x `min_height`, and decodes only the rows and iMCU columns it needs.
+//
+// By default n is 1, 2, 4 or 8. libjpeg-turbo also scales by 3/8, 5/8, 6/8 and 7/8
+// (`any_scale`), but only 1, 2, 4 and 8 have SIMD IDCTs, and for 4:2:0 images the others also
+// run an upscaling 2n x 2n chroma IDCT: measured with libjpeg-turbo 2.1.5 on x86-64, a whole-image
+// decode at 6/8 is 1.3-1.4x slower than at 8/8 and 3/8 is slower than 4/8 (docs/BENCHMARKS.md,
+// "Decode exactly what is needed"), so the default never picks them.
 struct JpegRegion {
   uint32_t x = 0, y = 0, width = 0, height = 0;  // width/height 0: the whole image
   uint32_t min_width = 0, min_height = 0;        // 0: full resolution
+  bool any_scale = false;                        // consider every n/8, not only 1, 2, 4, 8
 };
 
 // A decoding context: owns libjpeg state and scratch buffers, reused across images.

@@ -1,6 +1,6 @@
-// The loader: shuffled, fixed-shape uint8 batches from a mapped archive, decoded by a pool of
-// workers straight into a bounded ring of page-locked slots, optionally copied to the GPU on a
-// stream per slot while the consumer works on the previous batch.
+// The loader: shuffled, fixed-shape batches (uint8, or normalised float32/float16/bfloat16) from a
+// mapped archive, decoded by a pool of workers straight into a bounded ring of page-locked slots,
+// optionally copied to the GPU on a stream per slot while the consumer works on the previous batch.
 //
 // Ownership. The Loader owns its workers, the ring and (with `device`) the device buffers. A
 // Batch is a lease on one ring slot: its pointers stay valid, and the slot is never written,
@@ -116,12 +116,14 @@ class Batch {
  public:
   Batch() = default;
   uint32_t size() const { return size_; }  // samples (the last batch may be short)
+  // The images: shape() elements of dtype() (LoaderOptions::transform.dtype), C-contiguous.
   uint8_t* images() const { return images_; }
+  DType dtype() const { return dtype_; }
   const int64_t* labels() const { return labels_; }
   const uint64_t* indices() const { return indices_; }  // archive index of each sample
   // {size, H, W, 3} for NHWC or {size, 3, H, W} for NCHW.
   std::vector<int64_t> shape() const { return shape_; }
-  size_t image_bytes() const;
+  size_t image_bytes() const;  // elements x DTypeSize(dtype())
   uint64_t epoch() const { return epoch_; }
   uint64_t number() const { return number_; }  // batch number within the epoch
   uint32_t skipped() const { return skipped_; }
@@ -148,6 +150,7 @@ class Batch {
   int64_t* labels_ = nullptr;
   uint64_t* indices_ = nullptr;
   uint32_t size_ = 0, skipped_ = 0;
+  DType dtype_ = DType::kUint8;
   std::vector<int64_t> shape_;
   uint64_t epoch_ = 0, number_ = 0;
   DeviceSlot* device_ = nullptr;

@@ -1,10 +1,13 @@
-// Turning one record into one fixed-shape uint8 image in a batch slot: decode (JPEG, with DCT
-// scaling and cropped decoding), decompress (zstd) or read (raw) straight from the mapping, crop,
-// resize, flip, lay out. One SampleDecoder per worker: it owns its decoder contexts and scratch.
+// Turning one record into one fixed-shape image in a batch slot: decode (JPEG, with DCT scaling
+// by any n/8 and cropped decoding), decompress (zstd) or read (raw) straight from the mapping,
+// crop, resize, flip, then write it as uint8 or normalised floats, NHWC or NCHW. One
+// SampleDecoder per worker: it owns its decoder contexts and scratch.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "shardfeed/format/archive.h"
@@ -20,6 +23,20 @@ enum class Crop {
 };
 enum class Layout { kNHWC, kNCHW };
 
+// The element type of a batch. Floats are normalised (TransformOptions::mean/std); float16 is
+// IEEE binary16 and bfloat16 the top half of a float32, both rounded to nearest even.
+enum class DType : uint8_t { kUint8, kFloat32, kFloat16, kBFloat16 };
+const char* DTypeName(DType dtype);  // "uint8", "float32", "float16", "bfloat16"
+size_t DTypeSize(DType dtype);       // bytes per element
+// Names as the CLI and Python take them; an unknown name is kInvalidArgument listing the valid
+// ones.
+Result<DType> ParseDType(std::string_view name);
+Result<Layout> ParseLayout(std::string_view name);  // "nhwc" | "nchw"
+Result<Crop> ParseCrop(std::string_view name);      // "center" | "random" | "none"
+// "R,G,B" (three finite numbers, or one for all channels), for mean/std; `what` names the
+// option in the error.
+Result<std::array<float, 3>> ParseChannels(std::string_view what, std::string_view text);
+
 struct TransformOptions {
   Crop crop = Crop::kCenter;
   uint32_t size = 224;  // output side; 0 with Crop::kNone: the archive's fixed shape
@@ -29,12 +46,24 @@ struct TransformOptions {
   double scale_min = 0.08, scale_max = 1.0;             // RandomResizedCrop scale
   double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;  // RandomResizedCrop aspect ratio
   bool scaled_decode = true;   // let libjpeg-turbo decode at 1/2, 1/4, 1/8 when it suffices
+  bool any_scale = false;      // with scaled_decode: also 3/8, 5/8, 6/8, 7/8 (imaging::JpegRegion)
   bool cropped_decode = true;  // decode only the crop's rows and iMCU columns (else: whole image)
   bool verify_checksums = false;  // check each record's XXH3 before decoding it
   // A record declaring more pixels is that sample's error (kResourceExhausted), never an
   // allocation: the packer's limit by default, so a crafted archive cannot exhaust memory.
   uint64_t max_pixels = imaging::Limits().max_pixels;
+  // Output element type. For the float types each value is (x / 255 - mean[c]) / std[c], x the
+  // uint8 value of RGB channel c: mean and std are in units of the 0..1 range, as torchvision's
+  // Normalize after ToTensor (ImageNet: mean {0.485, 0.456, 0.406}, std {0.229, 0.224, 0.225}).
+  // The defaults give x / 255. uint8 output takes no mean/std (ValidateTransform refuses them).
+  DType dtype = DType::kUint8;
+  std::array<float, 3> mean{0.f, 0.f, 0.f};
+  std::array<float, 3> std{1.f, 1.f, 1.f};
 };
+
+// Checks the options on their own (not against an archive): ratios and scales in range, std
+// finite and non-zero, mean finite, mean/std only with a float dtype.
+Status ValidateTransform(const TransformOptions& options);
 
 // A crop rectangle in displayed (upright) pixel coordinates.
 struct CropRect {
@@ -61,12 +90,13 @@ class SampleDecoder {
   SampleDecoder(std::shared_ptr<const format::Archive> archive, const TransformOptions& options);
   ~SampleDecoder();
 
-  // Output geometry: height x width x 3 bytes per sample.
+  // Output geometry: height x width x 3 elements of DTypeSize(dtype) bytes per sample.
   uint32_t out_height() const { return out_h_; }
   uint32_t out_width() const { return out_w_; }
-  size_t sample_bytes() const { return size_t{out_h_} * out_w_ * 3; }
+  size_t sample_bytes() const { return size_t{out_h_} * out_w_ * 3 * DTypeSize(options_.dtype); }
 
-  // Decodes sample `index` into `dst` (sample_bytes() bytes, in the configured layout).
+  // Decodes sample `index` into `dst` (sample_bytes() bytes, suitably aligned for the dtype, in
+  // the configured layout and dtype).
   // `seed` drives the random crop and flip. Errors name the archive and the sample.
   Status DecodeInto(uint64_t index, uint64_t seed, uint8_t* dst, StageTimes* times);
 
@@ -85,7 +115,8 @@ class SampleDecoder {
   imaging::Decoder decoder_;
   imaging::Image image_;         // decoded region / whole image
   std::vector<uint8_t> pixels_;  // decompressed zstd record
-  std::vector<uint8_t> planar_;  // HWC staging for NCHW output
+  imaging::Bytes staging_;       // HWC uint8 crop, when the slot wants another dtype or layout
+  std::array<float, 3> scale_{}, bias_{};  // float outputs: x * scale_[c] + bias_[c]
   struct Zstd;
   std::unique_ptr<Zstd> zstd_;
 };
