@@ -16,11 +16,12 @@ import os
 
 from . import _native
 from ._native import (DataError, Error, Timeout, WorkerError, cuda_available,
-                      cuda_unavailable_reason)
+                      cuda_kernels_built, cuda_unavailable_reason)
 
 __all__ = ["Archive", "Loader", "Batch", "pack", "merge", "convert", "verify", "inspect", "Error",
            "DataError",
-           "WorkerError", "Timeout", "cuda_available", "cuda_unavailable_reason"]
+           "WorkerError", "Timeout", "cuda_available", "cuda_unavailable_reason",
+           "cuda_kernels_built"]
 
 __version__ = "0.1.0"
 
@@ -108,6 +109,8 @@ class Loader:
     std=(1, 1, 1) per RGB channel in 0..1 units, as torchvision's Normalize after ToTensor: float
     outputs are (x / 255 - mean) / std, computed by the workers into the batch (numpy has no
     bfloat16: its bits come as uint16 here, as torch.bfloat16 from shardfeed.torch.Loader),
+    normalize_on_device=False (with device='cuda' and a float dtype: copy uint8 and normalise
+    with a CUDA kernel on the GPU; the host images stay uint8 NHWC),
     rank=0, world_size=1, mode='threads'|'processes', device='cpu'|'cuda'|'cuda:N',
     skip_errors=False, verify_checksums=False, timeout=120 (seconds with no sample completed
     before shardfeed.Timeout is raised; 0 or None waits forever).

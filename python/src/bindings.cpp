@@ -209,6 +209,8 @@ reader::LoaderOptions ParseLoaderOptions(const py::dict& kw) {
       o.timeout = v.is_none() ? 0.0 : v.cast<double>();
     else if (k == "max_pixels")
       o.transform.max_pixels = v.cast<uint64_t>();
+    else if (k == "normalize_on_device")
+      o.normalize_on_device = v.cast<bool>();
     else if (k == "any_scale")
       o.transform.any_scale = v.cast<bool>();
     else if (k == "crop")
@@ -423,10 +425,12 @@ PYBIND11_MODULE(_native, m) {
             // The consumer's stream waits for this batch's copy; the host does not block.
             Check(b.Wait(reinterpret_cast<void*>(consumer_stream)));
             const int device = b.device();
-            const DLDataType dt = DlpackType(b.dtype());
-            auto dimages = ExportDlpack(const_cast<void*>(b.device_images()), shape,
-                                        static_cast<DLDataTypeCode>(dt.code), dt.bits, kDLCUDA,
-                                        device, b.lease());
+            const DLDataType dt = DlpackType(b.device_dtype());
+            const std::vector<int64_t> device_shape = b.device_shape();
+            auto dimages = ExportDlpack(
+                const_cast<void*>(b.device_images()),
+                std::vector<ssize_t>(device_shape.begin(), device_shape.end()),
+                static_cast<DLDataTypeCode>(dt.code), dt.bits, kDLCUDA, device, b.lease());
             auto dlabels = ExportDlpack(const_cast<int64_t*>(b.device_labels()), {b.size()}, kDLInt,
                                         64, kDLCUDA, device, b.lease());
             return py::make_tuple(images, labels, indices, dimages, dlabels);
@@ -464,6 +468,7 @@ PYBIND11_MODULE(_native, m) {
       });
 
   m.def("cuda_available", &reader::CudaAvailable);
+  m.def("cuda_kernels_built", &reader::CudaKernelsBuilt);
   m.def("cuda_unavailable_reason", &reader::CudaUnavailableReason);
 
   m.def(

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "loader_internal.h"
+#include "pixel_store.h"
 
 namespace shardfeed::reader {
 
@@ -29,7 +30,7 @@ size_t Batch::image_bytes() const {
   return n;
 }
 
-const void* Batch::device_images() const { return device_ ? device_->device_data() : nullptr; }
+const void* Batch::device_images() const { return device_ ? device_->device_images() : nullptr; }
 
 const int64_t* Batch::device_labels() const {
   return device_ ? reinterpret_cast<const int64_t*>(
@@ -202,7 +203,7 @@ void Loader::Impl::FinishRun(size_t worker, const Task& run, const RunTally& tal
   Status copy_status;
   if (device_slots.size() && slot.error.ok()) {
     auto t = Clock::now();
-    copy_status = device_slots[run.slot]->CopyAsync(SlotImages(run.slot), slot_bytes);
+    copy_status = device_slots[run.slot]->CopyAsync(SlotImages(run.slot), slot_bytes, slot.count);
     std::lock_guard<std::mutex> lock(mu);
     stats.copy += Seconds(Clock::now() - t);
   }
@@ -348,11 +349,26 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
                                    options.timeout);
   }
   SF_RETURN_IF_ERROR(ValidateTransform(options.transform));
+  if (options.normalize_on_device &&
+      (!options.device || options.transform.dtype == DType::kUint8)) {
+    return Status::InvalidArgument(
+        "normalize_on_device needs device copies and a float dtype (float32, float16 or "
+        "bfloat16)");
+  }
   auto impl = std::make_shared<Impl>();
   impl->self = impl;
   impl->owner_pid = ::getpid();
   impl->archive = std::move(archive);
   impl->options = options;
+  impl->normalize_target = options.transform;
+  if (options.normalize_on_device) {
+    // The workers write uint8 NHWC; the kernel produces what was asked for on the device.
+    TransformOptions& t = impl->options.transform;
+    t.dtype = DType::kUint8;
+    t.layout = Layout::kNHWC;
+    t.mean = {0.f, 0.f, 0.f};
+    t.std = {1.f, 1.f, 1.f};
+  }
   if (impl->options.workers <= 0) {
     impl->options.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
@@ -371,7 +387,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
 
   // Slot layout: images, then labels (int64), then indices (uint64), each 64-byte aligned.
   const size_t b = options.batch_size;
-  const size_t element = DTypeSize(options.transform.dtype);
+  const size_t element = DTypeSize(impl->options.transform.dtype);
   size_t ring_bytes = 0;
   if (uint64_t{impl->out_h} * impl->out_w > kMaxOutputPixels ||
       __builtin_mul_overflow(size_t{impl->out_h} * impl->out_w * 3 * element, b, &ring_bytes) ||
@@ -401,7 +417,18 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
   }
   if (options.device) {
     for (size_t i = 0; i < n_slots; ++i) {
-      SF_ASSIGN_OR_RETURN(auto ds, DeviceSlot::Create(impl->slot_bytes, options.device_index));
+      DeviceNormalize normalize;
+      if (options.normalize_on_device) {
+        normalize.dtype = options.transform.dtype;
+        normalize.layout = options.transform.layout;
+        normalize.plane = size_t{impl->out_h} * impl->out_w;
+        normalize.max_samples = options.batch_size;
+        const internal::Affine a = internal::AffineFor(options.transform);
+        for (int c = 0; c < 3; ++c) normalize.scale[c] = a.scale[c], normalize.bias[c] = a.bias[c];
+      }
+      SF_ASSIGN_OR_RETURN(auto ds,
+                          DeviceSlot::Create(impl->slot_bytes, options.device_index,
+                                             options.normalize_on_device ? &normalize : nullptr));
       impl->device_slots.push_back(std::move(ds));
     }
   }
@@ -557,8 +584,16 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
   const int64_t n = slot.count, h = p.out_h, w = p.out_w;
   batch.shape_ = p.options.transform.layout == Layout::kNCHW ? std::vector<int64_t>{n, 3, h, w}
                                                              : std::vector<int64_t>{n, h, w, 3};
+  batch.device_dtype_ = batch.dtype_;
+  batch.device_shape_ = batch.shape_;
   if (!p.device_slots.empty()) {
     batch.device_ = p.device_slots[s].get();
+    if (p.options.normalize_on_device) {
+      const TransformOptions& want = p.normalize_target;
+      batch.device_dtype_ = want.dtype;
+      batch.device_shape_ = want.layout == Layout::kNCHW ? std::vector<int64_t>{n, 3, h, w}
+                                                         : std::vector<int64_t>{n, h, w, 3};
+    }
     batch.device_label_offset_ = p.labels_offset;
   }
   lock.unlock();

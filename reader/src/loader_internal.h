@@ -102,6 +102,7 @@ struct Loader::Impl {
   pid_t owner_pid = 0;  // the process that created the loader; a forked copy never touches it
   std::shared_ptr<const format::Archive> archive;
   LoaderOptions options;
+  TransformOptions normalize_target;  // what the consumer asked for (normalize_on_device)
   std::unique_ptr<Sampler> sampler;
   uint32_t out_h = 0, out_w = 0;
   size_t sample_bytes = 0, slot_bytes = 0, labels_offset = 0, indices_offset = 0;

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -10,8 +11,24 @@
 #ifdef SHARDFEED_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif
+#ifdef SHARDFEED_WITH_CUDA_KERNELS
+#include "normalize_kernel.h"
+static_assert(int(shardfeed::reader::DType::kFloat32) == 1 &&
+                  int(shardfeed::reader::DType::kFloat16) == 2 &&
+                  int(shardfeed::reader::DType::kBFloat16) == 3,
+              "normalize_kernel.cu numbers the dtypes as transform.h does");
+#endif
 
 namespace shardfeed::reader {
+
+bool CudaKernelsBuilt() {
+#ifdef SHARDFEED_WITH_CUDA_KERNELS
+  return true;
+#else
+  return false;
+#endif
+}
+
 namespace {
 
 struct CudaProbe {
@@ -186,8 +203,14 @@ class DeviceScope {
 };
 }  // namespace
 
-Result<std::unique_ptr<DeviceSlot>> DeviceSlot::Create(size_t bytes, int device) {
+Result<std::unique_ptr<DeviceSlot>> DeviceSlot::Create(size_t bytes, int device,
+                                                       const DeviceNormalize* normalize) {
   if (!CudaAvailable()) return Status::Unsupported("CUDA: ", CudaUnavailableReason());
+  if (normalize && !CudaKernelsBuilt()) {
+    return Status::Unsupported(
+        "normalize_on_device needs shardfeed's CUDA kernels, and this build has none (nvcc was "
+        "not found at configure time)");
+  }
   std::unique_ptr<DeviceSlot> s(new DeviceSlot());
   s->device_index_ = device >= 0 ? device : CurrentCudaDevice();
   int count = 0;
@@ -198,6 +221,11 @@ Result<std::unique_ptr<DeviceSlot>> DeviceSlot::Create(size_t bytes, int device)
   }
   DeviceScope scope(s->device_index_);  // the caller's current device is left as it was
   SF_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&s->device_, bytes), "cudaMalloc"));
+  if (normalize) {
+    s->normalize_ = *normalize;
+    const size_t out = normalize->max_samples * normalize->plane * 3 * DTypeSize(normalize->dtype);
+    SF_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&s->normalized_, out), "cudaMalloc"));
+  }
   cudaStream_t stream;
   SF_RETURN_IF_ERROR(
       CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"));
@@ -218,9 +246,10 @@ DeviceSlot::~DeviceSlot() {
   if (released_) cudaEventDestroy(static_cast<cudaEvent_t>(released_));
   if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
   if (device_) cudaFree(device_);
+  if (normalized_) cudaFree(normalized_);
 }
 
-Status DeviceSlot::CopyAsync(const void* src, size_t bytes) {
+Status DeviceSlot::CopyAsync(const void* src, size_t bytes, size_t samples) {
   // Worker threads are not the thread that chose the device.
   SF_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_index_), "cudaSetDevice"));
   auto stream = static_cast<cudaStream_t>(stream_);
@@ -235,7 +264,26 @@ Status DeviceSlot::CopyAsync(const void* src, size_t bytes) {
   release_pending_ = false;
   SF_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(device_, src, bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync"));
+  if (normalized_) SF_RETURN_IF_ERROR(Normalize(samples));
   return CudaStatus(cudaEventRecord(static_cast<cudaEvent_t>(copied_), stream), "cudaEventRecord");
+}
+
+Status DeviceSlot::Normalize(size_t samples) {
+#ifdef SHARDFEED_WITH_CUDA_KERNELS
+  internal::DeviceNormalizeArgs a;
+  a.src = static_cast<const uint8_t*>(device_);
+  a.dst = normalized_;
+  a.samples = std::min(samples, normalize_.max_samples);
+  a.plane = normalize_.plane;
+  a.dtype = static_cast<int>(normalize_.dtype);
+  a.planar = normalize_.layout == Layout::kNCHW;
+  for (int c = 0; c < 3; ++c) a.scale[c] = normalize_.scale[c], a.bias[c] = normalize_.bias[c];
+  return CudaStatus(static_cast<cudaError_t>(internal::LaunchDeviceNormalize(a, stream_)),
+                    "normalize kernel launch");
+#else
+  (void)samples;
+  return Status::Unsupported("built without CUDA kernels");
+#endif
 }
 
 Status DeviceSlot::Synchronize() {
@@ -264,12 +312,13 @@ void DeviceSlot::Release() {
 
 #else
 
-Result<std::unique_ptr<DeviceSlot>> DeviceSlot::Create(size_t, int) {
+Result<std::unique_ptr<DeviceSlot>> DeviceSlot::Create(size_t, int, const DeviceNormalize*) {
   return Status::Unsupported("CUDA: ", CudaUnavailableReason());
 }
+Status DeviceSlot::Normalize(size_t) { return Status::Unsupported("no CUDA"); }
 DeviceSlot::~DeviceSlot() = default;
 void DeviceSlot::Release() {}
-Status DeviceSlot::CopyAsync(const void*, size_t) { return Status::Unsupported("no CUDA"); }
+Status DeviceSlot::CopyAsync(const void*, size_t, size_t) { return Status::Unsupported("no CUDA"); }
 Status DeviceSlot::Synchronize() { return Status::Unsupported("no CUDA"); }
 Status DeviceSlot::StreamWait(void*) { return Status::Unsupported("no CUDA"); }
 

@@ -56,3 +56,36 @@ def test_a_slot_is_not_refilled_while_the_consumer_still_reads_it(archive_path):
 def test_cuda_n_lands_on_device_n(archive_path):
     images, labels = next(iter(sft.Loader(archive_path, batch_size=4, size=16, device="cuda:1")))
     assert images.device.index == 1 and labels.device.index == 1
+
+
+IMAGENET = dict(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+def test_float_batches_on_the_device_equal_the_host_path(archive_path, dtype, layout):
+    opts = dict(batch_size=8, size=32, shuffle=True, seed=5, crop="random", flip=True,
+                dtype=dtype, layout=layout, **IMAGENET)
+    host = [i.clone().float() for i, _ in sft.Loader(archive_path, **opts)]
+    dev = [i.float().cpu() for i, _ in sft.Loader(archive_path, device="cuda", **opts)]
+    assert len(dev) == len(host)
+    for h, d in zip(host, dev):
+        assert torch.equal(h, d)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+def test_normalize_on_device_matches_the_cpu_path(archive_path, dtype, layout):
+    # The kernel (uint8 copied, normalised on the GPU) against the CPU reference: the same
+    # arithmetic, so equal up to one rounding of the last bit (an FMA on one side only).
+    opts = dict(batch_size=8, size=32, shuffle=True, seed=5, crop="random", flip=True,
+                dtype=dtype, layout=layout, **IMAGENET)
+    cpu = [i.clone() for i, _ in sft.Loader(archive_path, **opts)]
+    gpu = [i.cpu() for i, _ in sft.Loader(archive_path, device="cuda", normalize_on_device=True,
+                                          **opts)]
+    assert len(gpu) == len(cpu)
+    eps = {"float32": 2e-6, "float16": 2 ** -10, "bfloat16": 2 ** -7}[dtype]
+    for c, g in zip(cpu, gpu):
+        assert g.dtype == c.dtype and g.shape == c.shape
+        c, g = c.float(), g.float()
+        assert torch.all((c - g).abs() <= eps * c.abs().clamp(min=1)), (c - g).abs().max()

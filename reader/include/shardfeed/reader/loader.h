@@ -78,6 +78,11 @@ struct LoaderOptions {
   WorkerMode mode = WorkerMode::kThreads;
   bool device = false;    // copy each batch to the CUDA device (needs CudaAvailable())
   int device_index = -1;  // that device; -1: the creating thread's current device
+  // With `device` and a float transform.dtype: workers write uint8 NHWC (a quarter of float32's
+  // bytes over PCIe) and a CUDA kernel normalises on the device into transform.dtype/layout.
+  // Batch::images() is then the host's uint8 NHWC copy and device_images() the normalised
+  // batch. Needs a build with nvcc (CudaKernelsBuilt()).
+  bool normalize_on_device = false;
   // Seconds Next() waits with no sample completing before it returns kTimeout (see above).
   // 0 waits forever. The default is far above any single sample's decode time.
   double timeout = 120;
@@ -123,6 +128,9 @@ class Batch {
   const uint64_t* indices() const { return indices_; }  // archive index of each sample
   // {size, H, W, 3} for NHWC or {size, 3, H, W} for NCHW.
   std::vector<int64_t> shape() const { return shape_; }
+  // Of device_images(): as dtype()/shape(), except with normalize_on_device (see LoaderOptions).
+  DType device_dtype() const { return device_dtype_; }
+  std::vector<int64_t> device_shape() const { return device_shape_; }
   size_t image_bytes() const;  // elements x DTypeSize(dtype())
   uint64_t epoch() const { return epoch_; }
   uint64_t number() const { return number_; }  // batch number within the epoch
@@ -150,8 +158,8 @@ class Batch {
   int64_t* labels_ = nullptr;
   uint64_t* indices_ = nullptr;
   uint32_t size_ = 0, skipped_ = 0;
-  DType dtype_ = DType::kUint8;
-  std::vector<int64_t> shape_;
+  DType dtype_ = DType::kUint8, device_dtype_ = DType::kUint8;
+  std::vector<int64_t> shape_, device_shape_;
   uint64_t epoch_ = 0, number_ = 0;
   DeviceSlot* device_ = nullptr;
   size_t device_label_offset_ = 0;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "shardfeed/format/status.h"
+#include "shardfeed/reader/transform.h"
 
 namespace shardfeed::reader {
 
@@ -15,6 +16,8 @@ namespace shardfeed::reader {
 bool CudaAvailable();
 // Why CUDA is not used (empty when it is).
 std::string CudaUnavailableReason();
+// True when this build has shardfeed's CUDA kernels (nvcc was found): normalize_on_device.
+bool CudaKernelsBuilt();
 // The calling thread's current CUDA device (0 without CUDA).
 int CurrentCudaDevice();
 
@@ -59,13 +62,27 @@ class PinnedBuffer {
 // waits for it, so a slot is never overwritten while a kernel still reads it.
 // Thread-safety: one batch at a time uses a slot (the ring guarantees it); calls are not
 // concurrent.
+//
+// Normalising on the device: with a DeviceNormalize, each copy is followed (on the same stream,
+// before `copied`) by a kernel that turns the slot's first `samples` uint8 NHWC images into
+// `dtype`/`layout` in a second device buffer; device_images() is then that buffer.
+struct DeviceNormalize {
+  DType dtype = DType::kFloat32;
+  Layout layout = Layout::kNCHW;
+  size_t plane = 0;        // height x width of one image
+  size_t max_samples = 0;  // the batch size
+  std::array<float, 3> scale{1.f, 1.f, 1.f}, bias{0.f, 0.f, 0.f};
+};
+
 class DeviceSlot {
  public:
-  static Result<std::unique_ptr<DeviceSlot>> Create(size_t bytes, int device);
+  static Result<std::unique_ptr<DeviceSlot>> Create(size_t bytes, int device,
+                                                    const DeviceNormalize* normalize = nullptr);
   ~DeviceSlot();
   // Starts an asynchronous host-to-device copy of [src, src + bytes), after the consumer's work
-  // recorded by the last Release(), and records `copied`.
-  Status CopyAsync(const void* src, size_t bytes);
+  // recorded by the last Release(), then (when normalising) the kernel over `samples` images,
+  // and records `copied`.
+  Status CopyAsync(const void* src, size_t bytes, size_t samples = 0);
   // Blocks until the copy is done.
   Status Synchronize();
   // Makes `stream` (a cudaStream_t, nullptr = legacy default) wait for the copy, without
@@ -74,12 +91,17 @@ class DeviceSlot {
   // The consumer let go of the slot: records `released` on its stream. Errors are not
   // reportable from a deleter; a failed record makes the next copy synchronize the device.
   void Release();
-  void* device_data() const { return device_; }
+  void* device_data() const { return device_; }  // the copy of the slot (images, labels, ...)
+  // The images the consumer reads: the normalised buffer when normalising, else device_data().
+  void* device_images() const { return normalized_ ? normalized_ : device_; }
   int device() const { return device_index_; }
 
  private:
   DeviceSlot() = default;
+  Status Normalize(size_t samples);  // queues the kernel after the copy
   void* device_ = nullptr;
+  void* normalized_ = nullptr;
+  DeviceNormalize normalize_;
   void* stream_ = nullptr;
   void* copied_ = nullptr;
   void* released_ = nullptr;
