@@ -120,9 +120,14 @@ int CmdPack(int argc, char** argv) {
       "list", po::value(&list), "list file: 'path label' or MXNet 'index\\tlabel\\tpath' per line")(
       "encoding", po::value(&encoding)->default_value("jpeg"), "jpeg | raw | zstd")(
       "backend", po::value(&backend)->default_value("lmdb"), "container: lmdb | hdf5")(
-      "size", po::value(&opt.size)->default_value(0), "raw/zstd: resize so the short side is this")(
+      "size", po::value(&opt.size)->default_value(0),
+      "raw/zstd: resize so the short side is this. jpeg: a resolution cap: images whose short "
+      "side (long side with --max-side) exceeds it are resized and re-encoded at --quality "
+      "(upright); the others keep their bytes (0: no cap)")(
+      "max-side", po::bool_switch(&opt.max_side), "jpeg with --size: cap the long side")(
       "crop", po::value(&crop)->default_value("none"), "raw/zstd with --size: none | center")(
-      "quality", po::value(&opt.quality)->default_value(90), "JPEG quality for non-JPEG inputs")(
+      "quality", po::value(&opt.quality)->default_value(90),
+      "JPEG quality of re-encoded images (non-JPEG inputs, --size caps)")(
       "level", po::value(&opt.level)->default_value(1), "zstd level (1..22)")(
       "workers", po::value(&opt.workers)->default_value(0), "worker threads (0: all cores)")(
       "shuffle", po::bool_switch(&opt.shuffle), "store samples in a shuffled order")(
@@ -158,10 +163,6 @@ int CmdPack(int argc, char** argv) {
     return Fail(Status::InvalidArgument("--crop must be none or center, not '", crop, "'"));
   }
   opt.center_crop = crop == "center";
-  if (opt.encoding == format::Encoding::kJpeg && (opt.size || opt.center_crop)) {
-    return Fail(Status::InvalidArgument(
-        "--size/--crop apply to raw and zstd records; jpeg keeps the original bytes"));
-  }
   if (validate == "none")
     opt.validation = converter::Validation::kNone;
   else if (validate == "header")
@@ -179,6 +180,7 @@ int CmdPack(int argc, char** argv) {
   }
   nlohmann::json options = {{"encoding", encoding},
                             {"size", opt.size},
+                            {"max_side", opt.max_side},
                             {"crop", crop},
                             {"quality", opt.quality},
                             {"level", opt.level},
@@ -259,6 +261,13 @@ int CmdPack(int argc, char** argv) {
               static_cast<unsigned long long>(s.packed), static_cast<unsigned long long>(s.total),
               out.c_str(), encoding.c_str(), backend.c_str(),
               static_cast<unsigned long long>(result.skipped.size()), result.ignored.size());
+  if (opt.encoding == format::Encoding::kJpeg && opt.size > 0) {
+    std::printf(
+        "%llu resized to a %s side of %u and re-encoded at quality %d; the rest keep "
+        "their bytes\n",
+        static_cast<unsigned long long>(s.resized), opt.max_side ? "long" : "short", opt.size,
+        opt.quality);
+  }
   std::printf("%.2f s, %.0f files/s, %.1f MB/s read, %.1f MB written\n", s.seconds,
               s.seconds > 0 ? s.done / s.seconds : 0.0,
               s.seconds > 0 ? s.source_bytes / s.seconds / 1e6 : 0.0, s.payload_bytes / 1e6);

@@ -197,6 +197,7 @@ std::string InspectJson(const format::Archive& archive) {
       {"bytes_on_disk", archive.FileBytes()},
       {"decoded_bytes", s.pixels},
       {"source_bytes", m.source_bytes},
+      {"resized_records", m.resized_records ? json(*m.resized_records) : json(nullptr)},
       {"compression_ratio", s.payload ? double(s.pixels) / double(s.payload) : 0.0},
       {"shards", shards},
       {"created_by", m.created_by},
@@ -228,6 +229,21 @@ std::string InspectText(const format::Archive& archive) {
                 mb(archive.FileBytes()), mb(s.payload), mb(m.source_bytes),
                 s.payload ? double(s.pixels) / double(s.payload) : 0.0);
   o << buf;
+  if (m.resized_records) {
+    // The cap is in the recorded pack options.
+    json opts = json::parse(m.options_json.empty() ? "{}" : m.options_json, nullptr, false);
+    std::string cap;
+    if (opts.is_object() && opts.contains("size") && opts["size"].is_number_unsigned()) {
+      const bool long_side = opts.value("max_side", false);
+      cap = " (" + std::string(long_side ? "long" : "short") + " side over " +
+            std::to_string(opts["size"].get<uint64_t>()) + " px" +
+            (opts.contains("quality") ? ", re-encoded at quality " + opts["quality"].dump() : "") +
+            ")";
+    }
+    o << "resized:     " << *m.resized_records << " of " << m.sample_count
+      << " records decoded, resized and re-encoded at pack" << cap
+      << "; the others are the source files' bytes\n";
+  }
   o << "classes:     " << m.class_names.size() << "\n";
   for (size_t c = 0; c < m.class_names.size(); ++c) {
     o << "  " << c << "\t" << (c < m.class_counts.size() ? m.class_counts[c] : 0) << "\t"

@@ -108,10 +108,12 @@ Status Merge(const std::vector<std::string>& args, const std::string& out, bool 
       "shardfeed " SHARDFEED_VERSION " (merged from " + std::to_string(count) + " parts)";
   MergeResult r;
   r.parts = count;
+  if (merged.resized_records) merged.resized_records = 0;  // summed over the parts below
   for (uint32_t i = 0; i < count; ++i) {
     const format::Archive& part = *parts[by_index[i]];
     const format::Manifest& m = part.manifest();
     merged.source_bytes += m.source_bytes;
+    if (merged.resized_records) *merged.resized_records += m.resized_records.value_or(0);
     merged.created_at = std::max(merged.created_at, m.created_at);  // the same for every merge
     std::vector<uint64_t> counts = m.class_counts;
     for (size_t s = 0; s < m.shards.size(); ++s) {

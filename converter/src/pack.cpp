@@ -89,11 +89,64 @@ struct Prepared {
   IndexEntry entry{};
   imaging::Bytes payload;
   uint64_t source_bytes = 0;
+  bool resized = false;  // re-encoded smaller (PackOptions::size with jpeg)
 };
+
+// The size an image of (w, h) is capped to (jpeg with PackOptions::size): unchanged when the
+// capped side is already within the cap. The other side keeps the aspect, rounded to nearest.
+void CappedSize(uint32_t w, uint32_t h, const PackOptions& opt, uint32_t* out_w, uint32_t* out_h) {
+  *out_w = w, *out_h = h;
+  const uint32_t side = opt.max_side ? std::max(w, h) : std::min(w, h);
+  if (opt.size == 0 || side <= opt.size) return;
+  auto scaled = [&](uint32_t v) {
+    return std::max<uint32_t>(1, static_cast<uint32_t>((uint64_t{v} * opt.size + side / 2) / side));
+  };
+  const bool width_capped = opt.max_side ? w >= h : w <= h;
+  *out_w = width_capped ? opt.size : scaled(w);
+  *out_h = width_capped ? scaled(h) : opt.size;
+}
+
+// Decodes (orientation applied, DCT-scaled no further than the target allows), resizes to the
+// cap and re-encodes at opt.quality into out->payload.
+Status Reencode(WorkerContext& ctx, const uint8_t* data, size_t size, const PackOptions& opt,
+                Prepared* out) {
+  imaging::Image& full = ctx.image;
+  if (imaging::SniffFormat(data, size) == imaging::ImageFormat::kJpeg) {
+    auto info = imaging::ProbeJpeg(data, size, false, opt.limits);
+    if (!info.ok()) return info.status();
+    uint32_t tw = 0, th = 0;
+    CappedSize(info->width, info->height, opt, &tw, &th);
+    SF_RETURN_IF_ERROR(ctx.decoder.DecodeAtLeast(data, size, std::min(tw, th), &full, opt.limits,
+                                                 /*strict=*/true));
+  } else {
+    SF_RETURN_IF_ERROR(ctx.decoder.Decode(data, size, &full, opt.limits, /*strict=*/true));
+  }
+  uint32_t w = 0, h = 0;
+  CappedSize(full.width, full.height, opt, &w, &h);
+  const imaging::Image* img = &full;
+  if (w != full.width || h != full.height) {
+    ctx.resized.Resize(w, h, 3);
+    imaging::ResizeInto(full.pixels.data(), full.width, full.height, 0, 3,
+                        ctx.resized.pixels.data(), w, h);
+    img = &ctx.resized;
+    out->resized = true;
+  }
+  auto jpeg = imaging::EncodeJpeg(*img, opt.quality);
+  if (!jpeg.ok()) return jpeg.status();
+  IndexEntry& e = out->entry;
+  e.height = static_cast<uint16_t>(img->height);
+  e.width = static_cast<uint16_t>(img->width);
+  e.channels = 3;
+  e.orientation = 1;  // upright now
+  e.flags = 0;
+  out->payload.assign(jpeg->begin(), jpeg->end());
+  return Status::OK();
+}
 
 void PrepareRecord(WorkerContext& ctx, const SourceItem& item, const PackOptions& opt,
                    Prepared* out) {
   out->status = Status::OK();
+  out->resized = false;
   imaging::Bytes& file = out->payload;  // the file is read into the payload buffer: no copy
   Status s = ReadFile(item.path, &file);
   if (!s.ok()) {
@@ -127,28 +180,23 @@ void PrepareRecord(WorkerContext& ctx, const SourceItem& item, const PackOptions
           return;
         }
       }
-      e.height = static_cast<uint16_t>(info->height);
-      e.width = static_cast<uint16_t>(info->width);
-      e.channels = static_cast<uint8_t>(info->components);
-      e.orientation = static_cast<uint8_t>(info->orientation);
-      e.flags = info->adobe ? format::kFlagAdobe : 0;
-      return;  // the payload is the file, already in place
+      uint32_t cw = 0, ch = 0;
+      CappedSize(info->width, info->height, opt, &cw, &ch);
+      if (cw == info->width && ch == info->height) {
+        e.height = static_cast<uint16_t>(info->height);
+        e.width = static_cast<uint16_t>(info->width);
+        e.channels = static_cast<uint8_t>(info->components);
+        e.orientation = static_cast<uint8_t>(info->orientation);
+        e.flags = info->adobe ? format::kFlagAdobe : 0;
+        return;  // the payload is the file, already in place
+      }
     }
-    // Not a JPEG: decode under the colour policy and encode once at the chosen quality.
-    s = ctx.decoder.Decode(file.data(), file.size(), &ctx.image, opt.limits, /*strict=*/true);
-    if (!s.ok()) {
-      out->status = s;
-      return;
-    }
-    auto jpeg = imaging::EncodeJpeg(ctx.image, opt.quality);
-    if (!jpeg.ok()) {
-      out->status = jpeg.status();
-      return;
-    }
-    e.height = static_cast<uint16_t>(ctx.image.height);
-    e.width = static_cast<uint16_t>(ctx.image.width);
-    e.channels = 3;
-    out->payload.assign(jpeg->begin(), jpeg->end());
+    // Not a JPEG, or a JPEG over the size cap: decode under the colour policy (upright), cap,
+    // and encode once at the chosen quality. The source bytes move aside first: the payload
+    // buffer receives the new JPEG.
+    imaging::Bytes source;
+    source.swap(file);
+    out->status = Reencode(ctx, source.data(), source.size(), opt, out);
     return;
   }
 
@@ -228,6 +276,13 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
   result.ignored = source.ignored;
   if (options.encoding != Encoding::kJpeg && options.center_crop && options.size == 0) {
     return Status::InvalidArgument("--crop center needs --size");
+  }
+  if (options.encoding == Encoding::kJpeg && options.center_crop) {
+    return Status::InvalidArgument(
+        "--crop center applies to raw and zstd records; jpeg records keep the whole image");
+  }
+  if (options.max_side && (options.encoding != Encoding::kJpeg || options.size == 0)) {
+    return Status::InvalidArgument("--max-side applies to --encoding jpeg with --size");
   }
   if (options.level < 1 || options.level > ZSTD_maxCLevel()) {
     return Status::InvalidArgument("--level must be in 1..", ZSTD_maxCLevel());
@@ -325,6 +380,7 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
         failure = s.WithContext(out);
       } else {
         ++stats.packed;
+        stats.resized += slot.resized;
         stats.source_bytes += slot.source_bytes;
         stats.payload_bytes += slot.payload.size();
       }
@@ -375,6 +431,9 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
     manifest.channels = 3;
   }
   manifest.source_bytes = stats.source_bytes;
+  if (options.encoding == Encoding::kJpeg && options.size > 0) {
+    manifest.resized_records = stats.resized;
+  }
   manifest.created_by = "shardfeed " SHARDFEED_VERSION;
   manifest.options_json = options.options_json;
   manifest.is_part = part.count > 0;
@@ -395,6 +454,7 @@ std::string PackReportJson(const PackResult& result, const std::string& source) 
             {"output", result.output},
             {"total", result.stats.total},
             {"packed", result.stats.packed},
+            {"resized", result.stats.resized},
             {"skipped_count", result.skipped.size()},
             {"skipped", list(result.skipped)},
             {"ignored", list(result.ignored)},

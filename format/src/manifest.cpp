@@ -142,6 +142,7 @@ Manifest SameRecordsAs(const Manifest& m) {
   out.width = m.width;
   out.channels = m.channels;
   out.options_json = m.options_json;
+  out.resized_records = m.resized_records;
   return out;
 }
 
@@ -186,6 +187,7 @@ std::string Manifest::ToJson() const {
             {"options", options},
             {"shards", shards_json}};
   if (class_counts.empty()) j.erase("class_counts");  // unknown (accepted as absent on read)
+  if (resized_records) j["resized_records"] = *resized_records;
   if (is_part) {
     j["part"] = {{"index", part.index},
                  {"count", part.count},
@@ -294,6 +296,12 @@ Result<Manifest> Manifest::FromJson(const std::string& text, const std::string& 
     SF_RETURN_IF_ERROR(Get(j, "source_bytes", &m.source_bytes, origin, false));
     SF_RETURN_IF_ERROR(Get(j, "created_by", &m.created_by, origin, false));
     SF_RETURN_IF_ERROR(Get(j, "created_at", &m.created_at, origin, false));
+    if (auto it = j.find("resized_records"); it != j.end()) {
+      if (!it->is_number_unsigned() || it->get<uint64_t>() > m.sample_count) {
+        return Status::Corrupt(origin, ": resized_records is not a count of at most sample_count");
+      }
+      m.resized_records = it->get<uint64_t>();
+    }
     if (auto it = j.find("options"); it != j.end()) {
       if (!it->is_object()) return Status::Corrupt(origin, ": options is not an object");
       m.options_json = it->dump(-1, ' ', false, json::error_handler_t::replace);

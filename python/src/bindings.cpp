@@ -484,6 +484,8 @@ PYBIND11_MODULE(_native, m) {
               throw py::value_error("encoding must be jpeg, raw or zstd");
           } else if (k == "size")
             o.size = v.cast<uint32_t>();
+          else if (k == "max_side")
+            o.max_side = v.cast<bool>();
           else if (k == "crop") {
             std::string c = v.cast<std::string>();
             if (c != "none" && c != "center")

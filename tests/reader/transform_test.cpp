@@ -199,3 +199,71 @@ TEST_CASE("random-resized-crop rectangles follow torchvision's bounds") {
 
 }  // namespace
 }  // namespace shardfeed::reader
+
+namespace shardfeed::reader {
+namespace {
+
+// A photo-like test image: smooth gradients, a few edges, fine texture and noise.
+imaging::Image PhotoLike(uint32_t w, uint32_t h) {
+  imaging::Image img;
+  img.Resize(w, h);
+  uint32_t state = 12345;
+  for (uint32_t y = 0; y < h; ++y)
+    for (uint32_t x = 0; x < w; ++x) {
+      state = state * 1664525u + 1013904223u;
+      const double noise = ((state >> 24) & 15) - 7.5;
+      uint8_t* p = &img.pixels[(size_t{y} * w + x) * 3];
+      const double t = 40 * std::sin(x * 0.05) * std::cos(y * 0.031);
+      const bool edge = (x / 97 + y / 61) % 2;
+      p[0] = static_cast<uint8_t>(std::clamp(90 + 120.0 * x / w + t + noise, 0.0, 255.0));
+      p[1] = static_cast<uint8_t>(std::clamp(60 + 140.0 * y / h - t + noise, 0.0, 255.0));
+      p[2] = static_cast<uint8_t>(std::clamp((edge ? 180 : 70) + t / 2 + noise, 0.0, 255.0));
+    }
+  return img;
+}
+
+double MeanAbsoluteError(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  double sum = 0;
+  for (size_t i = 0; i < a.size(); ++i) sum += std::abs(int(a[i]) - int(b[i]));
+  return sum / double(a.size());
+}
+
+TEST_CASE("DCT-scaled decoding at every n/8 stays close to full decode + resize") {
+  // The scaled path (decode at n/8, then resize the rest of the way) against the reference
+  // (decode at full size, then resize): docs/BENCHMARKS.md states the bound checked here.
+  auto jpeg = imaging::EncodeJpeg(PhotoLike(640, 480), 90);
+  REQUIRE(jpeg.ok());
+  imaging::Decoder d;
+  const CropRect crop = CenterCropRect(640, 480, 224.0 / 256.0);  // 420 x 420
+  const uint32_t out = 112;
+  imaging::Image full;
+  REQUIRE(d.DecodeJpegRegion(jpeg->data(), jpeg->size(),
+                             {crop.x, crop.y, crop.width, crop.height, 0, 0}, &full, {})
+              .ok());
+  std::vector<uint8_t> want(size_t{out} * out * 3), got(want.size());
+  imaging::ResizeInto(full.pixels.data(), full.width, full.height, 0, 3, want.data(), out, out);
+  for (int n = 2; n <= 7; ++n) {
+    // The smallest size that makes n the smallest covering scale.
+    const uint32_t need = (crop.width * uint32_t(n - 1) + 7) / 8 + 1;
+    imaging::JpegRegion region{crop.x, crop.y, crop.width, crop.height, need, need};
+    region.any_scale = true;
+    imaging::Image scaled;
+    int used = 0;
+    REQUIRE(d.DecodeJpegRegion(jpeg->data(), jpeg->size(), region, &scaled, {}, &used).ok());
+    CHECK(used == n);
+    CHECK(scaled.width >= need);
+    CHECK(scaled.width <= (crop.width * uint32_t(n) + 7) / 8 + 1);
+    imaging::ResizeInto(scaled.pixels.data(), scaled.width, scaled.height, 0, 3, got.data(), out,
+                        out);
+    const double mae = MeanAbsoluteError(got, want);
+    INFO("scale " << n << "/8: mean absolute error " << mae);
+    CHECK(mae < 2.5);
+    // Without any_scale the same request is served by the next power of two.
+    region.any_scale = false;
+    REQUIRE(d.DecodeJpegRegion(jpeg->data(), jpeg->size(), region, &scaled, {}, &used).ok());
+    CHECK(used == (n <= 2 ? 2 : n <= 4 ? 4 : 8));
+  }
+}
+
+}  // namespace
+}  // namespace shardfeed::reader

@@ -54,9 +54,14 @@ enum class Validation {
 
 struct PackOptions {
   format::Encoding encoding = format::Encoding::kJpeg;
-  uint32_t size = 0;         // raw/zstd: resize so the short side is this (0: keep)
+  // raw/zstd: resize so the short side is this (0: keep). jpeg: a resolution cap, the
+  // fidelity-for-speed trade of FFCV's max_resolution: an image whose short side (long side,
+  // with max_side) exceeds `size` is decoded, turned upright (EXIF orientation applied), resized
+  // to that side and re-encoded once at `quality`; every other image keeps its original bytes.
+  uint32_t size = 0;
+  bool max_side = false;     // jpeg with size: cap the long side instead of the short side
   bool center_crop = false;  // raw/zstd with size: crop the centre size x size
-  int quality = 90;          // JPEG quality for non-JPEG inputs under --encoding jpeg
+  int quality = 90;          // JPEG quality of re-encoded images (non-JPEG inputs, size caps)
   int level = 1;             // zstd level (1: 30% faster than 3 for 7% more bytes, measured)
   int workers = 0;           // 0: all cores
   bool shuffle = false;
@@ -75,6 +80,7 @@ struct PackOptions {
 
 struct PackStats {
   uint64_t total = 0, done = 0, packed = 0;
+  uint64_t resized = 0;  // jpeg with size: records decoded, resized and re-encoded
   uint64_t source_bytes = 0, payload_bytes = 0;
   double seconds = 0;
 };

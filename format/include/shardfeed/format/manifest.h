@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,9 +47,12 @@ struct Manifest {
   // Fixed shape of every record's pixels (raw/zstd with --size and --crop), else all zero.
   uint32_t height = 0, width = 0, channels = 0;
   uint64_t source_bytes = 0;  // bytes of the source files that were packed
-  std::string created_by;     // "shardfeed <version>"
-  std::string created_at;     // UTC, ISO 8601
-  std::string options_json;   // the pack options as a JSON object (free-form, for humans)
+  // jpeg packed with a size cap (pack --encoding jpeg --size): how many records were decoded,
+  // resized and re-encoded (the others hold their source file's bytes). Absent otherwise.
+  std::optional<uint64_t> resized_records;
+  std::string created_by;    // "shardfeed <version>"
+  std::string created_at;    // UTC, ISO 8601
+  std::string options_json;  // the pack options as a JSON object (free-form, for humans)
   std::vector<ShardInfo> shards;
   bool is_part = false;  // made by `pack --part`: `part` says which
   PartInfo part;
