@@ -15,9 +15,10 @@ __global__ void Normalize(const uint8_t* __restrict__ src, Out* __restrict__ dst
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < total;
        i += size_t{gridDim.x} * blockDim.x) {
     const uint8_t* p = src + 3 * i;
-    const float r = __fmaf_rn(float(p[0]), scale.x, bias.x);
-    const float g = __fmaf_rn(float(p[1]), scale.y, bias.y);
-    const float b = __fmaf_rn(float(p[2]), scale.z, bias.z);
+    // A multiply then an add, each rounded, as the CPU path does: bit-identical results.
+    const float r = __fadd_rn(__fmul_rn(float(p[0]), scale.x), bias.x);
+    const float g = __fadd_rn(__fmul_rn(float(p[1]), scale.y), bias.y);
+    const float b = __fadd_rn(__fmul_rn(float(p[2]), scale.z), bias.z);
     if (planar) {
       const size_t s = i / plane, at = i % plane;
       Out* base = dst + s * 3 * plane + at;

@@ -1,9 +1,9 @@
 // The device side of normalise-on-GPU (LoaderOptions::normalize_on_device): a CUDA kernel,
 // built by nvcc when the toolkit has it (SHARDFEED_WITH_CUDA_KERNELS), that turns a batch of
 // uint8 NHWC images already on the device into normalised float32/float16/bfloat16, NHWC or
-// NCHW, with exactly the CPU path's arithmetic (x * scale[c] + bias[c], rounded to nearest
-// even). The CPU path (pixel_store.h) is the reference; tests/python/test_device.py compares
-// them on a GPU.
+// NCHW, with exactly the CPU path's arithmetic (x * scale[c], rounded, + bias[c], rounded, then
+// to the output type rounding to nearest even): the results are bit for bit the CPU path's
+// (pixel_store.h, the reference); tests/python/test_device.py checks that on a GPU.
 #pragma once
 
 #include <cstddef>

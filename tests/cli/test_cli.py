@@ -90,7 +90,10 @@ def test_verify_fails_on_a_flipped_byte_and_names_the_sample(tmp_path):
 def test_wrong_arguments_are_usage_errors(tmp_path):
     assert run("pack").returncode == 2
     assert run("pack", GOOD, tmp_path / "a", "--encoding", "png").returncode == 2
-    assert run("pack", GOOD, tmp_path / "a", "--size", "64").returncode == 2  # jpeg + size
+    # jpeg takes --size as a resolution cap (issue 13), but not a centre crop or a lone
+    # --max-side
+    assert run("pack", GOOD, tmp_path / "a", "--size", "64", "--crop", "center").returncode == 2
+    assert run("pack", GOOD, tmp_path / "a", "--max-side").returncode == 2
     assert run("frobnicate").returncode == 2
     p = run("verify", tmp_path / "missing")
     assert p.returncode == 3 and "missing" in p.stderr
