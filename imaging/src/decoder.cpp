@@ -273,7 +273,8 @@ Decoder::Decoder() : jpeg_(std::make_unique<JpegState>()) {}
 Decoder::~Decoder() = default;
 
 Status Decoder::DecodeJpegRegion(const uint8_t* data, size_t size, const JpegRegion& region,
-                                 Image* out, const Limits& limits, int* scale_num, bool strict) {
+                                 Image* out, const Limits& limits, int* scale_num, bool strict,
+                                 RowLayout* layout) {
   JpegState& s = *jpeg_;
   jpeg_decompress_struct& cinfo = s.cinfo;
   s.err.warnings = 0;
@@ -331,14 +332,28 @@ Status Decoder::DecodeJpegRegion(const uint8_t* data, size_t size, const JpegReg
   }
   if (sy > 0) jpeg_skip_scanlines(&cinfo, sy);
   const int comps = cinfo.output_components;
-  s.row.resize(size_t{cinfo.output_width} * comps);
-  out->Resize(sw, sh, 3);
+  const size_t row_bytes = size_t{cinfo.output_width} * comps;
+  const bool in_place =
+      (layout != nullptr || (col0 == 0 && cinfo.output_width == sw)) && comps == 3;
+  if (in_place) {
+    // libjpeg writes every row straight into the image: no staging row, no copy.
+    out->width = sw;
+    out->height = sh;
+    out->channels = 3;
+    out->pixels.resize(row_bytes * sh);
+    if (layout) *layout = RowLayout{size_t{col0} * 3, row_bytes};
+  } else {
+    s.row.resize(row_bytes);
+    out->Resize(sw, sh, 3);
+    if (layout) *layout = RowLayout{0, size_t{sw} * 3};
+  }
   for (uint32_t y = 0; y < sh; ++y) {
-    JSAMPROW rows[1] = {s.row.data()};
+    JSAMPROW rows[1] = {in_place ? out->pixels.data() + y * row_bytes : s.row.data()};
     if (jpeg_read_scanlines(&cinfo, rows, 1) != 1) {
       jpeg_abort_decompress(&cinfo);
       return Status::Corrupt("JPEG decode stopped at row ", sy + y);
     }
+    if (in_place) continue;
     uint8_t* dst = out->pixels.data() + size_t{y} * sw * 3;
     if (comps == 4) {
       CmykToRgb(s.row.data() + size_t{col0} * 4, dst, sw, inverted);

@@ -292,6 +292,16 @@ Status SampleDecoder::DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst, 
           region.min_height = swap ? out_w_ : out_h_;
           region.any_scale = options_.any_scale;
         }
+        if (e.orientation <= 1) {
+          // Upright already: resize straight from the rows libjpeg wrote (no row copy).
+          imaging::Decoder::RowLayout rows;
+          SF_RETURN_IF_ERROR(decoder_.DecodeJpegRegion(r.data, r.size, region, &image_, limits,
+                                                       nullptr, false, &rows));
+          times->decode += Since(t);
+          Finish(image_.pixels.data() + rows.offset, image_.width, image_.height, rows.stride, flip,
+                 dst, times);
+          return Status::OK();
+        }
         SF_RETURN_IF_ERROR(decoder_.DecodeJpegRegion(r.data, r.size, region, &image_, limits));
         imaging::ApplyOrientation(&image_, e.orientation);
         times->decode += Since(t);
