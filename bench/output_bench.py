@@ -5,11 +5,12 @@ against a 2-thread full-decode loop on ~460x400 photos and on camera-size photos
 resolution cap at pack time (`pack --encoding jpeg --size 512`) against the original bytes.
 
     output_bench.py CORPUS [--camera CAMERA] [--build build] [--peers /tmp/peers/bin/python]
-                    [--workers 2] [--batch-size 64] [--epochs 2]
+                    [--workers 2] [--batch-size 64] [--epochs 2] [--rounds 3]
 
 CORPUS: bench/make_corpus.py OUT; CAMERA: bench/make_corpus.py OUT --camera --count 400.
 FFCV runs through bench/ffcv_bench.py with the peers' interpreter (bench/install-peers.sh);
-without it its rows say so. Every figure is images/s over the epochs after a warm-up epoch.
+without it its rows say so. Every figure is images/s over the epochs after a warm-up epoch;
+shardfeed's and the decode loop's are the median of --rounds runs.
 """
 import json
 import os
@@ -87,7 +88,8 @@ def fmt(v):
 
 def main():
     args = arguments(__doc__, camera=(str, "", "camera-size corpus (make_corpus.py --camera)"),
-                     peers=(str, "/tmp/peers/bin/python", "interpreter with FFCV installed"))
+                     peers=(str, "/tmp/peers/bin/python", "interpreter with FFCV installed"),
+                     rounds=(int, 3, "each shardfeed figure is the median of this many runs"))
     sf = os.path.join(args.build, "shardfeed")
     ceiling = os.path.join(args.build, "shardfeed_ceiling")
     tmp = tempfile.mkdtemp(prefix="shardfeed-outbench-",
@@ -95,12 +97,16 @@ def main():
     try:
         rows = []
 
+        def median(f):
+            values = sorted(f() for _ in range(args.rounds))
+            return values[len(values) // 2]
+
         def bench(archive, *extra):
-            return shardfeed_ips(sf, archive, args, *extra)
+            return median(lambda: shardfeed_ips(sf, archive, args, *extra))
 
         def ceil(archive):
-            return run_json([ceiling, archive, "--threads", str(args.workers),
-                             "--repeat", "2"])["images_per_second"]
+            return median(lambda: run_json([ceiling, archive, "--threads", str(args.workers),
+                                            "--repeat", "2"])["images_per_second"])
 
         small = os.path.join(tmp, "small")
         subprocess.run([sf, "pack", args.corpus, small, "-q"], check=True,
