@@ -24,9 +24,11 @@ int CmdBench(int argc, char** argv) {
       "batch-size", po::value(&opt.batch_size)->default_value(64), "samples per batch")(
       "workers", po::value(&opt.workers)->default_value(0), "decode workers (0: all cores)")(
       "prefetch", po::value(&opt.prefetch)->default_value(4), "batches decoded ahead")(
-      "crop", po::value(&crop)->default_value("center"), "center | random | none")(
-      "size", po::value(&opt.transform.size)->default_value(224),
-      "output side (0 with --crop none: the archive's shape)")(
+      "crop", po::value(&crop)->default_value("center"),
+      "center | random | none (whole images, undistorted: a fixed-shape archive's stored "
+      "shape) | squash (whole images resized to --size x --size, aspect ratio not kept)")(
+      "size", po::value(&opt.transform.size)->default_value(0),
+      "output side (0: 224 for center, random and squash; the stored shape for none)")(
       "flip", po::bool_switch(&opt.transform.flip), "random horizontal flip")(
       "layout", po::value(&layout)->default_value("nhwc"), "nhwc | nchw")(
       "dtype", po::value(&dtype)->default_value("uint8"),
@@ -158,6 +160,7 @@ int CmdBench(int argc, char** argv) {
                         {"dtype", reader::DTypeName(opt.transform.dtype)},
                         {"layout", layout},
                         {"size", l.out_height()},
+                        {"output_shape", {l.out_height(), l.out_width()}},
                         {"mode", mode},
                         {"pinned", reader::PinKindName(l.pin_kind())},
                         {"device", l.on_device()},
@@ -165,11 +168,13 @@ int CmdBench(int argc, char** argv) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf(
-        "read %.0f images in %.2f s: %.0f images/s (%s, batch %u, %d workers, %ux%u %s "
-        "crop, %s %s, ring in %s memory%s)\n",
+        "read %.0f images in %.2f s: %.0f images/s (%s, batch %u, %d workers, %ux%u %s, %s "
+        "%s, ring in %s memory%s)\n",
         total_images, total_seconds, ips, path.c_str(), opt.batch_size, l.options().workers,
-        l.out_height(), l.out_width(), crop.c_str(), reader::DTypeName(opt.transform.dtype),
-        layout.c_str(), reader::PinKindName(l.pin_kind()), l.on_device() ? ", copied to GPU" : "");
+        l.out_height(), l.out_width(),
+        crop == "none" ? "whole images at their stored shape" : (crop + " crop").c_str(),
+        reader::DTypeName(opt.transform.dtype), layout.c_str(), reader::PinKindName(l.pin_kind()),
+        l.on_device() ? ", copied to GPU" : "");
   }
   return 0;
 }

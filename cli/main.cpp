@@ -250,7 +250,8 @@ int CmdPack(int argc, char** argv) {
     std::fprintf(stderr, "... and %zu more skipped (see --report)\n", result.skipped.size() - 20);
   }
   if (!st.ok()) {
-    if (opt.strict && !result.skipped.empty()) {
+    // Skipped files are bad data (exit 1): a --strict skip, or every file skipped.
+    if (!result.skipped.empty() && (opt.strict || result.stats.packed == 0)) {
       std::fprintf(stderr, "shardfeed: error: %s\n", st.message().c_str());
       return 1;
     }

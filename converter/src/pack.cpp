@@ -419,8 +419,13 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!failure.ok()) return failure;  // the writer's destructor removes the partial output
   if (stats.packed == 0 && !(part.count > 0 && stats.total == 0)) {  // an empty part is fine
-    return Status::InvalidArgument("no image could be packed (", result.skipped.size(),
-                                   " files skipped); no archive written");
+    if (result.skipped.empty()) {
+      return Status::InvalidArgument("no image files found (", result.ignored.size(),
+                                     " files ignored); no archive written");
+    }
+    // Bad data, not bad arguments: every candidate was skipped (the CLI exits 1).
+    return Status::Corrupt("no image could be packed (", result.skipped.size(),
+                           " files skipped); no archive written");
   }
 
   format::Manifest manifest;

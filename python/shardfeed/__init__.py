@@ -103,8 +103,11 @@ class Loader:
 
     Options: batch_size=64, shuffle=False, seed=0, drop_last=False, shuffle_block=0 and
     shuffle_window=8 (a locality-friendly block shuffle for archives larger than RAM; 0 keeps
-    the true global shuffle), workers=0 (all cores), prefetch=4, crop='center'|'random'|'none',
-    size=224, flip=False, layout='nhwc'|'nchw',
+    the true global shuffle), workers=0 (all cores), prefetch=4,
+    crop='center'|'random'|'none'|'squash' ('none': whole images at a fixed-shape archive's
+    stored shape, never distorted; 'squash': whole images resized to size x size, aspect
+    ratio not kept), size=0 (224 for center, random and squash; the stored shape for 'none'),
+    flip=False, layout='nhwc'|'nchw',
     dtype='uint8'|'float32'|'float16'|'bfloat16' (or the torch dtype), mean=(0, 0, 0) and
     std=(1, 1, 1) per RGB channel in 0..1 units, as torchvision's Normalize after ToTensor: float
     outputs are (x / 255 - mean) / std, computed by the workers into the batch (numpy has no

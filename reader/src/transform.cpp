@@ -72,8 +72,9 @@ Result<Crop> ParseCrop(std::string_view name) {
   if (name == "center") return Crop::kCenter;
   if (name == "random") return Crop::kRandom;
   if (name == "none") return Crop::kNone;
-  return Status::InvalidArgument("crop must be center, random or none, not '", std::string(name),
-                                 "'");
+  if (name == "squash") return Crop::kSquash;
+  return Status::InvalidArgument("crop must be center, random, none or squash, not '",
+                                 std::string(name), "'");
 }
 
 Result<std::array<float, 3>> ParseChannels(std::string_view what, std::string_view text) {
@@ -191,18 +192,32 @@ struct SampleDecoder::Zstd {
 
 Status SampleDecoder::OutputShape(const format::Archive& archive, const TransformOptions& o,
                                   uint32_t* height, uint32_t* width) {
-  if (o.size > 0) {
-    *height = *width = o.size;
+  if (o.crop != Crop::kNone) {
+    *height = *width = o.size > 0 ? o.size : kDefaultOutputSize;
     return Status::OK();
   }
-  if (o.crop != Crop::kNone) return Status::InvalidArgument("a crop needs an output size");
+  // Crop::kNone never distorts an image.
   const format::Manifest& m = archive.manifest();
   if (m.height == 0) {
-    return Status::InvalidArgument(archive.path(),
-                                   ": records have different shapes; pass an output size");
+    return Status::InvalidArgument(
+        archive.path(),
+        ": its records have different shapes, so crop 'none' (whole images, undistorted) has no "
+        "single output shape; use crop 'center' or 'random' (with a size), or crop 'squash' "
+        "with a size to resize every image to size x size without keeping its aspect ratio");
   }
-  *height = m.height;
-  *width = m.width;
+  if (o.size == 0 || (o.size == m.height && o.size == m.width)) {
+    *height = m.height;
+    *width = m.width;
+    return Status::OK();
+  }
+  if (m.height != m.width) {
+    return Status::InvalidArgument(
+        archive.path(), ": its records are ", m.height, "x", m.width,
+        ", so crop 'none' cannot resize them to ", o.size, "x", o.size,
+        " without distorting them; leave the size at 0 (the stored shape), or use crop 'squash' "
+        "to distort them by name");
+  }
+  *height = *width = o.size;
   return Status::OK();
 }
 

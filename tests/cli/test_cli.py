@@ -251,3 +251,39 @@ def test_packing_into_the_image_folder_never_packs_the_archive(tmp_path):
     assert reasons["again.sf.partial"] == "the output archive"
     assert reasons["train.sf"] == "a shardfeed archive"
     assert not os.path.exists(src / "again.sf.partial")
+
+
+def test_crop_none_keeps_the_stored_shape_and_never_distorts(tmp_path):
+    fixed = tmp_path / "fixed"
+    run("pack", GOOD, fixed, "--encoding", "raw", "--size", "32", "--crop", "center", check=0)
+    j = json.loads(run("bench", fixed, "--crop", "none", "--json", "--epochs", "1",
+                       check=0).stdout)
+    assert j["output_shape"] == [32, 32]  # not the 224 of the crops' default
+    text = run("bench", fixed, "--crop", "none", "--epochs", "1", check=0).stdout
+    assert "32x32 whole images at their stored shape" in text
+    # A square fixed shape may be resized (no distortion)...
+    j = json.loads(run("bench", fixed, "--crop", "none", "--size", "16", "--json", "--epochs",
+                       "1", check=0).stdout)
+    assert j["output_shape"] == [16, 16]
+    # ...but mixed shapes have no single undistorted shape: an error naming what fits.
+    mixed = tmp_path / "mixed"
+    run("pack", GOOD, mixed, check=0)
+    p = run("bench", mixed, "--crop", "none", "--epochs", "1", check=2)
+    assert "different shapes" in p.stderr and "'squash'" in p.stderr and "'center'" in p.stderr
+    j = json.loads(run("bench", mixed, "--crop", "squash", "--size", "24", "--json", "--epochs",
+                       "1", check=0).stdout)
+    assert j["output_shape"] == [24, 24] and j["images"] == 36
+
+
+def test_pack_exit_codes_bad_data_is_1_nothing_to_pack_is_2(tmp_path):
+    bad = tmp_path / "bad" / "cls"
+    bad.mkdir(parents=True)
+    (bad / "a.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    (bad / "b.png").write_bytes(b"")
+    p = run("pack", tmp_path / "bad", tmp_path / "out", check=1)
+    assert "no image could be packed" in p.stderr
+    assert not (tmp_path / "out").exists()
+    empty = tmp_path / "empty" / "cls"
+    empty.mkdir(parents=True)
+    p = run("pack", tmp_path / "empty", tmp_path / "out2", check=2)
+    assert "no image files found" in p.stderr

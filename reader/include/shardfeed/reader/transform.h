@@ -17,10 +17,16 @@
 namespace shardfeed::reader {
 
 enum class Crop {
-  kNone,    // the whole image, resized to size x size (or copied, for fixed-shape archives)
+  // The whole image, never distorted: a fixed-shape archive's records at their stored shape
+  // (size 0) or, when they are square, resized to size x size. An archive of mixed shapes has
+  // no single output shape: OutputShape() refuses it and names the options that fit.
+  kNone,
   kCenter,  // evaluation: the centre square of side center_ratio * short side, resized
   kRandom,  // training: torchvision's RandomResizedCrop(scale, ratio), seeded per sample
+  kSquash,  // the whole image resized to size x size, aspect ratio NOT kept (asked by name)
 };
+// The output side of center, random and squash crops when TransformOptions::size is 0.
+inline constexpr uint32_t kDefaultOutputSize = 224;
 enum class Layout { kNHWC, kNCHW };
 
 // The element type of a batch. Floats are normalised (TransformOptions::mean/std); float16 is
@@ -32,15 +38,17 @@ size_t DTypeSize(DType dtype);       // bytes per element
 // ones.
 Result<DType> ParseDType(std::string_view name);
 Result<Layout> ParseLayout(std::string_view name);  // "nhwc" | "nchw"
-Result<Crop> ParseCrop(std::string_view name);      // "center" | "random" | "none"
+Result<Crop> ParseCrop(std::string_view name);      // "center" | "random" | "none" | "squash"
 // "R,G,B" (three finite numbers, or one for all channels), for mean/std; `what` names the
 // option in the error.
 Result<std::array<float, 3>> ParseChannels(std::string_view what, std::string_view text);
 
 struct TransformOptions {
   Crop crop = Crop::kCenter;
-  uint32_t size = 224;  // output side; 0 with Crop::kNone: the archive's fixed shape
-  bool flip = false;    // random horizontal flip (p = 0.5), seeded per sample
+  // Output side. 0 (the default): kDefaultOutputSize for center/random/squash crops, the
+  // stored shape with Crop::kNone.
+  uint32_t size = 0;
+  bool flip = false;  // random horizontal flip (p = 0.5), seeded per sample
   Layout layout = Layout::kNHWC;
   double center_ratio = 224.0 / 256.0;
   double scale_min = 0.08, scale_max = 1.0;             // RandomResizedCrop scale
