@@ -102,7 +102,8 @@ bool WaitForParent(int fd, pid_t parent) {
 }
 
 // Where the worker program is: $SHARDFEED_WORKER, beside the binary or shared object holding
-// this code (the CLI, the Python extension), or where this build put it.
+// this code (the CLI, the Python extension), beside the running program, on PATH (an installed
+// prefix's bin), or where this build put it.
 Result<std::string> WorkerProgram() {
   namespace fs = std::filesystem;
   std::vector<std::string> tried;
@@ -128,6 +129,19 @@ Result<std::string> WorkerProgram() {
   if (!ec) {
     std::string candidate = (exe.parent_path() / "shardfeed-worker").string();
     if (usable(candidate)) return candidate;
+  }
+  // An installed shardfeed (cmake --install, pip): its bin directory is on PATH.
+  if (const char* path = std::getenv("PATH"); path && *path) {
+    std::string dirs(path);
+    for (size_t start = 0; start <= dirs.size();) {
+      size_t end = dirs.find(':', start);
+      if (end == std::string::npos) end = dirs.size();
+      if (end > start && dirs[start] == '/') {
+        std::string candidate = dirs.substr(start, end - start) + "/shardfeed-worker";
+        if (usable(candidate)) return candidate;
+      }
+      start = end + 1;
+    }
   }
 #ifdef SHARDFEED_WORKER_BUILD_PATH
   if (usable(SHARDFEED_WORKER_BUILD_PATH)) return std::string(SHARDFEED_WORKER_BUILD_PATH);
