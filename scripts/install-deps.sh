@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs every dependency shardfeed needs on Debian 12 (bookworm), from Debian's archive only.
+# Installs every dependency shardfeed needs on Debian 12 (bookworm): Debian's archive, plus the
+# Python build backend (scikit-build-core and the two newer-than-Debian packages it needs) as
+# wheels from PyPI, cached for `pip install --no-build-isolation` and the tests.
 # Idempotent: packages already present are left alone.
 set -euo pipefail
 PKGS=(
@@ -31,4 +33,12 @@ if ((${#missing[@]})); then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+# scikit-build-core (pyproject.toml's build backend) for builds without network or isolation:
+# its wheels, with packaging >= 23.2 and pathspec >= 0.12, kept in a local folder.
+WHEELS=${SHARDFEED_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/shardfeed/wheels}
+if ! ls "$WHEELS"/scikit_build_core-*.whl >/dev/null 2>&1; then
+  mkdir -p "$WHEELS"
+  /usr/bin/python3 -m pip download -q --disable-pip-version-check -d "$WHEELS" \
+    "scikit-build-core>=0.10,<2"
 fi

@@ -21,4 +21,14 @@ c++ -std=c++17 "$SRC/examples/find_package/count_batches.cpp" -o "$WORK/count_pc
   $(PKG_CONFIG_PATH="$PC_DIR" pkg-config --static --cflags --libs shardfeed)
 got=$("$WORK/count_pc" "$WORK/a")
 [ "$got" = "$want" ] || { echo "pkg-config build printed '$got', not '$want'"; exit 1; }
-echo "install + find_package + pkg-config OK: $got"
+# The README's C++ snippet, as written, against the same install.
+awk '/<!-- snippet: cpp -->/{f=1; next} f && /^```cpp/{g=1; next} g && /^```/{exit} g' \
+  "$SRC/README.md" > "$WORK/readme.cpp"
+[ -s "$WORK/readme.cpp" ] || { echo "README.md has no cpp snippet"; exit 1; }
+# shellcheck disable=SC2046
+c++ -std=c++17 "$WORK/readme.cpp" -o "$WORK/readme" \
+  $(PKG_CONFIG_PATH="$PC_DIR" pkg-config --static --cflags --libs shardfeed)
+cp -r "$WORK/a" "$WORK/train.sf"
+got=$(cd "$WORK" && ./readme)
+[ "$got" = "36 images" ] || { echo "README C++ snippet printed '$got'"; exit 1; }
+echo "install + find_package + pkg-config + README C++ OK: $want"
