@@ -5,95 +5,57 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <vector>
 
 #include "cli_internal.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/reader/loader.h"
+#include "shardfeed/reader/options.h"
 
 namespace po = boost::program_options;
 
 namespace shardfeed::cli {
 
 int CmdBench(int argc, char** argv) {
-  po::options_description desc("bench options");
-  std::string path, crop, layout, mode, decode, dtype, mean, stdev;
+  // Every loader option comes from reader/options.h (the Python Loader takes the same ones);
+  // bench adds its own four. It reads as training does: shuffled unless told otherwise.
   reader::LoaderOptions opt;
+  opt.shuffle = true;
+  po::options_description desc("bench options (the loader's, as shardfeed.Loader takes them)");
+  std::string path;
   int epochs = 1;
   double step_ms = 0;
-  desc.add_options()("archive", po::value(&path)->required(), "archive to read")(
-      "batch-size", po::value(&opt.batch_size)->default_value(64), "samples per batch")(
-      "workers", po::value(&opt.workers)->default_value(0), "decode workers (0: all cores)")(
-      "prefetch", po::value(&opt.prefetch)->default_value(4), "batches decoded ahead")(
-      "crop", po::value(&crop)->default_value("center"),
-      "center | random | none (whole images, undistorted: a fixed-shape archive's stored "
-      "shape) | squash (whole images resized to --size x --size, aspect ratio not kept)")(
-      "size", po::value(&opt.transform.size)->default_value(0),
-      "output side (0: 224 for center, random and squash; the stored shape for none)")(
-      "flip", po::bool_switch(&opt.transform.flip), "random horizontal flip")(
-      "layout", po::value(&layout)->default_value("nhwc"), "nhwc | nchw")(
-      "dtype", po::value(&dtype)->default_value("uint8"),
-      "uint8 | float32 | float16 | bfloat16 (floats: (x / 255 - mean) / std)")(
-      "mean", po::value(&mean)->default_value("0,0,0"),
-      "per-channel mean R,G,B in 0..1 units (e.g. 0.485,0.456,0.406); float dtypes only")(
-      "std", po::value(&stdev)->default_value("1,1,1"),
-      "per-channel std R,G,B in 0..1 units (e.g. 0.229,0.224,0.225); float dtypes only")(
-      "shuffle", po::value(&opt.shuffle)->default_value(true), "global shuffle each epoch")(
-      "seed", po::value(&opt.seed)->default_value(0), "shuffle/augmentation seed")(
-      "epochs", po::value(&epochs)->default_value(1), "epochs to read")(
-      "mode", po::value(&mode)->default_value("threads"), "threads | processes")(
-      "device", po::bool_switch(&opt.device), "copy batches to the CUDA device")(
-      "decode", po::value(&decode)->default_value("scaled"),
-      "JPEG decoding: scaled (DCT-scaled by 1/8, 2/8, 4/8 and cropped) | scaled-any (also 3/8, "
-      "5/8, 6/8, 7/8: no SIMD, slower on libjpeg-turbo 2.x) | cropped (full scale, crop rows and "
-      "columns only) | full (whole image, then crop)")(
+  std::vector<std::string> helps;  // kept alive: program_options stores the pointers
+  helps.reserve(reader::LoaderOptionTable().size());
+  desc.add_options()("archive", po::value(&path)->required(), "archive to read");
+  for (const reader::LoaderOption& o : reader::LoaderOptionTable()) {
+    const std::string flag = reader::OptionFlag(o.name).substr(2);
+    auto* value = po::value<std::string>()->default_value(o.get(opt));
+    if (o.kind == reader::OptionKind::kBool) value->implicit_value("true");
+    if (std::string(o.name) == "device") value->implicit_value("cuda");
+    helps.push_back(std::string(o.help) +
+                    (o.choices ? std::string(" [") + o.choices + "]" : std::string()));
+    desc.add_options()(flag.c_str(), value, helps.back().c_str());
+  }
+  desc.add_options()("epochs", po::value(&epochs)->default_value(1), "epochs to read")(
       "step-ms", po::value(&step_ms)->default_value(0), "simulated training step per batch (ms)")(
-      "shuffle-block", po::value(&opt.shuffle_block)->default_value(0),
-      "locality-friendly shuffle: blocks of this many consecutive samples (0: global shuffle)")(
-      "shuffle-window", po::value(&opt.shuffle_window)->default_value(8),
-      "with --shuffle-block: samples are mixed within windows of this many blocks")(
-      "skip-errors", po::bool_switch(&opt.skip_errors),
-      "a sample that fails to decode becomes zeros with label -1 (counted), not an error")(
       "json", "print one JSON object");
   po::positional_options_description pos;
   pos.add("archive", 1);
   po::variables_map vm;
   int rc = ParseArgs(argc, argv, desc, pos, vm, "shardfeed bench ARCHIVE [options]");
   if (rc >= 0) return rc;
-  {
-    auto c = reader::ParseCrop(crop);
-    if (!c.ok()) return Fail(c.status());
-    opt.transform.crop = *c;
-    auto l = reader::ParseLayout(layout);
-    if (!l.ok()) return Fail(l.status());
-    opt.transform.layout = *l;
-    auto d = reader::ParseDType(dtype);
-    if (!d.ok()) return Fail(d.status());
-    opt.transform.dtype = *d;
-    auto m = reader::ParseChannels("mean", mean);
-    if (!m.ok()) return Fail(m.status());
-    opt.transform.mean = *m;
-    auto sd = reader::ParseChannels("std", stdev);
-    if (!sd.ok()) return Fail(sd.status());
-    opt.transform.std = *sd;
+  for (const reader::LoaderOption& o : reader::LoaderOptionTable()) {
+    const std::string flag = reader::OptionFlag(o.name).substr(2);
+    if (vm.count(flag) && !vm[flag].defaulted()) {
+      if (Status s = o.set(&opt, vm[flag].as<std::string>()); !s.ok()) return Fail(s);
+    }
   }
-  if (mode == "threads")
-    opt.mode = reader::WorkerMode::kThreads;
-  else if (mode == "processes")
-    opt.mode = reader::WorkerMode::kProcesses;
-  else
-    return Fail(Status::InvalidArgument("--mode must be threads or processes"));
-  if (decode == "scaled" || decode == "scaled-any") {
-    opt.transform.scaled_decode = opt.transform.cropped_decode = true;
-    opt.transform.any_scale = decode == "scaled-any";
-  } else if (decode == "cropped") {
-    opt.transform.scaled_decode = false;
-    opt.transform.cropped_decode = true;
-  } else if (decode == "full") {
-    opt.transform.scaled_decode = opt.transform.cropped_decode = false;
-  } else {
-    return Fail(Status::InvalidArgument("--decode must be scaled, scaled-any, cropped or full"));
-  }
+  if (Status s = reader::ValidateLoaderOptions(opt); !s.ok()) return Fail(s);
   if (epochs < 1) return Fail(Status::InvalidArgument("--epochs must be at least 1"));
+  const std::string crop = reader::FindLoaderOption("crop")->get(opt);
+  const std::string layout = reader::FindLoaderOption("layout")->get(opt);
+  const std::string mode = reader::FindLoaderOption("mode")->get(opt);
 
   auto archive = format::Archive::Open(path);
   if (!archive.ok()) return Fail(archive.status());

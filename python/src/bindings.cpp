@@ -17,6 +17,7 @@
 #include "shardfeed/format/archive.h"
 #include "shardfeed/imaging/image.h"
 #include "shardfeed/reader/loader.h"
+#include "shardfeed/reader/options.h"
 
 namespace py = pybind11;
 using namespace shardfeed;
@@ -118,19 +119,6 @@ std::string OptionName(const py::handle& v) {
   return s;
 }
 
-std::array<float, 3> Channels(const char* what, const py::handle& v) {
-  std::vector<float> c;
-  if (py::isinstance<py::float_>(v) || py::isinstance<py::int_>(v)) {
-    c.assign(3, v.cast<float>());
-  } else {
-    c = v.cast<std::vector<float>>();
-  }
-  if (c.size() != 3) {
-    throw py::value_error(std::string(what) + " must be one number or three (R, G, B)");
-  }
-  return {c[0], c[1], c[2]};
-}
-
 struct PyArchive {
   std::shared_ptr<format::Archive> archive;
   pid_t pid = 0;
@@ -168,86 +156,32 @@ py::tuple GetItem(const PyArchive& a, int64_t i) {
   return py::make_tuple(arr, a.archive->Label(static_cast<uint64_t>(i)));
 }
 
+// A keyword argument's text form, as the CLI would receive it (reader/options.h parses both):
+// bools true/false, numbers as Python prints them, sequences comma-separated, None "none",
+// torch dtypes and devices by name.
+std::string OptionText(const py::handle& v) {
+  if (v.is_none()) return "none";
+  if (py::isinstance<py::bool_>(v)) return v.cast<bool>() ? "true" : "false";
+  if (py::isinstance<py::str>(v)) return v.cast<std::string>();
+  if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
+    std::string out;
+    for (py::handle item : v) out += (out.empty() ? "" : ",") + OptionText(item);
+    return out;
+  }
+  return OptionName(v);
+}
+
 reader::LoaderOptions ParseLoaderOptions(const py::dict& kw) {
   reader::LoaderOptions o;
   for (auto item : kw) {
-    std::string k = py::str(item.first);
-    py::handle v = item.second;
-    if (k == "batch_size")
-      o.batch_size = v.cast<uint32_t>();
-    else if (k == "shuffle")
-      o.shuffle = v.cast<bool>();
-    else if (k == "seed")
-      o.seed = v.cast<uint64_t>();
-    else if (k == "drop_last")
-      o.drop_last = v.cast<bool>();
-    else if (k == "shuffle_block")
-      o.shuffle_block = v.cast<uint32_t>();
-    else if (k == "shuffle_window")
-      o.shuffle_window = v.cast<uint32_t>();
-    else if (k == "workers")
-      o.workers = v.cast<int>();
-    else if (k == "prefetch")
-      o.prefetch = v.cast<uint32_t>();
-    else if (k == "rank")
-      o.rank = v.cast<uint32_t>();
-    else if (k == "world_size")
-      o.world_size = v.cast<uint32_t>();
-    else if (k == "size")
-      o.transform.size = v.cast<uint32_t>();
-    else if (k == "flip")
-      o.transform.flip = v.cast<bool>();
-    else if (k == "skip_errors")
-      o.skip_errors = v.cast<bool>();
-    else if (k == "verify_checksums")
-      o.transform.verify_checksums = v.cast<bool>();
-    else if (k == "center_ratio")
-      o.transform.center_ratio = v.cast<double>();
-    else if (k == "scaled_decode")
-      o.transform.scaled_decode = v.cast<bool>();
-    else if (k == "timeout")
-      o.timeout = v.is_none() ? 0.0 : v.cast<double>();
-    else if (k == "max_pixels")
-      o.transform.max_pixels = v.cast<uint64_t>();
-    else if (k == "normalize_on_device")
-      o.normalize_on_device = v.cast<bool>();
-    else if (k == "any_scale")
-      o.transform.any_scale = v.cast<bool>();
-    else if (k == "crop")
-      o.transform.crop = Check(reader::ParseCrop(v.cast<std::string>()));
-    else if (k == "layout")
-      o.transform.layout = Check(reader::ParseLayout(v.cast<std::string>()));
-    else if (k == "dtype")
-      o.transform.dtype = Check(reader::ParseDType(OptionName(v)));
-    else if (k == "mean")
-      o.transform.mean = Channels("mean", v);
-    else if (k == "std")
-      o.transform.std = Channels("std", v);
-    else if (k == "mode") {
-      std::string m = v.cast<std::string>();
-      if (m == "threads")
-        o.mode = reader::WorkerMode::kThreads;
-      else if (m == "processes")
-        o.mode = reader::WorkerMode::kProcesses;
-      else
-        throw py::value_error("mode must be 'threads' or 'processes', not '" + m + "'");
-    } else if (k == "device") {
-      std::string d = py::str(v);  // also a torch.device
-      if (d == "cpu") {
-        o.device = false;
-      } else if (d == "cuda") {
-        o.device = true;
-      } else if (d.rfind("cuda:", 0) == 0 && d.size() > 5 &&
-                 d.find_first_not_of("0123456789", 5) == std::string::npos && d.size() < 9) {
-        o.device = true;
-        o.device_index = std::stoi(d.substr(5));
-      } else {
-        throw py::value_error("device must be 'cpu', 'cuda' or 'cuda:N', not '" + d + "'");
-      }
-    } else {
-      throw py::type_error("unexpected loader option '" + k + "'");
+    const std::string name = py::str(item.first);
+    const reader::LoaderOption* option = reader::FindLoaderOption(name);
+    if (!option || name.find('-') != std::string::npos) {  // as Python: an unknown keyword
+      throw py::type_error("unexpected loader option '" + name + "'");
     }
+    Check(option->set(&o, OptionText(item.second)));
   }
+  Check(reader::ValidateLoaderOptions(o));
   return o;
 }
 
@@ -469,6 +403,24 @@ PYBIND11_MODULE(_native, m) {
 
   m.def("cuda_available", &reader::CudaAvailable);
   m.def("cuda_kernels_built", &reader::CudaKernelsBuilt);
+  // The loader options as declared in reader/options.h (name, kind, choices, default, help):
+  // what the CLI's `bench` and this module's Loader both accept.
+  m.def("loader_options", [] {
+    py::list out;
+    const reader::LoaderOptions defaults;
+    const char* kinds[] = {"bool", "count", "number", "choice", "list", "text"};
+    for (const reader::LoaderOption& o : reader::LoaderOptionTable()) {
+      py::dict d;
+      d["name"] = o.name;
+      d["flag"] = reader::OptionFlag(o.name);
+      d["kind"] = kinds[static_cast<int>(o.kind)];
+      d["choices"] = o.choices ? py::cast(std::string(o.choices)) : py::none();
+      d["default"] = o.get(defaults);
+      d["help"] = o.help;
+      out.append(d);
+    }
+    return out;
+  });
   m.def("cuda_unavailable_reason", &reader::CudaUnavailableReason);
 
   m.def(

@@ -17,6 +17,7 @@
 
 #include "loader_internal.h"
 #include "pixel_store.h"
+#include "shardfeed/reader/options.h"
 
 namespace shardfeed::reader {
 
@@ -334,26 +335,10 @@ Loader::~Loader() {
 Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Archive> archive,
                                                const LoaderOptions& options) {
   if (!archive) return Status::InvalidArgument("no archive");
-  if (options.batch_size == 0) return Status::InvalidArgument("batch size must be positive");
-  if (options.prefetch == 0) return Status::InvalidArgument("prefetch must be at least 1");
-  if (options.world_size == 0 || options.rank >= options.world_size) {
-    return Status::InvalidArgument("rank ", options.rank, " is not below world size ",
-                                   options.world_size);
-  }
+  SF_RETURN_IF_ERROR(ValidateLoaderOptions(options));
   if (options.device && !CudaAvailable()) {
     return Status::Unsupported("device copies requested but CUDA is unavailable: ",
                                CudaUnavailableReason());
-  }
-  if (!(options.timeout >= 0)) {
-    return Status::InvalidArgument("timeout must be >= 0 seconds (0: wait forever), not ",
-                                   options.timeout);
-  }
-  SF_RETURN_IF_ERROR(ValidateTransform(options.transform));
-  if (options.normalize_on_device &&
-      (!options.device || options.transform.dtype == DType::kUint8)) {
-    return Status::InvalidArgument(
-        "normalize_on_device needs device copies and a float dtype (float32, float16 or "
-        "bfloat16)");
   }
   auto impl = std::make_shared<Impl>();
   impl->self = impl;

@@ -1,0 +1,355 @@
+#include "shardfeed/reader/options.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+namespace shardfeed::reader {
+namespace {
+
+Status Bad(std::string_view name, const std::string& what, std::string_view text) {
+  return Status::InvalidArgument(std::string(name), " (", OptionFlag(name), ") must be ", what,
+                                 ", not '", std::string(text), "'");
+}
+
+bool ParseBool(std::string_view t, bool* out) {
+  if (t == "true" || t == "1" || t == "yes" || t == "on" || t == "True") return *out = true, true;
+  if (t == "false" || t == "0" || t == "no" || t == "off" || t == "False") {
+    return *out = false, true;
+  }
+  return false;
+}
+
+bool ParseCount(std::string_view t, uint64_t* out) {
+  if (t.empty() || t.size() > 19) return false;
+  uint64_t v = 0;
+  for (char c : t) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + uint64_t(c - '0');
+  }
+  *out = v;
+  return true;
+}
+
+bool ParseNumber(std::string_view t, double* out) {
+  const std::string s(t);
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) return false;
+  *out = v;
+  return true;
+}
+
+// Comma-separated numbers; exactly `n` of them (or one repeated, when `broadcast`).
+bool ParseList(std::string_view t, size_t n, bool broadcast, std::vector<double>* out) {
+  out->clear();
+  size_t start = 0;
+  while (start <= t.size()) {
+    size_t end = t.find(',', start);
+    if (end == std::string_view::npos) end = t.size();
+    double v = 0;
+    if (!ParseNumber(t.substr(start, end - start), &v)) return false;
+    out->push_back(v);
+    start = end + 1;
+  }
+  if (broadcast && out->size() == 1) out->assign(n, (*out)[0]);
+  return out->size() == n;
+}
+
+std::string Number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.9g", v);
+  return buf;
+}
+
+// v >= min, without a "comparison is always true" warning when min is 0.
+bool AtLeast(uint64_t v, uint64_t min) { return v >= min; }
+
+std::string CountWhat(uint64_t min) {
+  return min == 0 ? "a whole number" : "a whole number of at least " + std::to_string(min);
+}
+
+#define SF_BOOL(NAME, FIELD, HELP)                                                         \
+  LoaderOption {                                                                           \
+#NAME, OptionKind::kBool, nullptr, HELP,                                                 \
+        [](LoaderOptions* o, std::string_view t) -> Status {                                 \
+          bool v = false;                                                                    \
+          if (!ParseBool(t, &v)) return Bad(#NAME, "true or false", t);                      \
+          o->FIELD = v;                                                                      \
+          return Status::OK();                                                               \
+        },                                                                                   \
+        [](const LoaderOptions& o) { return std::string(o.FIELD ? "true" : "false"); } \
+  }
+
+#define SF_COUNT(NAME, FIELD, MIN, HELP)                                                    \
+  LoaderOption {                                                                            \
+#NAME, OptionKind::kCount, nullptr, HELP,                                                 \
+        [](LoaderOptions* o, std::string_view t) -> Status {                                  \
+          using T = decltype(o->FIELD);                                                       \
+          uint64_t v = 0;                                                                     \
+          if (!ParseCount(t, &v) || !AtLeast(v, MIN) ||                                       \
+              v > uint64_t(std::numeric_limits<T>::max())) {                                  \
+            return Bad(#NAME, CountWhat(MIN), t);                                             \
+          }                                                                                   \
+          o->FIELD = static_cast<T>(v);                                                       \
+          return Status::OK();                                                                \
+        },                                                                                    \
+        [](const LoaderOptions& o) { return std::to_string(o.FIELD); } \
+  }
+
+Status SetDecode(LoaderOptions* o, std::string_view t) {
+  TransformOptions& x = o->transform;
+  if (t == "scaled" || t == "scaled-any") {
+    x.scaled_decode = x.cropped_decode = true;
+    x.any_scale = t == "scaled-any";
+  } else if (t == "cropped") {
+    x.scaled_decode = false, x.cropped_decode = true, x.any_scale = false;
+  } else if (t == "full") {
+    x.scaled_decode = x.cropped_decode = x.any_scale = false;
+  } else {
+    return Bad("decode", "one of scaled, scaled-any, cropped, full", t);
+  }
+  return Status::OK();
+}
+
+std::string GetDecode(const LoaderOptions& o) {
+  const TransformOptions& x = o.transform;
+  if (!x.cropped_decode) return "full";
+  if (!x.scaled_decode) return "cropped";
+  return x.any_scale ? "scaled-any" : "scaled";
+}
+
+Status SetDevice(LoaderOptions* o, std::string_view t) {
+  if (t == "cpu") {
+    o->device = false, o->device_index = -1;
+    return Status::OK();
+  }
+  if (t == "cuda") {
+    o->device = true, o->device_index = -1;
+    return Status::OK();
+  }
+  uint64_t n = 0;
+  if (t.substr(0, 5) == "cuda:" && ParseCount(t.substr(5), &n) && n < 1024) {
+    o->device = true, o->device_index = static_cast<int>(n);
+    return Status::OK();
+  }
+  return Bad("device", "cpu, cuda or cuda:N", t);
+}
+
+std::string GetDevice(const LoaderOptions& o) {
+  if (!o.device) return "cpu";
+  return o.device_index >= 0 ? "cuda:" + std::to_string(o.device_index) : "cuda";
+}
+
+template <typename E>
+Status SetChoice(const char* name, const char* choices, Result<E> parsed, std::string_view t,
+                 E* field) {
+  if (!parsed.ok()) {
+    std::string list(choices);
+    for (char& c : list) c = c == '|' ? ',' : c;
+    std::string what = "one of " + list;
+    for (size_t p = what.find(','); p != std::string::npos; p = what.find(',', p + 2)) {
+      what.insert(p + 1, " ");
+    }
+    return Bad(name, what, t);
+  }
+  *field = *parsed;
+  return Status::OK();
+}
+
+const char* CropName(Crop c) {
+  switch (c) {
+    case Crop::kNone:
+      return "none";
+    case Crop::kCenter:
+      return "center";
+    case Crop::kRandom:
+      return "random";
+    case Crop::kSquash:
+      return "squash";
+  }
+  return "?";
+}
+
+Status SetPair(const char* name, std::string_view t, double* lo, double* hi) {
+  std::vector<double> v;
+  if (!ParseList(t, 2, false, &v)) return Bad(name, "two numbers MIN,MAX", t);
+  *lo = v[0], *hi = v[1];
+  return Status::OK();
+}
+
+Status SetChannels(const char* name, std::string_view t, std::array<float, 3>* field) {
+  std::vector<double> v;
+  if (!ParseList(t, 3, true, &v)) return Bad(name, "one number or three (R,G,B)", t);
+  *field = {float(v[0]), float(v[1]), float(v[2])};
+  return Status::OK();
+}
+
+std::string Channels(const std::array<float, 3>& c) {
+  return Number(c[0]) + "," + Number(c[1]) + "," + Number(c[2]);
+}
+
+std::vector<LoaderOption> MakeTable() {
+  using O = LoaderOptions;
+  using V = std::string_view;
+  return {
+      SF_COUNT(batch_size, batch_size, 1, "samples per batch"),
+      SF_BOOL(shuffle, shuffle, "a new global order every epoch (seeded)"),
+      SF_COUNT(seed, seed, 0, "seed of the order and of the augmentation draws"),
+      SF_BOOL(drop_last, drop_last, "leave out the last, short batch"),
+      SF_COUNT(shuffle_block, shuffle_block, 0,
+               "locality-friendly shuffle for archives larger than RAM: blocks of this many "
+               "consecutive samples (0: a true global shuffle)"),
+      SF_COUNT(shuffle_window, shuffle_window, 1,
+               "with shuffle_block: samples are mixed within windows of this many blocks"),
+      SF_COUNT(rank, rank, 0, "this process's rank (distributed training)"),
+      SF_COUNT(world_size, world_size, 1, "the number of ranks"),
+      SF_COUNT(workers, workers, 0, "decode workers (0: all cores)"),
+      SF_COUNT(prefetch, prefetch, 1,
+               "ring slots: batches decoded ahead (memory = prefetch x batch)"),
+      {"mode", OptionKind::kChoice, "threads|processes",
+       "workers as threads, or as shardfeed-worker processes",
+       [](O* o, V t) -> Status {
+         if (t == "threads") return o->mode = WorkerMode::kThreads, Status::OK();
+         if (t == "processes") return o->mode = WorkerMode::kProcesses, Status::OK();
+         return Bad("mode", "one of threads, processes", t);
+       },
+       [](const O& o) {
+         return std::string(o.mode == WorkerMode::kThreads ? "threads" : "processes");
+       }},
+      {"device", OptionKind::kText, nullptr,
+       "cpu, or cuda / cuda:N: batches copied to that CUDA device", SetDevice, GetDevice},
+      SF_BOOL(normalize_on_device, normalize_on_device,
+              "with a CUDA device and a float dtype: copy uint8, normalise on the GPU"),
+      {"timeout", OptionKind::kNumber, nullptr,
+       "seconds with no sample completed before a wait fails (0 or none: forever)",
+       [](O* o, V t) -> Status {
+         double v = 0;
+         if (t == "none" || t == "None") return o->timeout = 0, Status::OK();
+         if (!ParseNumber(t, &v) || v < 0) return Bad("timeout", "a number of seconds >= 0", t);
+         o->timeout = v;
+         return Status::OK();
+       },
+       [](const O& o) { return Number(o.timeout); }},
+      SF_BOOL(skip_errors, skip_errors,
+              "a sample that fails to decode becomes zeros with label -1 (counted)"),
+      {"crop", OptionKind::kChoice, "center|random|none|squash",
+       "center, random (RandomResizedCrop), none (whole images, undistorted: a fixed-shape "
+       "archive's stored shape) or squash (whole images resized to size x size, aspect ratio "
+       "not kept)",
+       [](O* o, V t) {
+         return SetChoice("crop", "center|random|none|squash", ParseCrop(t), t, &o->transform.crop);
+       },
+       [](const O& o) { return std::string(CropName(o.transform.crop)); }},
+      SF_COUNT(size, transform.size, 0,
+               "output side (0: 224 for center, random and squash; the stored shape for none)"),
+      SF_BOOL(flip, transform.flip, "random horizontal flip (p = 0.5)"),
+      {"center_ratio", OptionKind::kNumber, nullptr,
+       "center crop: the crop's side over the short side (224/256)",
+       [](O* o, V t) -> Status {
+         double v = 0;
+         if (!ParseNumber(t, &v) || !(v > 0 && v <= 1)) {
+           return Bad("center_ratio", "a number in (0, 1]", t);
+         }
+         o->transform.center_ratio = v;
+         return Status::OK();
+       },
+       [](const O& o) { return Number(o.transform.center_ratio); }},
+      {"scale", OptionKind::kList, nullptr, "random crop: area fraction MIN,MAX (0.08,1)",
+       [](O* o, V t) {
+         return SetPair("scale", t, &o->transform.scale_min, &o->transform.scale_max);
+       },
+       [](const O& o) {
+         return Number(o.transform.scale_min) + "," + Number(o.transform.scale_max);
+       }},
+      {"ratio", OptionKind::kList, nullptr, "random crop: aspect ratio MIN,MAX (3/4,4/3)",
+       [](O* o, V t) {
+         return SetPair("ratio", t, &o->transform.ratio_min, &o->transform.ratio_max);
+       },
+       [](const O& o) {
+         return Number(o.transform.ratio_min) + "," + Number(o.transform.ratio_max);
+       }},
+      {"layout", OptionKind::kChoice, "nhwc|nchw", "element order of a batch",
+       [](O* o, V t) {
+         return SetChoice("layout", "nhwc|nchw", ParseLayout(t), t, &o->transform.layout);
+       },
+       [](const O& o) {
+         return std::string(o.transform.layout == Layout::kNHWC ? "nhwc" : "nchw");
+       }},
+      {"dtype", OptionKind::kChoice, "uint8|float32|float16|bfloat16",
+       "element type; floats are (x / 255 - mean) / std",
+       [](O* o, V t) {
+         return SetChoice("dtype", "uint8|float32|float16|bfloat16", ParseDType(t), t,
+                          &o->transform.dtype);
+       },
+       [](const O& o) { return std::string(DTypeName(o.transform.dtype)); }},
+      {"mean", OptionKind::kList, nullptr,
+       "float dtypes: per-channel mean R,G,B in 0..1 units (ImageNet: 0.485,0.456,0.406)",
+       [](O* o, V t) { return SetChannels("mean", t, &o->transform.mean); },
+       [](const O& o) { return Channels(o.transform.mean); }},
+      {"std", OptionKind::kList, nullptr,
+       "float dtypes: per-channel std R,G,B in 0..1 units (ImageNet: 0.229,0.224,0.225)",
+       [](O* o, V t) { return SetChannels("std", t, &o->transform.std); },
+       [](const O& o) { return Channels(o.transform.std); }},
+      {"decode", OptionKind::kChoice, "scaled|scaled-any|cropped|full",
+       "JPEG decoding: scaled (DCT scales 1/8, 2/8, 4/8, cropped rows and columns), "
+       "scaled-any (also 3/8, 5/8, 6/8, 7/8: no SIMD, slower with libjpeg-turbo 2.x), cropped "
+       "(full scale), full (whole image, then crop)",
+       SetDecode, GetDecode},
+      SF_BOOL(verify_checksums, transform.verify_checksums,
+              "check each record's XXH3 before decoding it"),
+      SF_COUNT(max_pixels, transform.max_pixels, 1,
+               "a record declaring more pixels is that sample's error"),
+  };
+}
+
+#undef SF_BOOL
+#undef SF_COUNT
+
+}  // namespace
+
+std::string OptionFlag(std::string_view name) {
+  std::string flag = "--" + std::string(name);
+  for (char& c : flag) c = c == '_' ? '-' : c;
+  return flag;
+}
+
+const std::vector<LoaderOption>& LoaderOptionTable() {
+  static const std::vector<LoaderOption> table = MakeTable();
+  return table;
+}
+
+const LoaderOption* FindLoaderOption(std::string_view name) {
+  std::string snake(name);
+  for (char& c : snake) c = c == '-' ? '_' : c;
+  for (const LoaderOption& o : LoaderOptionTable()) {
+    if (snake == o.name) return &o;
+  }
+  return nullptr;
+}
+
+Status SetLoaderOption(LoaderOptions* options, std::string_view name, std::string_view text) {
+  const LoaderOption* o = FindLoaderOption(name);
+  if (!o) return Status::InvalidArgument("unexpected loader option '", std::string(name), "'");
+  return o->set(options, text);
+}
+
+Status ValidateLoaderOptions(const LoaderOptions& o) {
+  if (o.batch_size == 0) return Bad("batch_size", CountWhat(1), "0");
+  if (o.prefetch == 0) return Bad("prefetch", CountWhat(1), "0");
+  if (o.workers < 0) return Bad("workers", CountWhat(0), std::to_string(o.workers));
+  if (o.world_size == 0 || o.rank >= o.world_size) {
+    return Status::InvalidArgument("rank ", o.rank, " is not below world_size ", o.world_size);
+  }
+  if (!(o.timeout >= 0)) return Bad("timeout", "a number of seconds >= 0", Number(o.timeout));
+  SF_RETURN_IF_ERROR(ValidateTransform(o.transform));
+  if (o.normalize_on_device && (!o.device || o.transform.dtype == DType::kUint8)) {
+    return Status::InvalidArgument(
+        "normalize_on_device needs device copies and a float dtype (float32, float16 or "
+        "bfloat16)");
+  }
+  return Status::OK();
+}
+
+}  // namespace shardfeed::reader

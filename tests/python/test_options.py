@@ -1,0 +1,110 @@
+"""One declaration per loader option (reader/options.h): walks the table and checks that the
+CLI (`shardfeed bench --flag VALUE`) and Python (`shardfeed.Loader(path, name=VALUE)`) accept
+and refuse the same values with the same message."""
+import os
+import subprocess
+
+import pytest
+
+import shardfeed
+from shardfeed import _native
+
+CLI = os.environ.get("SHARDFEED_CLI", "shardfeed")
+GOOD = os.path.join(os.environ.get("SHARDFEED_TEST_DATA", ""), "good")
+OPTIONS = _native.loader_options()
+MIN_ONE = {"batch_size", "shuffle_window", "world_size", "prefetch", "max_pixels"}
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("opts") / "a")
+    assert shardfeed.pack(GOOD, out, workers=2)["packed"] == 36
+    return out
+
+
+def cases(option):
+    """(text, expect_valid_text) pairs for one option: its default, every choice, and values
+    its kind must refuse."""
+    kind, default = option["kind"], option["default"]
+    out = [(default, True)]
+    if kind == "bool":
+        out += [("true", True), ("false", True), ("maybe", False)]
+    elif kind == "count":
+        out += [("x", False), ("-1", False), ("1.5", False)]
+        if option["name"] in MIN_ONE:
+            out.append(("0", False))
+    elif kind == "number":
+        out += [("x", False), ("inf", False)]
+    elif kind == "choice":
+        out += [(c, True) for c in option["choices"].split("|")] + [("bogus", False)]
+    elif kind == "list":
+        out += [("1,x", False), ("1,2,3,4", False)]
+    else:
+        out += [("gpu", False)]
+    return out
+
+
+def cli_outcome(archive, option, text):
+    extra = [] if option["name"] == "batch_size" else ["--batch-size", "8"]
+    p = subprocess.run([CLI, "bench", archive, option["flag"] + "=" + text, "--epochs", "1",
+                        "--shuffle=false", *extra] if option["name"] != "shuffle" else
+                       [CLI, "bench", archive, option["flag"] + "=" + text, "--epochs", "1",
+                        *extra], capture_output=True, text=True, timeout=120)
+    if p.returncode == 0:
+        return None
+    assert p.returncode in (2, 3), (p.returncode, p.stderr)
+    return p.stderr.strip()
+
+
+def python_outcome(archive, option, text):
+    kwargs = {"batch_size": 8}  # the CLI's bench defaults to shuffle=true; compare unshuffled
+    kwargs[option["name"]] = text
+    try:
+        loader = shardfeed.Loader(archive, **kwargs)
+        for _ in loader:
+            pass
+        loader.close()
+        return None
+    except TypeError:
+        raise
+    except Exception as e:  # ValueError, shardfeed.Error: the message is what we compare
+        return str(e)
+
+
+@pytest.mark.parametrize("option", OPTIONS, ids=[o["name"] for o in OPTIONS])
+def test_cli_and_python_agree(archive, option):
+    for text, _ in cases(option):
+        cli = cli_outcome(archive, option, text)
+        py = python_outcome(archive, option, text)
+        where = "%s=%r" % (option["name"], text)
+        assert (cli is None) == (py is None), (where, cli, py)
+        if py is not None:
+            assert py in cli, (where, cli, py)  # the CLI adds "shardfeed: error: <kind>: "
+
+
+@pytest.mark.parametrize("option", OPTIONS, ids=[o["name"] for o in OPTIONS])
+def test_refusals_name_the_option_and_its_flag(archive, option):
+    bad = [t for t, ok in cases(option) if not ok]
+    assert bad, option
+    for text in bad:
+        msg = python_outcome(archive, option, text)
+        assert msg and option["name"] in msg and option["flag"] in msg, (text, msg)
+
+
+def test_typed_python_values_mean_what_their_text_means(archive):
+    # Python callers pass typed values; they are read as the CLI reads their text.
+    a = [b.images.copy() for b in shardfeed.Loader(archive, batch_size=8, flip=True, seed=3,
+                                                    crop="random", mean=(0.5, 0.5, 0.5),
+                                                    std=0.25, dtype="float32", timeout=None)]
+    b = [b.images.copy() for b in shardfeed.Loader(archive, batch_size="8", flip="true",
+                                                    seed="3", crop="random",
+                                                    mean="0.5,0.5,0.5", std="0.25",
+                                                    dtype="float32", timeout="none")]
+    assert all((x == y).all() for x, y in zip(a, b)) and len(a) == len(b) == 5
+
+
+def test_every_option_is_in_the_cli_help():
+    text = subprocess.run([CLI, "bench", "--help"], capture_output=True, text=True).stdout
+    for o in OPTIONS:
+        assert o["flag"] in text, o["flag"]
+        assert "(=%s)" % o["default"] in text or o["name"] == "shuffle", (o["flag"], o["default"])
