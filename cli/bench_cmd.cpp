@@ -29,7 +29,7 @@ int CmdBench(int argc, char** argv) {
   helps.reserve(reader::LoaderOptionTable().size());
   desc.add_options()("archive", po::value(&path)->required(), "archive to read");
   for (const reader::LoaderOption& o : reader::LoaderOptionTable()) {
-    const std::string flag = reader::OptionFlag(o.name).substr(2);
+    const std::string flag = OptionFlag(o.name).substr(2);
     auto* value = po::value<std::string>()->default_value(o.get(opt));
     if (o.kind == reader::OptionKind::kBool) value->implicit_value("true");
     if (std::string(o.name) == "device") value->implicit_value("cuda");
@@ -46,7 +46,7 @@ int CmdBench(int argc, char** argv) {
   int rc = ParseArgs(argc, argv, desc, pos, vm, "shardfeed bench ARCHIVE [options]");
   if (rc >= 0) return rc;
   for (const reader::LoaderOption& o : reader::LoaderOptionTable()) {
-    const std::string flag = reader::OptionFlag(o.name).substr(2);
+    const std::string flag = OptionFlag(o.name).substr(2);
     if (vm.count(flag) && !vm[flag].defaulted()) {
       if (Status s = o.set(&opt, vm[flag].as<std::string>()); !s.ok()) return Fail(s);
     }

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "shardfeed/base/status.h"
 #include "shardfeed/converter/pack.h"
-#include "shardfeed/format/status.h"
 
 namespace shardfeed::cli {
 
@@ -20,7 +20,6 @@ int MpiPack(const std::string& src, const std::string& list, const std::string& 
             converter::PackOptions opt, const std::string& report);
 #endif
 int Fail(const Status& s);  // prints the error, returns its exit code
-bool ParseBytes(const std::string& text, uint64_t* out);
 std::string FormatDuration(double seconds);
 int CmdBench(int argc, char** argv);
 // Parses a subcommand's options (adding --help). Returns -1 to go on, else the exit code: 0

@@ -15,6 +15,7 @@
 
 #include "cli_internal.h"
 #include "shardfeed/converter/archive_tools.h"
+#include "shardfeed/converter/options.h"
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/format/archive.h"
 
@@ -37,29 +38,6 @@ int ExitCodeFor(const Status& s) {
 int Fail(const Status& s) {
   std::fprintf(stderr, "shardfeed: error: %s\n", s.ToString().c_str());
   return ExitCodeFor(s);
-}
-
-bool ParseBytes(const std::string& text, uint64_t* out) {
-  char* end = nullptr;
-  double v = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || v < 0) return false;
-  std::string unit(end);
-  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  double mult = 1;
-  if (unit.empty() || unit == "B")
-    mult = 1;
-  else if (unit == "K" || unit == "KB" || unit == "KIB")
-    mult = 1024;
-  else if (unit == "M" || unit == "MB" || unit == "MIB")
-    mult = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GB" || unit == "GIB")
-    mult = 1024.0 * 1024 * 1024;
-  else if (unit == "T" || unit == "TB" || unit == "TIB")
-    mult = 1024.0 * 1024 * 1024 * 1024;
-  else
-    return false;
-  *out = static_cast<uint64_t>(v * mult);
-  return true;
 }
 
 int ParseArgs(int argc, char** argv, po::options_description& desc,
@@ -109,100 +87,47 @@ void PrintUsage() {
 }
 
 int CmdPack(int argc, char** argv) {
-  po::options_description desc("pack options");
-  std::string src, out, list, encoding, crop, report, shard_size, chunk_size, validate, backend;
-  std::string part_spec, parts_dir;
+  // Every pack option comes from converter/options.h (shardfeed.pack takes the same ones).
+  po::options_description desc("pack options (as shardfeed.pack takes them)");
+  std::string src, out, list, report, parts_dir;
   converter::PackOptions opt;
-  uint64_t max_pixels = opt.limits.max_pixels;
+  std::vector<std::string> helps;  // kept alive: program_options stores the pointers
+  helps.reserve(converter::PackOptionTable().size());
   desc.add_options()("src", po::value(&src)->required(),
                      "image folder (ROOT/<class>/<image>), or the root of --list paths")(
       "out", po::value(&out)->required(), "archive to write (a directory)")(
-      "list", po::value(&list), "list file: 'path label' or MXNet 'index\\tlabel\\tpath' per line")(
-      "encoding", po::value(&encoding)->default_value("jpeg"), "jpeg | raw | zstd")(
-      "backend", po::value(&backend)->default_value("lmdb"), "container: lmdb | hdf5")(
-      "size", po::value(&opt.size)->default_value(0),
-      "raw/zstd: resize so the short side is this. jpeg: a resolution cap: images whose short "
-      "side (long side with --max-side) exceeds it are resized and re-encoded at --quality "
-      "(upright); the others keep their bytes (0: no cap)")(
-      "max-side", po::bool_switch(&opt.max_side), "jpeg with --size: cap the long side")(
-      "crop", po::value(&crop)->default_value("none"), "raw/zstd with --size: none | center")(
-      "quality", po::value(&opt.quality)->default_value(90),
-      "JPEG quality of re-encoded images (non-JPEG inputs, --size caps)")(
-      "level", po::value(&opt.level)->default_value(1), "zstd level (1..22)")(
-      "workers", po::value(&opt.workers)->default_value(0), "worker threads (0: all cores)")(
-      "shuffle", po::bool_switch(&opt.shuffle), "store samples in a shuffled order")(
-      "seed", po::value(&opt.seed)->default_value(0), "seed for --shuffle")(
-      "validate", po::value(&validate)->default_value("header"),
-      "JPEG passthrough checks: none | header (markers + end marker) | full (decode)")(
-      "max-pixels", po::value(&max_pixels)->default_value(max_pixels), "refuse larger images")(
-      "shard-size", po::value(&shard_size), "start a new shard after this many bytes (e.g. 1G)")(
-      "chunk-size", po::value(&chunk_size)->default_value("1M"),
-      "records are grouped in chunks of this size")("report", po::value(&report),
-                                                    "write a JSON report of skipped files here")(
-      "strict", po::bool_switch(&opt.strict), "fail (and write no archive) if any file is skipped")(
-      "overwrite", po::bool_switch(&opt.writer.overwrite), "replace an existing archive at OUT")(
-      "part", po::value(&part_spec),
-      "I/N: pack only part I (0-based) of N of the source list, into PARTS-DIR/part-I-of-N; "
-      "join the parts with 'shardfeed merge'")("parts-dir", po::value(&parts_dir),
-                                               "where --part writes (default OUT.parts)")(
+      "list", po::value(&list), "list file: 'path label' or MXNet 'index\\tlabel\\tpath' per line");
+  for (const converter::PackOption& o : converter::PackOptionTable()) {
+    const std::string flag = OptionFlag(o.name).substr(2);
+    auto* value = po::value<std::string>();
+    const std::string current = o.get(opt);
+    if (!current.empty()) value->default_value(current);
+    if (o.kind == converter::PackOptionKind::kBool) value->implicit_value("true");
+    helps.push_back(std::string(o.help) +
+                    (o.choices ? std::string(" [") + o.choices + "]" : std::string()));
+    desc.add_options()(flag.c_str(), value, helps.back().c_str());
+  }
+  desc.add_options()("report", po::value(&report), "write a JSON report of skipped files here")(
+      "parts-dir", po::value(&parts_dir), "where --part writes (default OUT.parts)")(
       "quiet,q", "no progress line");
   po::positional_options_description pos;
   pos.add("src", 1).add("out", 1);
   po::variables_map vm;
   int rc = ParseArgs(argc, argv, desc, pos, vm, "shardfeed pack SRC OUT [options]");
   if (rc >= 0) return rc;
-
-  if (!format::ParseEncoding(encoding, &opt.encoding)) {
-    return Fail(
-        Status::InvalidArgument("--encoding must be jpeg, raw or zstd, not '", encoding, "'"));
-  }
-  if (!format::ParseBackend(backend, &opt.writer.backend)) {
-    return Fail(Status::InvalidArgument("--backend must be lmdb or hdf5, not '", backend, "'"));
-  }
-  if (crop != "none" && crop != "center") {
-    return Fail(Status::InvalidArgument("--crop must be none or center, not '", crop, "'"));
-  }
-  opt.center_crop = crop == "center";
-  if (validate == "none")
-    opt.validation = converter::Validation::kNone;
-  else if (validate == "header")
-    opt.validation = converter::Validation::kHeader;
-  else if (validate == "full")
-    opt.validation = converter::Validation::kFull;
-  else
-    return Fail(Status::InvalidArgument("--validate must be none, header or full"));
-  opt.limits.max_pixels = max_pixels;
-  if (vm.count("shard-size") && !cli::ParseBytes(shard_size, &opt.writer.shard_bytes)) {
-    return Fail(Status::InvalidArgument("--shard-size: cannot read '", shard_size, "'"));
-  }
-  if (!cli::ParseBytes(chunk_size, &opt.writer.chunk_bytes) || opt.writer.chunk_bytes == 0) {
-    return Fail(Status::InvalidArgument("--chunk-size: cannot read '", chunk_size, "'"));
-  }
-  nlohmann::json options = {{"encoding", encoding},
-                            {"size", opt.size},
-                            {"max_side", opt.max_side},
-                            {"crop", crop},
-                            {"quality", opt.quality},
-                            {"level", opt.level},
-                            {"shuffle", opt.shuffle},
-                            {"seed", opt.seed},
-                            {"validate", validate},
-                            {"max_pixels", max_pixels},
-                            {"chunk_bytes", opt.writer.chunk_bytes},
-                            {"shard_bytes", opt.writer.shard_bytes},
-                            {"source", list.empty() ? "folder" : "list"}};
-  opt.options_json = options.dump();
-  const std::string archive_out = out;  // the final archive (what the scan must never pack)
-  if (!part_spec.empty()) {
-    unsigned i = 0, n = 0;
-    char tail = 0;
-    if (std::sscanf(part_spec.c_str(), "%u/%u%c", &i, &n, &tail) != 2 || n == 0 || i >= n) {
-      return Fail(
-          Status::InvalidArgument("--part must be I/N with 0 <= I < N, not '", part_spec, "'"));
+  for (const converter::PackOption& o : converter::PackOptionTable()) {
+    const std::string flag = OptionFlag(o.name).substr(2);
+    if (vm.count(flag) && !vm[flag].defaulted()) {
+      if (Status s = o.set(&opt, vm[flag].as<std::string>()); !s.ok()) return Fail(s);
     }
-    opt.part = i;
-    opt.parts = n;
-    opt.part_record = true;
+  }
+  if (Status s = converter::ValidatePackOptions(opt); !s.ok()) return Fail(s);
+  opt.options_json = converter::PackOptionsJson(opt, list.empty() ? "folder" : "list");
+  const std::string encoding(format::EncodingName(opt.encoding));
+  const std::string backend(format::BackendName(opt.writer.backend));
+  const std::string archive_out = out;  // the final archive (what the scan must never pack)
+  if (opt.part_record) {
+    const uint32_t i = opt.part, n = opt.parts;
     out = parts_dir.empty()
               ? converter::DefaultPartPath(out, i, n)
               : (std::filesystem::path(parts_dir) /
@@ -212,7 +137,7 @@ int CmdPack(int argc, char** argv) {
     return Fail(Status::InvalidArgument("--parts-dir goes with --part"));
   }
 #ifdef SHARDFEED_WITH_MPI
-  if (part_spec.empty() && cli::MpiWorldSize() > 1) {
+  if (!opt.part_record && cli::MpiWorldSize() > 1) {
     return cli::MpiPack(src, list, archive_out, opt, report);
   }
 #endif

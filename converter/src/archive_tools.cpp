@@ -332,9 +332,14 @@ Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
   wo.width = m.width;
   // The pack options are free-form, for humans: take a value only if it has the right type.
   if (auto j = json::parse(m.options_json, nullptr, false); j.is_object()) {
-    if (auto it = j.find("chunk_bytes");
-        it != j.end() && it->is_number_unsigned() && it->get<uint64_t>() <= (uint64_t{1} << 31)) {
-      wo.chunk_bytes = it->get<uint64_t>();
+    // "chunk_size" since the pack options table (converter/options.h); "chunk_bytes" before.
+    for (const char* key : {"chunk_size", "chunk_bytes"}) {
+      if (auto it = j.find(key); it != j.end() && it->is_number_unsigned() &&
+                                 it->get<uint64_t>() > 0 &&
+                                 it->get<uint64_t>() <= (uint64_t{1} << 31)) {
+        wo.chunk_bytes = it->get<uint64_t>();
+        break;
+      }
     }
     if (auto it = j.find("level"); it != j.end() && it->is_number_integer() &&
                                    it->get<int64_t>() >= 1 && it->get<int64_t>() <= 22) {

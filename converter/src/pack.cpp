@@ -16,6 +16,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "shardfeed/converter/options.h"
+
 namespace shardfeed::converter {
 namespace {
 
@@ -274,26 +276,7 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
   result = PackResult();
   result.output = out;
   result.ignored = source.ignored;
-  if (options.encoding != Encoding::kJpeg && options.center_crop && options.size == 0) {
-    return Status::InvalidArgument("--crop center needs --size");
-  }
-  if (options.encoding == Encoding::kJpeg && options.center_crop) {
-    return Status::InvalidArgument(
-        "--crop center applies to raw and zstd records; jpeg records keep the whole image");
-  }
-  if (options.max_side && (options.encoding != Encoding::kJpeg || options.size == 0)) {
-    return Status::InvalidArgument("--max-side applies to --encoding jpeg with --size");
-  }
-  if (options.level < 1 || options.level > ZSTD_maxCLevel()) {
-    return Status::InvalidArgument("--level must be in 1..", ZSTD_maxCLevel());
-  }
-  if (options.quality < 1 || options.quality > 100) {
-    return Status::InvalidArgument("--quality must be in 1..100");
-  }
-  if (options.parts == 0 || options.part >= options.parts) {
-    return Status::InvalidArgument("--part ", options.part, "/", options.parts,
-                                   ": the part must be below the number of parts");
-  }
+  SF_RETURN_IF_ERROR(ValidatePackOptions(options));
   std::vector<SourceItem> items = source.items;
   if (options.shuffle) ShuffleItems(&items, options.seed);
   format::PartInfo part;

@@ -9,7 +9,7 @@
 #include "shardfeed/format/archive.h"
 #include "shardfeed/format/layout.h"
 #include "shardfeed/format/manifest.h"
-#include "shardfeed/format/status.h"
+#include "shardfeed/base/status.h"
 
 namespace shardfeed::format {
 

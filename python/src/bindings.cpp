@@ -13,6 +13,7 @@
 
 #include "dlpack_export.h"
 #include "shardfeed/converter/archive_tools.h"
+#include "shardfeed/converter/options.h"
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/imaging/image.h"
@@ -405,6 +406,23 @@ PYBIND11_MODULE(_native, m) {
   m.def("cuda_kernels_built", &reader::CudaKernelsBuilt);
   // The loader options as declared in reader/options.h (name, kind, choices, default, help):
   // what the CLI's `bench` and this module's Loader both accept.
+  m.def("pack_options", [] {
+    py::list out;
+    const converter::PackOptions defaults;
+    const char* kinds[] = {"bool", "count", "choice", "bytes", "text"};
+    for (const converter::PackOption& o : converter::PackOptionTable()) {
+      py::dict d;
+      d["name"] = o.name;
+      d["flag"] = OptionFlag(o.name);
+      d["kind"] = kinds[static_cast<int>(o.kind)];
+      d["choices"] = o.choices ? py::cast(std::string(o.choices)) : py::none();
+      d["default"] = o.get(defaults);
+      d["help"] = o.help;
+      d["recorded"] = o.recorded;
+      out.append(d);
+    }
+    return out;
+  });
   m.def("loader_options", [] {
     py::list out;
     const reader::LoaderOptions defaults;
@@ -412,7 +430,7 @@ PYBIND11_MODULE(_native, m) {
     for (const reader::LoaderOption& o : reader::LoaderOptionTable()) {
       py::dict d;
       d["name"] = o.name;
-      d["flag"] = reader::OptionFlag(o.name);
+      d["flag"] = OptionFlag(o.name);
       d["kind"] = kinds[static_cast<int>(o.kind)];
       d["choices"] = o.choices ? py::cast(std::string(o.choices)) : py::none();
       d["default"] = o.get(defaults);
@@ -429,69 +447,20 @@ PYBIND11_MODULE(_native, m) {
         converter::PackOptions o;
         std::string list, parts_dir;
         for (auto item : kw) {
-          std::string k = py::str(item.first);
-          py::handle v = item.second;
-          if (k == "encoding") {
-            if (!format::ParseEncoding(v.cast<std::string>(), &o.encoding))
-              throw py::value_error("encoding must be jpeg, raw or zstd");
-          } else if (k == "size")
-            o.size = v.cast<uint32_t>();
-          else if (k == "max_side")
-            o.max_side = v.cast<bool>();
-          else if (k == "crop") {
-            std::string c = v.cast<std::string>();
-            if (c != "none" && c != "center")
-              throw py::value_error("crop must be 'none' or 'center'");
-            o.center_crop = c == "center";
-          } else if (k == "quality")
-            o.quality = v.cast<int>();
-          else if (k == "level")
-            o.level = v.cast<int>();
-          else if (k == "workers")
-            o.workers = v.cast<int>();
-          else if (k == "shuffle")
-            o.shuffle = v.cast<bool>();
-          else if (k == "seed")
-            o.seed = v.cast<uint64_t>();
-          else if (k == "strict")
-            o.strict = v.cast<bool>();
-          else if (k == "overwrite")
-            o.writer.overwrite = v.cast<bool>();
-          else if (k == "shard_size")
-            o.writer.shard_bytes = v.cast<uint64_t>();
-          else if (k == "chunk_size")
-            o.writer.chunk_bytes = v.cast<uint64_t>();
-          else if (k == "max_pixels")
-            o.limits.max_pixels = v.cast<uint64_t>();
-          else if (k == "list")
-            list = v.cast<std::string>();
-          else if (k == "part") {
-            std::string spec = v.cast<std::string>();
-            unsigned i = 0, n = 0;
-            char tail = 0;
-            if (std::sscanf(spec.c_str(), "%u/%u%c", &i, &n, &tail) != 2 || n == 0 || i >= n)
-              throw py::value_error("part must be 'I/N' with 0 <= I < N, not '" + spec + "'");
-            o.part = i;
-            o.parts = n;
-            o.part_record = true;
-          } else if (k == "parts_dir")
-            parts_dir = v.cast<std::string>();
-          else if (k == "backend") {
-            if (!format::ParseBackend(v.cast<std::string>(), &o.writer.backend))
-              throw py::value_error("backend must be lmdb or hdf5");
-          } else if (k == "validate") {
-            std::string s = v.cast<std::string>();
-            if (s == "none")
-              o.validation = converter::Validation::kNone;
-            else if (s == "header")
-              o.validation = converter::Validation::kHeader;
-            else if (s == "full")
-              o.validation = converter::Validation::kFull;
-            else
-              throw py::value_error("validate must be none, header or full");
-          } else
+          const std::string k = py::str(item.first);
+          if (k == "list") {
+            list = item.second.cast<std::string>();
+          } else if (k == "parts_dir") {
+            parts_dir = item.second.cast<std::string>();
+          } else if (const converter::PackOption* option = converter::FindPackOption(k);
+                     option && k.find('-') == std::string::npos) {
+            Check(option->set(&o, OptionText(item.second)));
+          } else {
             throw py::type_error("unexpected pack option '" + k + "'");
+          }
         }
+        Check(converter::ValidatePackOptions(o));
+        o.options_json = converter::PackOptionsJson(o, list.empty() ? "folder" : "list");
         converter::PackResult result;
         Status st;
         std::string target = out;

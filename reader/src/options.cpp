@@ -5,63 +5,21 @@
 #include <cstdlib>
 #include <limits>
 
+#include "shardfeed/base/option_text.h"
+
 namespace shardfeed::reader {
 namespace {
 
 Status Bad(std::string_view name, const std::string& what, std::string_view text) {
-  return Status::InvalidArgument(std::string(name), " (", OptionFlag(name), ") must be ", what,
-                                 ", not '", std::string(text), "'");
+  return BadOption(name, what, text);
 }
-
-bool ParseBool(std::string_view t, bool* out) {
-  if (t == "true" || t == "1" || t == "yes" || t == "on" || t == "True") return *out = true, true;
-  if (t == "false" || t == "0" || t == "no" || t == "off" || t == "False") {
-    return *out = false, true;
-  }
-  return false;
-}
-
-bool ParseCount(std::string_view t, uint64_t* out) {
-  if (t.empty() || t.size() > 19) return false;
-  uint64_t v = 0;
-  for (char c : t) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + uint64_t(c - '0');
-  }
-  *out = v;
-  return true;
-}
-
-bool ParseNumber(std::string_view t, double* out) {
-  const std::string s(t);
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) return false;
-  *out = v;
-  return true;
-}
-
-// Comma-separated numbers; exactly `n` of them (or one repeated, when `broadcast`).
+bool ParseBool(std::string_view t, bool* out) { return ParseBoolText(t, out); }
+bool ParseCount(std::string_view t, uint64_t* out) { return ParseCountText(t, out); }
+bool ParseNumber(std::string_view t, double* out) { return ParseNumberText(t, out); }
 bool ParseList(std::string_view t, size_t n, bool broadcast, std::vector<double>* out) {
-  out->clear();
-  size_t start = 0;
-  while (start <= t.size()) {
-    size_t end = t.find(',', start);
-    if (end == std::string_view::npos) end = t.size();
-    double v = 0;
-    if (!ParseNumber(t.substr(start, end - start), &v)) return false;
-    out->push_back(v);
-    start = end + 1;
-  }
-  if (broadcast && out->size() == 1) out->assign(n, (*out)[0]);
-  return out->size() == n;
+  return ParseNumberList(t, n, broadcast, out);
 }
-
-std::string Number(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.9g", v);
-  return buf;
-}
+std::string Number(double v) { return NumberText(v); }
 
 // v >= min, without a "comparison is always true" warning when min is 0.
 bool AtLeast(uint64_t v, uint64_t min) { return v >= min; }
@@ -308,12 +266,6 @@ std::vector<LoaderOption> MakeTable() {
 #undef SF_COUNT
 
 }  // namespace
-
-std::string OptionFlag(std::string_view name) {
-  std::string flag = "--" + std::string(name);
-  for (char& c : flag) c = c == '_' ? '-' : c;
-  return flag;
-}
 
 const std::vector<LoaderOption>& LoaderOptionTable() {
   static const std::vector<LoaderOption> table = MakeTable();

@@ -77,29 +77,6 @@ Result<Crop> ParseCrop(std::string_view name) {
                                  std::string(name), "'");
 }
 
-Result<std::array<float, 3>> ParseChannels(std::string_view what, std::string_view text) {
-  std::vector<float> values;
-  std::string t(text);
-  size_t pos = 0;
-  while (pos <= t.size()) {
-    size_t end = t.find(',', pos);
-    if (end == std::string::npos) end = t.size();
-    const std::string item = t.substr(pos, end - pos);
-    char* stop = nullptr;
-    const double v = std::strtod(item.c_str(), &stop);
-    if (item.empty() || stop != item.c_str() + item.size() || !std::isfinite(v)) {
-      return Status::InvalidArgument(std::string(what), " must be R,G,B numbers, not '", t, "'");
-    }
-    values.push_back(static_cast<float>(v));
-    pos = end + 1;
-  }
-  if (values.size() == 1) values.assign(3, values[0]);
-  if (values.size() != 3) {
-    return Status::InvalidArgument(std::string(what), " must have 1 or 3 values, not '", t, "'");
-  }
-  return std::array<float, 3>{values[0], values[1], values[2]};
-}
-
 Status ValidateTransform(const TransformOptions& o) {
   if (!(o.center_ratio > 0 && o.center_ratio <= 1)) {
     return Status::InvalidArgument("center_ratio must be in (0, 1], not ", o.center_ratio);

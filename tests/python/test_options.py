@@ -108,3 +108,62 @@ def test_every_option_is_in_the_cli_help():
     for o in OPTIONS:
         assert o["flag"] in text, o["flag"]
         assert "(=%s)" % o["default"] in text or o["name"] == "shuffle", (o["flag"], o["default"])
+
+
+PACK_OPTIONS = _native.pack_options()
+
+
+def pack_cases(option):
+    kind, default = option["kind"], option["default"]
+    out = [default] if default else []
+    if kind == "bool":
+        out += ["true", "maybe"]
+    elif kind == "count":
+        out += ["x", "-1"]
+    elif kind == "choice":
+        out += option["choices"].split("|") + ["bogus"]
+    elif kind == "bytes":
+        out += ["64K", "lots"]
+    else:
+        out += ["0/2", "2/2"]
+    return out
+
+
+def pack_outcomes(tmp_path, option, text):
+    case = len(list(tmp_path.iterdir()))  # a fresh output per case
+    cli_out, py_out = tmp_path / ("cli%d" % case), tmp_path / ("py%d" % case)
+    p = subprocess.run([CLI, "pack", GOOD, str(cli_out), option["flag"] + "=" + text, "-q"],
+                       capture_output=True, text=True, timeout=300)
+    cli = None if p.returncode == 0 else p.stderr.strip()
+    try:
+        shardfeed.pack(GOOD, str(py_out), **{option["name"]: text})
+        py = None
+    except TypeError:
+        raise
+    except Exception as e:
+        py = str(e)
+    return cli, py
+
+
+@pytest.mark.parametrize("option", PACK_OPTIONS, ids=[o["name"] for o in PACK_OPTIONS])
+def test_pack_cli_and_python_agree(tmp_path, option):
+    for text in pack_cases(option):
+        cli, py = pack_outcomes(tmp_path, option, text)
+        where = "%s=%r" % (option["name"], text)
+        assert (cli is None) == (py is None), (where, cli, py)
+        if py is not None:
+            assert py in cli, (where, cli, py)
+
+
+def test_cli_and_python_packs_record_the_same_options(tmp_path):
+    subprocess.run([CLI, "pack", GOOD, str(tmp_path / "cli"), "--encoding", "zstd", "--size",
+                    "32", "--crop", "center", "-q"], check=True)
+    shardfeed.pack(GOOD, str(tmp_path / "py"), encoding="zstd", size=32, crop="center")
+    a = shardfeed.inspect(str(tmp_path / "cli"))
+    b = shardfeed.inspect(str(tmp_path / "py"))
+    import json
+    ma = json.load(open(tmp_path / "cli" / "manifest.json"))
+    mb = json.load(open(tmp_path / "py" / "manifest.json"))
+    assert ma["options"] == mb["options"] and ma["options"]["size"] == 32, (ma["options"],
+                                                                             mb["options"])
+    assert a["samples"] == b["samples"] == 36

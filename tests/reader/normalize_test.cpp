@@ -7,6 +7,7 @@
 #include "../../reader/src/pixel_store.h"
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/reader/loader.h"
+#include "shardfeed/reader/options.h"
 #include "test_util.h"
 
 namespace shardfeed::reader {
@@ -224,11 +225,14 @@ TEST_CASE("normalisation options are validated") {
   CHECK(!ValidateTransform(o).ok());
   CHECK(!ParseDType("float64").ok());
   CHECK(*ParseDType("bfloat16") == DType::kBFloat16);
-  CHECK(!ParseChannels("mean", "1,2").ok());
-  CHECK(!ParseChannels("mean", "1,x,2").ok());
-  auto c = ParseChannels("std", "0.5");
-  REQUIRE(c.ok());
-  CHECK((*c)[2] == 0.5f);
+  LoaderOptions lo;
+  CHECK(SetLoaderOption(&lo, "mean", "1,2").message() ==
+        "mean (--mean) must be one number or three (R,G,B), not '1,2'");
+  CHECK(!SetLoaderOption(&lo, "mean", "1,x,2").ok());
+  REQUIRE(SetLoaderOption(&lo, "std", "0.5").ok());
+  CHECK(lo.transform.std[2] == 0.5f);
+  CHECK(SetLoaderOption(&lo, "dtype", "float64").message() ==
+        "dtype (--dtype) must be one of uint8, float32, float16, bfloat16, not 'float64'");
 }
 
 }  // namespace

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "shardfeed/base/status.h"
 #include "shardfeed/format/archive.h"
-#include "shardfeed/format/status.h"
 #include "shardfeed/imaging/image.h"
 
 namespace shardfeed::converter {

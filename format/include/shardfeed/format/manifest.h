@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "shardfeed/format/layout.h"
-#include "shardfeed/format/status.h"
+#include "shardfeed/base/status.h"
 
 namespace shardfeed::format {
 

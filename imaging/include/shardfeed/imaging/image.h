@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "shardfeed/format/status.h"
+#include "shardfeed/base/status.h"
 
 namespace shardfeed::imaging {
 

@@ -44,8 +44,8 @@
 #include <string>
 #include <vector>
 
+#include "shardfeed/base/status.h"
 #include "shardfeed/format/archive.h"
-#include "shardfeed/format/status.h"
 #include "shardfeed/reader/pinned.h"
 #include "shardfeed/reader/sampler.h"
 #include "shardfeed/reader/transform.h"

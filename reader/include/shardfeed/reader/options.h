@@ -13,7 +13,8 @@
 #include <string_view>
 #include <vector>
 
-#include "shardfeed/format/status.h"
+#include "shardfeed/base/option_text.h"  // OptionFlag
+#include "shardfeed/base/status.h"
 #include "shardfeed/reader/loader.h"
 
 namespace shardfeed::reader {
@@ -40,8 +41,6 @@ struct LoaderOption {
 const std::vector<LoaderOption>& LoaderOptionTable();
 // "batch_size" or "batch-size" -> its entry; nullptr if there is none.
 const LoaderOption* FindLoaderOption(std::string_view name);
-// The CLI flag of an option name: "--batch-size".
-std::string OptionFlag(std::string_view name);
 // Sets one option from its text form. Unknown names are kInvalidArgument naming them.
 Status SetLoaderOption(LoaderOptions* options, std::string_view name, std::string_view text);
 // Rules across fields and ranges the setters cannot see (a C++ caller may set fields

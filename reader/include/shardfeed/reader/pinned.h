@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "shardfeed/format/status.h"
+#include "shardfeed/base/status.h"
 #include "shardfeed/reader/transform.h"
 
 namespace shardfeed::reader {

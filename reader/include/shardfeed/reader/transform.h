@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "shardfeed/base/status.h"
 #include "shardfeed/format/archive.h"
-#include "shardfeed/format/status.h"
 #include "shardfeed/imaging/image.h"
 
 namespace shardfeed::reader {
@@ -39,9 +39,6 @@ size_t DTypeSize(DType dtype);       // bytes per element
 Result<DType> ParseDType(std::string_view name);
 Result<Layout> ParseLayout(std::string_view name);  // "nhwc" | "nchw"
 Result<Crop> ParseCrop(std::string_view name);      // "center" | "random" | "none" | "squash"
-// "R,G,B" (three finite numbers, or one for all channels), for mean/std; `what` names the
-// option in the error.
-Result<std::array<float, 3>> ParseChannels(std::string_view what, std::string_view text);
 
 struct TransformOptions {
   Crop crop = Crop::kCenter;

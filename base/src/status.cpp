@@ -1,4 +1,4 @@
-#include "shardfeed/format/status.h"
+#include "shardfeed/base/status.h"
 
 #include <cstdio>
 #include <cstdlib>
