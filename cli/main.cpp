@@ -255,15 +255,33 @@ int CmdVerify(int argc, char** argv) {
 
 int CmdInspect(int argc, char** argv) {
   po::options_description desc("inspect options");
-  std::string path;
-  desc.add_options()("archive", po::value(&path)->required(), "archive")("json", "print JSON");
+  std::string path, grid;
+  converter::ContactSheetOptions sheet;
+  desc.add_options()("archive", po::value(&path)->required(), "archive")("json", "print JSON")(
+      "grid", po::value(&grid),
+      "also write a contact sheet (PNG) here: a row per class, its first samples as thumbnails "
+      "with their indices")("per-class", po::value(&sheet.per_class)->default_value(8),
+                            "with --grid: samples per class (1..64)")(
+      "size", po::value(&sheet.tile)->default_value(96), "with --grid: thumbnail side (16..512)");
   po::positional_options_description pos;
   pos.add("archive", 1);
   po::variables_map vm;
-  int rc = ParseArgs(argc, argv, desc, pos, vm, "shardfeed inspect ARCHIVE [--json]");
+  int rc = ParseArgs(argc, argv, desc, pos, vm,
+                     "shardfeed inspect ARCHIVE [--json] [--grid SHEET.png [--per-class K] "
+                     "[--size S]]");
   if (rc >= 0) return rc;
   auto archive = format::Archive::Open(path, format::IndexCheck::kFull);
   if (!archive.ok()) return Fail(archive.status());
+  if (!grid.empty()) {
+    auto image = converter::ContactSheet(**archive, sheet);
+    if (!image.ok()) return Fail(image.status());
+    auto png = imaging::EncodePng(*image);
+    if (!png.ok()) return Fail(png.status());
+    std::ofstream f(grid, std::ios::binary | std::ios::trunc);
+    f.write(reinterpret_cast<const char*>(png->data()), static_cast<std::streamsize>(png->size()));
+    if (!f) return Fail(Status::IOError(grid, ": cannot write the contact sheet"));
+    std::fprintf(stderr, "contact sheet: %s (%ux%u)\n", grid.c_str(), image->width, image->height);
+  }
   std::printf("%s", vm.count("json") ? converter::InspectJson(**archive).c_str()
                                      : converter::InspectText(**archive).c_str());
   return 0;

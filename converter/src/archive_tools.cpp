@@ -367,3 +367,99 @@ Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
 }
 
 }  // namespace shardfeed::converter
+
+namespace shardfeed::converter {
+
+Status DecodeSample(const format::Archive& archive, uint64_t index, imaging::Image* out,
+                    uint64_t max_pixels) {
+  auto decode = [&]() -> Status {
+    SF_RETURN_IF_ERROR(archive.VerifyRecord(index));
+    SF_ASSIGN_OR_RETURN(const format::RecordView r, archive.At(index));
+    const format::IndexEntry& e = *r.entry;
+    SF_RETURN_IF_ERROR(format::CheckPixelLimit(e, max_pixels));
+    if (static_cast<Encoding>(e.encoding) == Encoding::kJpeg) {
+      imaging::Decoder decoder;
+      imaging::Limits limits;
+      limits.max_pixels = max_pixels;
+      SF_RETURN_IF_ERROR(decoder.DecodeJpegRegion(r.data, r.size, {}, out, limits));
+      imaging::ApplyOrientation(out, e.orientation);
+      return Status::OK();
+    }
+    ZSTD_DCtx* dctx = ZSTD_createDCtx();
+    std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> guard(dctx, ZSTD_freeDCtx);
+    out->Resize(e.width, e.height, 3);
+    return format::ReadPixelRecord(r, dctx, out->pixels.data());
+  };
+  return decode().WithContext(archive.path() + ": sample " + std::to_string(index));
+}
+
+Result<imaging::Image> ContactSheet(const format::Archive& archive, const ContactSheetOptions& o) {
+  if (o.per_class == 0 || o.per_class > 64) {
+    return Status::InvalidArgument("per_class (--per-class) must be in 1..64, not ", o.per_class);
+  }
+  if (o.tile < 16 || o.tile > 512) {
+    return Status::InvalidArgument("size (--size) must be in 16..512, not ", o.tile);
+  }
+  const format::Manifest& m = archive.manifest();
+  const size_t classes = std::min<size_t>(m.class_names.size(), o.max_classes);
+  if (classes == 0) return Status::InvalidArgument(archive.path(), ": no classes to show");
+  // The first per_class samples of each class, in archive order (one pass over the index).
+  std::vector<std::vector<uint64_t>> picked(classes);
+  size_t full = 0;
+  for (uint64_t i = 0; i < archive.size() && full < classes; ++i) {
+    SF_ASSIGN_OR_RETURN(const format::RecordView r, archive.At(i));
+    const size_t label = static_cast<size_t>(r.entry->label);
+    if (label < classes && picked[label].size() < o.per_class) {
+      picked[label].push_back(i);
+      full += picked[label].size() == o.per_class;
+    }
+  }
+  // Layout: a label column, then tiles with a caption line beneath each.
+  const uint32_t pad = 6, caption = imaging::kTextCellHeight + 4;
+  size_t longest = 0;
+  for (size_t c = 0; c < classes; ++c) {
+    longest = std::max(longest, std::to_string(c).size() + 1 + m.class_names[c].size());
+  }
+  const uint32_t label_w =
+      static_cast<uint32_t>(std::min<size_t>(longest, 28) * imaging::kTextCellWidth) + 2 * pad;
+  const uint32_t row_h = o.tile + caption + pad;
+  imaging::Image sheet;
+  sheet.Resize(label_w + o.per_class * (o.tile + pad) + pad,
+               static_cast<uint32_t>(classes) * row_h + pad, 3);
+  std::fill(sheet.pixels.begin(), sheet.pixels.end(), uint8_t{255});
+  const uint8_t black[3] = {0, 0, 0}, grey[3] = {90, 90, 90};
+  imaging::Image img, thumb;
+  for (size_t c = 0; c < classes; ++c) {
+    const uint32_t y0 = pad + static_cast<uint32_t>(c) * row_h;
+    std::string label = std::to_string(c) + " " + Printable(m.class_names[c]);
+    if (label.size() > 28) label = label.substr(0, 27) + "~";
+    imaging::DrawText(&sheet, pad, y0 + (o.tile - imaging::kTextCellHeight) / 2, label, 1, black);
+    for (size_t k = 0; k < picked[c].size(); ++k) {
+      const uint64_t index = picked[c][k];
+      const uint32_t x0 = label_w + static_cast<uint32_t>(k) * (o.tile + pad);
+      // The tile's background: light grey (red when the sample does not decode).
+      const bool ok = DecodeSample(archive, index, &img).ok();
+      for (uint32_t y = 0; y < o.tile; ++y) {
+        uint8_t* row = sheet.pixels.data() + (size_t{y0 + y} * sheet.width + x0) * 3;
+        for (uint32_t x = 0; x < o.tile; ++x) {
+          row[3 * x] = ok ? 225 : 220;
+          row[3 * x + 1] = ok ? 225 : 40;
+          row[3 * x + 2] = ok ? 225 : 40;
+        }
+      }
+      if (ok && img.width > 0 && img.height > 0) {
+        const double s = std::min(double(o.tile) / img.width, double(o.tile) / img.height);
+        const uint32_t tw = std::max<uint32_t>(1, static_cast<uint32_t>(img.width * s));
+        const uint32_t th = std::max<uint32_t>(1, static_cast<uint32_t>(img.height * s));
+        const uint32_t tx = x0 + (o.tile - tw) / 2, ty = y0 + (o.tile - th) / 2;
+        imaging::ResizeInto(img.pixels.data(), img.width, img.height, 0, 3,
+                            sheet.pixels.data() + (size_t{ty} * sheet.width + tx) * 3, tw, th,
+                            size_t{sheet.width} * 3);
+      }
+      imaging::DrawText(&sheet, x0, y0 + o.tile + 2, "#" + std::to_string(index), 1, grey);
+    }
+  }
+  return sheet;
+}
+
+}  // namespace shardfeed::converter

@@ -287,3 +287,33 @@ def test_pack_exit_codes_bad_data_is_1_nothing_to_pack_is_2(tmp_path):
     empty.mkdir(parents=True)
     p = run("pack", tmp_path / "empty", tmp_path / "out2", check=2)
     assert "no image files found" in p.stderr
+
+
+def test_inspect_grid_writes_a_contact_sheet_of_each_class(tmp_path):
+    pytest.importorskip("PIL")
+    import numpy as np
+    from PIL import Image
+    out = tmp_path / "a"
+    run("pack", GOOD, out, check=0)
+    sheet = tmp_path / "sheet.png"
+    run("inspect", out, "--grid", sheet, "--per-class", "4", "--size", "32", check=0)
+    img = np.asarray(Image.open(sheet).convert("RGB")).astype(np.int32)
+    # Layout (converter/archive_tools.h): a label column as wide as the longest "N name" plus
+    # padding, then 4 tiles of 32 px with 6 px gaps; rows of 32 + 15 (caption) + 6 px.
+    pad, tile, row_h = 6, 32, 32 + 15 + 6
+    label_w = len("0 zebra") * 6 + 2 * pad
+    assert img.shape == (3 * row_h + pad, label_w + 4 * (tile + pad) + pad, 3)
+    for c in range(3):
+        y0 = pad + c * row_h
+        # The class label is written in the label column, level with the tiles.
+        assert (img[y0:y0 + tile, pad:label_w - pad] < 100).any(), c
+        for k in range(4):
+            x0 = label_w + k * (tile + pad)
+            cell = img[y0:y0 + tile, x0:x0 + tile]
+            # A thumbnail (not the grey background, not the red of a sample that failed).
+            assert (np.abs(cell - 225).sum(axis=2) > 0).mean() > 0.1, (c, k)  # aspect <= 1:4
+            assert not ((cell[..., 0] == 220) & (cell[..., 1] == 40)).all(), (c, k)
+            caption = img[y0 + tile + 2:y0 + tile + 13, x0:x0 + tile]
+            assert (caption < 150).any(), (c, k)  # "#index" beneath the tile
+    p = run("inspect", out, "--grid", sheet, "--per-class", "0", check=2)
+    assert "per_class" in p.stderr

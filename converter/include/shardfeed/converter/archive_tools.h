@@ -46,6 +46,23 @@ std::string InspectJson(const format::Archive& archive);
 // (pixel records). DIR must not exist or be empty. Returns the number of files written.
 Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir);
 
+// Decodes sample `index` to an upright RGB image as a reader sees it (JPEG orientation applied),
+// after checking its checksum. Errors name the archive and the sample.
+Status DecodeSample(const format::Archive& archive, uint64_t index, imaging::Image* out,
+                    uint64_t max_pixels = imaging::Limits().max_pixels);
+
+// A contact sheet: one row per class (its label and name at the left), the first `per_class`
+// samples of that class in archive order as `tile` x `tile` thumbnails (aspect kept, centred on
+// grey), each with its sample index beneath, so a person can check labels and orientation at a
+// glance. Samples that fail to decode are drawn as a red tile (their error is not fatal).
+struct ContactSheetOptions {
+  uint32_t per_class = 8;
+  uint32_t tile = 96;
+  uint32_t max_classes = 200;  // a sheet for the first this many classes
+};
+Result<imaging::Image> ContactSheet(const format::Archive& archive,
+                                    const ContactSheetOptions& options);
+
 // Rewrites an archive into another backend without decoding anything: the same records, labels,
 // shards (sample ranges) and checksums. Returns the number of records written.
 Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,

@@ -16,6 +16,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -164,5 +165,11 @@ void ResizeShortSide(const Image& src, uint32_t short_side, bool center_crop, Im
 void ApplyOrientation(Image* image, int orientation);
 // Mirrors left-right in place.
 void FlipHorizontal(uint8_t* pixels, uint32_t w, uint32_t h, uint32_t channels, size_t stride);
+
+// Writes `text` (printable ASCII; anything else as '?') at (x, y), top-left, in a 6x11 bitmap
+// font scaled by `scale`, in colour `rgb`; clipped to the image. Returns the width drawn.
+inline constexpr uint32_t kTextCellWidth = 6, kTextCellHeight = 11;
+uint32_t DrawText(Image* image, uint32_t x, uint32_t y, std::string_view text, int scale,
+                  const uint8_t rgb[3]);
 
 }  // namespace shardfeed::imaging
