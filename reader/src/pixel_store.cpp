@@ -4,6 +4,7 @@
 #include <cstring>
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define SF_HAVE_AVX2_PATH 1
 #endif
@@ -288,8 +289,13 @@ SF_AVX2 void InterleavedAvx2(const uint8_t* in, size_t pixels, const Affine& a, 
 
 bool HaveAvx2Path() {
   // SHARDFEED_NO_AVX2 forces the compiled loops (tests compare the two).
-  static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
-                           !std::getenv("SHARDFEED_NO_AVX2");
+  // (__builtin_cpu_supports knows "avx2", with the OS's AVX state check, but not "f16c" in
+  // clang 14: CPUID leaf 1 says that.)
+  static const bool have = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+    return __builtin_cpu_supports("avx2") && f16c && !std::getenv("SHARDFEED_NO_AVX2");
+  }();
   return have;
 }
 
