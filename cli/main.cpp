@@ -187,7 +187,8 @@ int CmdPack(int argc, char** argv) {
               static_cast<unsigned long long>(s.packed), static_cast<unsigned long long>(s.total),
               out.c_str(), encoding.c_str(), backend.c_str(),
               static_cast<unsigned long long>(result.skipped.size()), result.ignored.size());
-  if (opt.encoding == format::Encoding::kJpeg && opt.size > 0) {
+  if (auto c = codec::CodecFor(opt.encoding);
+      c.ok() && (*c)->CapsResolution(converter::EncodeOptionsOf(opt))) {
     std::printf(
         "%llu resized to a %s side of %u and re-encoded at quality %d; the rest keep "
         "their bytes\n",

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "shardfeed/codec/codec.h"
 #include "shardfeed/imaging/image.h"
 
 namespace shardfeed::converter {
@@ -29,29 +30,12 @@ int ResolveWorkers(int workers) {
 }
 
 // Decodes a record the way a reader would and checks it against its index entry.
-Status CheckDecodes(const format::RecordView& r, imaging::Decoder& decoder, ZSTD_DCtx* dctx,
-                    std::vector<uint8_t>* scratch, uint64_t max_pixels) {
-  const format::IndexEntry& e = *r.entry;
-  SF_RETURN_IF_ERROR(format::CheckPixelLimit(e, max_pixels));
-  switch (static_cast<Encoding>(e.encoding)) {
-    case Encoding::kJpeg: {
-      imaging::Image img;
-      imaging::Limits limits;
-      limits.max_pixels = max_pixels;
-      SF_RETURN_IF_ERROR(decoder.DecodeJpegRegion(r.data, r.size, {}, &img, limits, nullptr,
-                                                  /*strict=*/true));
-      if (img.width != e.width || img.height != e.height) {
-        return Status::Corrupt("decoded ", img.width, "x", img.height, ", index says ", e.width,
-                               "x", e.height);
-      }
-      return Status::OK();
-    }
-    case Encoding::kRaw:
-    case Encoding::kZstd:
-      scratch->resize(format::PixelBytes(e));
-      return format::ReadPixelRecord(r, dctx, scratch->data());
-  }
-  return Status::Corrupt("unknown encoding ", int{e.encoding});
+Status CheckDecodes(const format::RecordView& r, codec::Context& ctx, uint64_t max_pixels) {
+  SF_RETURN_IF_ERROR(format::CheckPixelLimit(*r.entry, max_pixels));
+  SF_ASSIGN_OR_RETURN(const codec::Codec* c, codec::CodecFor(*r.entry));
+  imaging::Limits limits;
+  limits.max_pixels = max_pixels;
+  return c->Check(ctx, r, limits);
 }
 
 // Text for a terminal: control characters (escape sequences a crafted class name could carry)
@@ -104,9 +88,7 @@ VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options
   std::atomic<uint64_t> next{0}, done{0};
   std::mutex mu;
   auto work = [&]() {
-    imaging::Decoder decoder;
-    ZSTD_DCtx* dctx = ZSTD_createDCtx();
-    std::vector<uint8_t> scratch;
+    codec::Context ctx;
     for (;;) {
       uint64_t begin = next.fetch_add(block);
       if (begin >= n) break;
@@ -114,7 +96,7 @@ VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options
       for (uint64_t i = begin; i < end; ++i) {
         Status st = archive.VerifyRecord(i);
         if (st.ok() && options.decode) {
-          st = CheckDecodes(archive.Get(i), decoder, dctx, &scratch, options.max_pixels);
+          st = CheckDecodes(archive.Get(i), ctx, options.max_pixels);
           if (!st.ok()) st = st.WithContext("sample " + std::to_string(i));
         }
         if (!st.ok()) {
@@ -124,7 +106,6 @@ VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options
       }
       done += end - begin;
     }
-    ZSTD_freeDCtx(dctx);
   };
   std::vector<std::thread> threads;
   for (int t = 0; t < ResolveWorkers(options.workers); ++t) threads.emplace_back(work);
@@ -214,7 +195,9 @@ std::string InspectText(const format::Archive& archive) {
   o << "archive:     " << Printable(archive.path()) << "\n";
   o << "format:      shardfeed v" << m.format_version << ", " << format::BackendName(m.backend)
     << ", " << m.shards.size() << " shard(s)\n";
-  o << "encoding:    " << format::EncodingName(m.encoding) << "\n";
+  o << "encoding:    " << format::EncodingName(m.encoding);
+  if (auto c = codec::CodecFor(m.encoding); c.ok()) o << " (" << (*c)->description() << ")";
+  o << "\n";
   o << "samples:     " << m.sample_count << "\n";
   if (m.height) {
     o << "shape:       " << m.height << "x" << m.width << "x" << m.channels << " (fixed)\n";
@@ -294,28 +277,21 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir)
     fs::create_directories(fs::path(dir) / SafeComponent(name), ec);
     if (ec) return Status::IOError(dir, "/", name, ": ", ec.message());
   }
-  ZSTD_DCtx* dctx = ZSTD_createDCtx();
-  std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> guard(dctx, ZSTD_freeDCtx);
-  imaging::Image img;
+  codec::Context ctx;
+  std::vector<uint8_t> file;
   const int digits = std::max<int>(8, static_cast<int>(std::to_string(archive.size()).size()));
   for (uint64_t i = 0; i < archive.size(); ++i) {
     format::RecordView r = archive.Get(i);
     SF_RETURN_IF_ERROR(archive.VerifyRecord(i));
     const format::IndexEntry& e = *r.entry;
-    const bool jpeg = static_cast<Encoding>(e.encoding) == Encoding::kJpeg;
+    SF_ASSIGN_OR_RETURN(const codec::Codec* c, codec::CodecFor(e));
     std::string name = std::to_string(i);
     name = std::string(static_cast<size_t>(std::max<int>(0, digits - int(name.size()))), '0') +
-           name + (jpeg ? ".jpg" : ".png");
+           name + c->file_extension();
     std::string path = (fs::path(dir) / SafeComponent(m.class_names[e.label]) / name).string();
-    if (jpeg) {
-      SF_RETURN_IF_ERROR(WriteWholeFile(path, r.data, r.size));
-      continue;
-    }
-    img.Resize(e.width, e.height, 3);
-    SF_RETURN_IF_ERROR(format::ReadPixelRecord(r, dctx, img.pixels.data())
+    SF_RETURN_IF_ERROR(c->ExtractFile(ctx, r, &file)
                            .WithContext(archive.path() + ": sample " + std::to_string(i)));
-    SF_ASSIGN_OR_RETURN(std::vector<uint8_t> png, imaging::EncodePng(img));
-    SF_RETURN_IF_ERROR(WriteWholeFile(path, png.data(), png.size()));
+    SF_RETURN_IF_ERROR(WriteWholeFile(path, file.data(), file.size()));
   }
   return archive.size();
 }
@@ -375,20 +351,12 @@ Status DecodeSample(const format::Archive& archive, uint64_t index, imaging::Ima
   auto decode = [&]() -> Status {
     SF_RETURN_IF_ERROR(archive.VerifyRecord(index));
     SF_ASSIGN_OR_RETURN(const format::RecordView r, archive.At(index));
-    const format::IndexEntry& e = *r.entry;
-    SF_RETURN_IF_ERROR(format::CheckPixelLimit(e, max_pixels));
-    if (static_cast<Encoding>(e.encoding) == Encoding::kJpeg) {
-      imaging::Decoder decoder;
-      imaging::Limits limits;
-      limits.max_pixels = max_pixels;
-      SF_RETURN_IF_ERROR(decoder.DecodeJpegRegion(r.data, r.size, {}, out, limits));
-      imaging::ApplyOrientation(out, e.orientation);
-      return Status::OK();
-    }
-    ZSTD_DCtx* dctx = ZSTD_createDCtx();
-    std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> guard(dctx, ZSTD_freeDCtx);
-    out->Resize(e.width, e.height, 3);
-    return format::ReadPixelRecord(r, dctx, out->pixels.data());
+    SF_RETURN_IF_ERROR(format::CheckPixelLimit(*r.entry, max_pixels));
+    SF_ASSIGN_OR_RETURN(const codec::Codec* c, codec::CodecFor(*r.entry));
+    codec::Context ctx;
+    imaging::Limits limits;
+    limits.max_pixels = max_pixels;
+    return c->Decode(ctx, r, limits, /*strict=*/false, out);
   };
   return decode().WithContext(archive.path() + ": sample " + std::to_string(index));
 }

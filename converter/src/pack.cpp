@@ -79,13 +79,6 @@ Status ReadFile(const std::string& path, imaging::Bytes* out) {
   return Status::OK();
 }
 
-struct WorkerContext {
-  imaging::Decoder decoder;
-  imaging::Image image, resized;
-  ZSTD_CCtx* zstd = ZSTD_createCCtx();
-  ~WorkerContext() { ZSTD_freeCCtx(zstd); }
-};
-
 struct Prepared {
   Status status;
   IndexEntry entry{};
@@ -94,59 +87,9 @@ struct Prepared {
   bool resized = false;  // re-encoded smaller (PackOptions::size with jpeg)
 };
 
-// The size an image of (w, h) is capped to (jpeg with PackOptions::size): unchanged when the
-// capped side is already within the cap. The other side keeps the aspect, rounded to nearest.
-void CappedSize(uint32_t w, uint32_t h, const PackOptions& opt, uint32_t* out_w, uint32_t* out_h) {
-  *out_w = w, *out_h = h;
-  const uint32_t side = opt.max_side ? std::max(w, h) : std::min(w, h);
-  if (opt.size == 0 || side <= opt.size) return;
-  auto scaled = [&](uint32_t v) {
-    return std::max<uint32_t>(1, static_cast<uint32_t>((uint64_t{v} * opt.size + side / 2) / side));
-  };
-  const bool width_capped = opt.max_side ? w >= h : w <= h;
-  *out_w = width_capped ? opt.size : scaled(w);
-  *out_h = width_capped ? scaled(h) : opt.size;
-}
-
-// Decodes (orientation applied, DCT-scaled no further than the target allows), resizes to the
-// cap and re-encodes at opt.quality into out->payload.
-Status Reencode(WorkerContext& ctx, const uint8_t* data, size_t size, const PackOptions& opt,
-                Prepared* out) {
-  imaging::Image& full = ctx.image;
-  if (imaging::SniffFormat(data, size) == imaging::ImageFormat::kJpeg) {
-    auto info = imaging::ProbeJpeg(data, size, false, opt.limits);
-    if (!info.ok()) return info.status();
-    uint32_t tw = 0, th = 0;
-    CappedSize(info->width, info->height, opt, &tw, &th);
-    SF_RETURN_IF_ERROR(ctx.decoder.DecodeAtLeast(data, size, std::min(tw, th), &full, opt.limits,
-                                                 /*strict=*/true));
-  } else {
-    SF_RETURN_IF_ERROR(ctx.decoder.Decode(data, size, &full, opt.limits, /*strict=*/true));
-  }
-  uint32_t w = 0, h = 0;
-  CappedSize(full.width, full.height, opt, &w, &h);
-  const imaging::Image* img = &full;
-  if (w != full.width || h != full.height) {
-    ctx.resized.Resize(w, h, 3);
-    imaging::ResizeInto(full.pixels.data(), full.width, full.height, 0, 3,
-                        ctx.resized.pixels.data(), w, h);
-    img = &ctx.resized;
-    out->resized = true;
-  }
-  auto jpeg = imaging::EncodeJpeg(*img, opt.quality);
-  if (!jpeg.ok()) return jpeg.status();
-  IndexEntry& e = out->entry;
-  e.height = static_cast<uint16_t>(img->height);
-  e.width = static_cast<uint16_t>(img->width);
-  e.channels = 3;
-  e.orientation = 1;  // upright now
-  e.flags = 0;
-  out->payload.assign(jpeg->begin(), jpeg->end());
-  return Status::OK();
-}
-
-void PrepareRecord(WorkerContext& ctx, const SourceItem& item, const PackOptions& opt,
-                   Prepared* out) {
+// Reads the file into the record buffer and lets the encoding's codec make the record of it.
+void PrepareRecord(codec::Context& ctx, const codec::Codec& codec, const SourceItem& item,
+                   const codec::EncodeOptions& opt, Prepared* out) {
   out->status = Status::OK();
   out->resized = false;
   imaging::Bytes& file = out->payload;  // the file is read into the payload buffer: no copy
@@ -159,88 +102,28 @@ void PrepareRecord(WorkerContext& ctx, const SourceItem& item, const PackOptions
   IndexEntry& e = out->entry;
   e = IndexEntry{};
   e.label = item.label;
-  e.encoding = static_cast<uint8_t>(opt.encoding);
+  e.encoding = static_cast<uint8_t>(codec.encoding());
   e.orientation = 1;
-  const imaging::ImageFormat format = imaging::SniffFormat(file.data(), file.size());
-  if (format == imaging::ImageFormat::kUnknown) {
-    out->status = Status::Unsupported("not an image (unrecognised file signature)");
-    return;
-  }
-
-  if (opt.encoding == Encoding::kJpeg) {
-    if (format == imaging::ImageFormat::kJpeg) {
-      auto info = imaging::ProbeJpeg(file.data(), file.size(), opt.validation != Validation::kNone,
-                                     opt.limits);
-      if (!info.ok()) {
-        out->status = info.status();
-        return;
-      }
-      if (opt.validation == Validation::kFull) {
-        s = ctx.decoder.Decode(file.data(), file.size(), &ctx.image, opt.limits, /*strict=*/true);
-        if (!s.ok()) {
-          out->status = s;
-          return;
-        }
-      }
-      uint32_t cw = 0, ch = 0;
-      CappedSize(info->width, info->height, opt, &cw, &ch);
-      if (cw == info->width && ch == info->height) {
-        e.height = static_cast<uint16_t>(info->height);
-        e.width = static_cast<uint16_t>(info->width);
-        e.channels = static_cast<uint8_t>(info->components);
-        e.orientation = static_cast<uint8_t>(info->orientation);
-        e.flags = info->adobe ? format::kFlagAdobe : 0;
-        return;  // the payload is the file, already in place
-      }
-    }
-    // Not a JPEG, or a JPEG over the size cap: decode under the colour policy (upright), cap,
-    // and encode once at the chosen quality. The source bytes move aside first: the payload
-    // buffer receives the new JPEG.
-    imaging::Bytes source;
-    source.swap(file);
-    out->status = Reencode(ctx, source.data(), source.size(), opt, out);
-    return;
-  }
-
-  s = DecodeForRecord(ctx.decoder, file.data(), file.size(), opt, &ctx.resized, &ctx.image);
-  if (!s.ok()) {
-    out->status = s;
-    return;
-  }
-  const imaging::Image& img = ctx.resized;
-  if (img.width > 65535 || img.height > 65535) {
-    out->status = Status::Unsupported("image of ", img.width, "x", img.height,
-                                      " is too large for a raw record (pass --size)");
-    return;
-  }
-  e.height = static_cast<uint16_t>(img.height);
-  e.width = static_cast<uint16_t>(img.width);
-  e.channels = 3;
-  if (opt.encoding == Encoding::kRaw) {
-    out->payload.swap(ctx.resized.pixels);  // buffers trade places: no copy
-    return;
-  }
-  out->payload.resize(ZSTD_compressBound(img.pixels.size()));
-  size_t n = ZSTD_compressCCtx(ctx.zstd, out->payload.data(), out->payload.size(),
-                               img.pixels.data(), img.pixels.size(), opt.level);
-  if (ZSTD_isError(n)) {
-    out->status = Status::Internal("zstd: ", ZSTD_getErrorName(n));
-    return;
-  }
-  out->payload.resize(n);
+  out->status = codec.Encode(ctx, opt, &file, &e, &out->resized);
 }
 
 }  // namespace
 
+codec::EncodeOptions EncodeOptionsOf(const PackOptions& o) {
+  codec::EncodeOptions e;
+  e.size = o.size;
+  e.max_side = o.max_side;
+  e.center_crop = o.center_crop;
+  e.quality = o.quality;
+  e.level = o.level;
+  e.validation = o.validation;
+  e.limits = o.limits;
+  return e;
+}
+
 Status DecodeForRecord(imaging::Decoder& decoder, const uint8_t* data, size_t size,
                        const PackOptions& options, imaging::Image* out, imaging::Image* scratch) {
-  if (options.size == 0) return decoder.Decode(data, size, out, options.limits, /*strict=*/true);
-  imaging::Image local;
-  imaging::Image& full = scratch ? *scratch : local;
-  SF_RETURN_IF_ERROR(
-      decoder.DecodeAtLeast(data, size, options.size, &full, options.limits, /*strict=*/true));
-  imaging::ResizeShortSide(full, options.size, options.center_crop, out);
-  return Status::OK();
+  return codec::DecodeForPixels(decoder, data, size, EncodeOptionsOf(options), out, scratch);
 }
 
 uint64_t SourceFingerprint(const SourceList& source, const std::vector<SourceItem>& items) {
@@ -298,8 +181,11 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
   if (!source.root.empty()) writer_options.protect.push_back(source.root);
   writer_options.encoding = options.encoding;
   writer_options.zstd_level = options.level;
-  if (options.encoding != Encoding::kJpeg && options.size && options.center_crop) {
-    writer_options.height = writer_options.width = options.size;
+  SF_ASSIGN_OR_RETURN(const codec::Codec* record_codec, codec::CodecFor(options.encoding));
+  const codec::EncodeOptions encode = EncodeOptionsOf(options);
+  uint32_t fixed_side = 0;
+  if (record_codec->FixedShape(encode, &fixed_side)) {
+    writer_options.height = writer_options.width = fixed_side;
   }
   SF_ASSIGN_OR_RETURN(auto writer, format::ArchiveWriter::Create(out, writer_options));
 
@@ -324,7 +210,7 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
   bool stop = false;
 
   auto work = [&]() {
-    WorkerContext ctx;
+    codec::Context ctx;
     for (;;) {
       size_t i;
       {
@@ -337,7 +223,7 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
         i = next_claim++;
       }
       Prepared& slot = slots[i % window];
-      PrepareRecord(ctx, items[i], options, &slot);
+      PrepareRecord(ctx, *record_codec, items[i], encode, &slot);
       {
         std::lock_guard<std::mutex> lock(mu);
         ready[i % window] = 1;
@@ -414,14 +300,12 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
   format::Manifest manifest;
   manifest.encoding = options.encoding;
   manifest.class_names = source.class_names;
-  if (options.encoding != Encoding::kJpeg && options.size && options.center_crop) {
-    manifest.height = manifest.width = options.size;
+  if (fixed_side > 0) {
+    manifest.height = manifest.width = fixed_side;
     manifest.channels = 3;
   }
   manifest.source_bytes = stats.source_bytes;
-  if (options.encoding == Encoding::kJpeg && options.size > 0) {
-    manifest.resized_records = stats.resized;
-  }
+  if (record_codec->CapsResolution(encode)) manifest.resized_records = stats.resized;
   manifest.created_by = "shardfeed " SHARDFEED_VERSION;
   manifest.options_json = options.options_json;
   manifest.is_part = part.count > 0;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dlpack_export.h"
+#include "shardfeed/codec/codec.h"
 #include "shardfeed/converter/archive_tools.h"
 #include "shardfeed/converter/options.h"
 #include "shardfeed/converter/pack.h"
@@ -135,17 +136,12 @@ py::tuple GetItem(const PyArchive& a, int64_t i) {
   auto image = std::make_shared<imaging::Image>();
   {
     py::gil_scoped_release release;
-    const auto enc = static_cast<format::Encoding>(r.entry->encoding);
     imaging::Limits limits;  // the packer's pixel limit, checked before any allocation
     Status s = format::CheckPixelLimit(*r.entry, limits.max_pixels);
-    if (s.ok() && enc == format::Encoding::kJpeg) {
-      imaging::Decoder decoder;
-      // An archive's JPEG record is known to be a JPEG: anything else is damage (kCorrupt).
-      s = decoder.DecodeJpegRegion(r.data, r.size, {}, image.get(), limits);
-      if (s.ok()) imaging::ApplyOrientation(image.get(), r.entry->orientation);
-    } else if (s.ok()) {
-      image->Resize(r.entry->width, r.entry->height, 3);
-      s = format::ReadPixelRecord(r, nullptr, image->pixels.data());
+    if (s.ok()) {
+      auto c = codec::CodecFor(*r.entry);
+      codec::Context ctx;
+      s = c.ok() ? (*c)->Decode(ctx, r, limits, /*strict=*/false, image.get()) : c.status();
     }
     if (!s.ok()) {
       py::gil_scoped_acquire acquire;

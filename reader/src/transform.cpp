@@ -1,7 +1,5 @@
 #include "shardfeed/reader/transform.h"
 
-#include <zstd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -139,34 +137,6 @@ CropRect RandomResizedCropRect(uint32_t width, uint32_t height, const TransformO
   return {(width - w) / 2, (height - h) / 2, w, h};
 }
 
-CropRect StoredRect(const CropRect& r, int orientation, uint32_t w, uint32_t h) {
-  // (w, h) is the stored size; r is in displayed coordinates. Inverse of ApplyOrientation.
-  switch (orientation) {
-    case 2:
-      return {w - r.x - r.width, r.y, r.width, r.height};
-    case 3:
-      return {w - r.x - r.width, h - r.y - r.height, r.width, r.height};
-    case 4:
-      return {r.x, h - r.y - r.height, r.width, r.height};
-    case 5:
-      return {r.y, r.x, r.height, r.width};
-    case 6:
-      return {r.y, h - r.x - r.width, r.height, r.width};
-    case 7:
-      return {w - r.y - r.height, h - r.x - r.width, r.height, r.width};
-    case 8:
-      return {w - r.y - r.height, r.x, r.height, r.width};
-    default:
-      return r;
-  }
-}
-
-struct SampleDecoder::Zstd {
-  Zstd() : dctx(ZSTD_createDCtx()) {}
-  ~Zstd() { ZSTD_freeDCtx(dctx); }
-  ZSTD_DCtx* dctx;
-};
-
 Status SampleDecoder::OutputShape(const format::Archive& archive, const TransformOptions& o,
                                   uint32_t* height, uint32_t* width) {
   if (o.crop != Crop::kNone) {
@@ -200,7 +170,7 @@ Status SampleDecoder::OutputShape(const format::Archive& archive, const Transfor
 
 SampleDecoder::SampleDecoder(std::shared_ptr<const format::Archive> archive,
                              const TransformOptions& options)
-    : archive_(std::move(archive)), options_(options), zstd_(std::make_unique<Zstd>()) {
+    : archive_(std::move(archive)), options_(options), codec_(std::make_unique<codec::Context>()) {
   if (!OutputShape(*archive_, options_, &out_h_, &out_w_).ok() ||
       !ValidateTransform(options_).ok()) {
     out_h_ = out_w_ = 0;
@@ -260,7 +230,8 @@ Status SampleDecoder::DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst, 
   const uint64_t crop_seed = rng.Next();
   const bool flip = options_.flip && (rng.Next() & 1);
   // Displayed (upright) size: orientations 5..8 swap the axes.
-  const bool swap_axes = e.encoding == uint8_t(Encoding::kJpeg) && e.orientation >= 5;
+  // (Only JPEG records carry an orientation; every other entry holds 1, checked at open.)
+  const bool swap_axes = e.orientation >= 5;
   const uint32_t disp_w = swap_axes ? e.height : e.width;
   const uint32_t disp_h = swap_axes ? e.width : e.height;
   CropRect rect{0, 0, disp_w, disp_h};
@@ -269,65 +240,19 @@ Status SampleDecoder::DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst, 
     rect = RandomResizedCropRect(disp_w, disp_h, options_, crop_seed);
 
   auto t = Clock::now();
-  switch (static_cast<Encoding>(e.encoding)) {
-    case Encoding::kJpeg: {
-      imaging::Limits limits;
-      limits.max_pixels = options_.max_pixels;
-      if (options_.cropped_decode) {
-        // The crop is in upright coordinates; decode its preimage in the stored image (phone
-        // photos are mostly stored rotated), then turn just that region upright.
-        const bool swap = e.orientation >= 5 && e.orientation <= 8;
-        CropRect stored = StoredRect(rect, e.orientation, e.width, e.height);
-        imaging::JpegRegion region{stored.x, stored.y, stored.width, stored.height, 0, 0};
-        if (options_.scaled_decode) {
-          region.min_width = swap ? out_h_ : out_w_;
-          region.min_height = swap ? out_w_ : out_h_;
-          region.any_scale = options_.any_scale;
-        }
-        if (e.orientation <= 1) {
-          // Upright already: resize straight from the rows libjpeg wrote (no row copy).
-          imaging::Decoder::RowLayout rows;
-          SF_RETURN_IF_ERROR(decoder_.DecodeJpegRegion(r.data, r.size, region, &image_, limits,
-                                                       nullptr, false, &rows));
-          times->decode += Since(t);
-          Finish(image_.pixels.data() + rows.offset, image_.width, image_.height, rows.stride, flip,
-                 dst, times);
-          return Status::OK();
-        }
-        SF_RETURN_IF_ERROR(decoder_.DecodeJpegRegion(r.data, r.size, region, &image_, limits));
-        imaging::ApplyOrientation(&image_, e.orientation);
-        times->decode += Since(t);
-        Finish(image_.pixels.data(), image_.width, image_.height, 0, flip, dst, times);
-        return Status::OK();
-      }
-      // Cropped decoding off: decode whole, turn upright, then crop.
-      SF_RETURN_IF_ERROR(decoder_.Decode(r.data, r.size, &image_, limits));
-      times->decode += Since(t);
-      if (image_.width != disp_w || image_.height != disp_h) {
-        return Status::Corrupt("decoded size differs from the index");
-      }
-      const uint8_t* origin = image_.pixels.data() + (size_t{rect.y} * image_.width + rect.x) * 3;
-      Finish(origin, rect.width, rect.height, size_t{image_.width} * 3, flip, dst, times);
-      return Status::OK();
-    }
-    case Encoding::kRaw:
-    case Encoding::kZstd: {
-      // Raw records are resized straight from the map; only zstd needs a decoded copy.
-      const uint8_t* pixels = r.data;
-      const bool raw_in_place = e.encoding == uint8_t(Encoding::kRaw) && e.channels == 3 &&
-                                r.size == format::PixelBytes(e);
-      if (!raw_in_place) {
-        pixels_.resize(format::PixelBytes(e));
-        SF_RETURN_IF_ERROR(format::ReadPixelRecord(r, zstd_->dctx, pixels_.data()));
-        pixels = pixels_.data();
-      }
-      times->decode += Since(t);
-      const uint8_t* origin = pixels + (size_t{rect.y} * e.width + rect.x) * 3;
-      Finish(origin, rect.width, rect.height, size_t{e.width} * 3, flip, dst, times);
-      return Status::OK();
-    }
-  }
-  return Status::Corrupt("unknown encoding ", int{e.encoding});
+  SF_ASSIGN_OR_RETURN(const codec::Codec* c, codec::CodecFor(e));
+  codec::CropDecode how;
+  how.out_width = out_w_;
+  how.out_height = out_h_;
+  how.scaled = options_.scaled_decode;
+  how.any_scale = options_.any_scale;
+  how.cropped = options_.cropped_decode;
+  how.max_pixels = options_.max_pixels;
+  codec::Region region;
+  SF_RETURN_IF_ERROR(c->DecodeCrop(*codec_, r, rect, how, &region));
+  times->decode += Since(t);
+  Finish(region.pixels, region.width, region.height, region.stride, flip, dst, times);
+  return Status::OK();
 }
 
 }  // namespace shardfeed::reader

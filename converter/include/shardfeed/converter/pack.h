@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "shardfeed/base/status.h"
+#include "shardfeed/codec/codec.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/imaging/image.h"
 
@@ -46,11 +47,9 @@ std::vector<std::string> OutputPaths(const std::string& out);
 // skipped. Class names are "0".."max label".
 Result<SourceList> ReadListFile(const std::string& list_file, const std::string& root);
 
-enum class Validation {
-  kNone,    // JPEG passthrough: only the file signature is checked
-  kHeader,  // JPEG passthrough: markers parsed, end-of-image marker present (default)
-  kFull,    // every image fully decoded; any corrupt data is a skip
-};
+// JPEG passthrough checks (codec/codec.h): kNone (signature only), kHeader (markers and an
+// end-of-image marker; the default), kFull (every image decoded).
+using Validation = codec::Validation;
 
 struct PackOptions {
   format::Encoding encoding = format::Encoding::kJpeg;
@@ -101,6 +100,9 @@ using ProgressFn = std::function<void(const PackStats&)>;
 // called from the calling thread about ten times a second.
 Status Pack(const SourceList& source, const std::string& out, const PackOptions& options,
             PackResult* result, const ProgressFn& progress = nullptr);
+
+// The record-shaping part of the options, as the codecs take it.
+codec::EncodeOptions EncodeOptionsOf(const PackOptions& options);
 
 // Decodes a source image exactly as Pack does for raw/zstd records (same resize and crop).
 // `scratch` holds the full-size decode between calls (allocated once per worker).

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "shardfeed/base/status.h"
+#include "shardfeed/codec/codec.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/imaging/image.h"
 
@@ -70,18 +71,14 @@ struct TransformOptions {
 // finite and non-zero, mean finite, mean/std only with a float dtype.
 Status ValidateTransform(const TransformOptions& options);
 
-// A crop rectangle in displayed (upright) pixel coordinates.
-struct CropRect {
-  uint32_t x = 0, y = 0, width = 0, height = 0;
-};
+// A crop rectangle in displayed (upright) pixel coordinates (codec/codec.h).
+using CropRect = codec::CropRect;
+using codec::StoredRect;
 
 // torchvision's RandomResizedCrop.get_params, with our generator.
 CropRect RandomResizedCropRect(uint32_t width, uint32_t height, const TransformOptions& options,
                                uint64_t seed);
 CropRect CenterCropRect(uint32_t width, uint32_t height, double ratio);
-// The rectangle of a stored image (stored size w x h) that EXIF orientation 1..8 turns into
-// `displayed`.
-CropRect StoredRect(const CropRect& displayed, int orientation, uint32_t w, uint32_t h);
 
 struct StageTimes {
   double read = 0;     // record lookup in the map (and checksum, if enabled)
@@ -117,13 +114,9 @@ class SampleDecoder {
   std::shared_ptr<const format::Archive> archive_;
   TransformOptions options_;
   uint32_t out_h_ = 0, out_w_ = 0;
-  imaging::Decoder decoder_;
-  imaging::Image image_;         // decoded region / whole image
-  std::vector<uint8_t> pixels_;  // decompressed zstd record
-  imaging::Bytes staging_;       // HWC uint8 crop, when the slot wants another dtype or layout
+  std::unique_ptr<codec::Context> codec_;  // decoder state and buffers (codec/codec.h)
+  imaging::Bytes staging_;  // HWC uint8 crop, when the slot wants another dtype or layout
   std::array<float, 3> scale_{}, bias_{};  // float outputs: x * scale_[c] + bias_[c]
-  struct Zstd;
-  std::unique_ptr<Zstd> zstd_;
 };
 
 }  // namespace shardfeed::reader
