@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "shardfeed/base/cpus.h"
 #include "shardfeed/codec/codec.h"
 #include "shardfeed/imaging/image.h"
 
@@ -24,10 +25,7 @@ namespace fs = std::filesystem;
 using format::Encoding;
 using nlohmann::json;
 
-int ResolveWorkers(int workers) {
-  return workers > 0 ? workers
-                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
+int ResolveWorkers(int workers) { return workers > 0 ? workers : AvailableCpus(); }
 
 // Decodes a record the way a reader would and checks it against its index entry.
 Status CheckDecodes(const format::RecordView& r, codec::Context& ctx, uint64_t max_pixels) {

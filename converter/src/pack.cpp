@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "shardfeed/base/cpus.h"
 #include "shardfeed/converter/options.h"
 
 namespace shardfeed::converter {
@@ -193,9 +194,7 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
   stats.total = items.size();
   const auto start = std::chrono::steady_clock::now();
 
-  int workers = options.workers > 0
-                    ? options.workers
-                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int workers = options.workers > 0 ? options.workers : AvailableCpus();
   // Window of prepared-but-unwritten records: bounds memory whatever the input order costs.
   const size_t window = static_cast<size_t>(workers) * 16;
   std::vector<Prepared> slots(window);

@@ -17,6 +17,7 @@
 
 #include "loader_internal.h"
 #include "pixel_store.h"
+#include "shardfeed/base/cpus.h"
 #include "shardfeed/reader/options.h"
 
 namespace shardfeed::reader {
@@ -355,7 +356,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
     t.std = {1.f, 1.f, 1.f};
   }
   if (impl->options.workers <= 0) {
-    impl->options.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    impl->options.workers = AvailableCpus();
   }
   SF_RETURN_IF_ERROR(
       SampleDecoder::OutputShape(*impl->archive, options.transform, &impl->out_h, &impl->out_w));

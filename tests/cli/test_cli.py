@@ -317,3 +317,17 @@ def test_inspect_grid_writes_a_contact_sheet_of_each_class(tmp_path):
             assert (caption < 150).any(), (c, k)  # "#index" beneath the tile
     p = run("inspect", out, "--grid", sheet, "--per-class", "0", check=2)
     assert "per_class" in p.stderr
+
+
+@pytest.mark.skipif(not shutil.which("taskset") or (os.cpu_count() or 1) < 2,
+                    reason="needs taskset and two CPUs")
+def test_workers_0_means_the_cpus_this_process_may_use(tmp_path):
+    # Pinned to one CPU (taskset, as a scheduler's binding would), "all cores" is one worker:
+    # more would only take turns on that CPU.
+    out = tmp_path / "a"
+    run("pack", GOOD, out, check=0)
+    p = subprocess.run(["taskset", "-c", "0", CLI, "bench", str(out), "--epochs", "1", "--json"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["workers"] == 1
+    assert json.loads(run("bench", out, "--epochs", "1", "--json", check=0).stdout)["workers"] > 1

@@ -1,0 +1,18 @@
+// How many CPUs this process may use: what `workers=0` ("all cores") means for the loader and
+// the packer. Not the machine's core count: a container's CPU quota (cgroup v2 cpu.max, v1
+// cpu.cfs_quota_us / cpu.cfs_period_us) and the process's affinity mask (taskset,
+// sched_setaffinity, Slurm's binding) both bound it, or workers oversubscribe the CPUs they
+// have and every one of them runs slower.
+#pragma once
+
+#include <string_view>
+
+namespace shardfeed {
+
+// min(affinity mask size, ceil(cgroup quota / period)), at least 1. Cheap; read each call.
+int AvailableCpus();
+// The CPUs a cgroup v2 "cpu.max" line allows ("150000 100000" -> 2, rounded up); 0 when it
+// sets no limit ("max 100000") or cannot be read.
+int CpusFromCgroupMax(std::string_view cpu_max);
+
+}  // namespace shardfeed
