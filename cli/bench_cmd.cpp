@@ -95,6 +95,8 @@ int CmdBench(int argc, char** argv) {
          {"images_per_second", st.images / secs},
          {"wait_fraction", st.wait_fraction()},
          {"skipped", st.skipped},
+         {"active_workers", st.workers},
+         {"tuning", st.tuning},
          {"wait_seconds", st.wait_seconds},
          {"consumer_seconds", st.consumer_seconds},
          {"stage_seconds",

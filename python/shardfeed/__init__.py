@@ -103,7 +103,9 @@ class Loader:
 
     Options: batch_size=64, shuffle=False, seed=0, drop_last=False, shuffle_block=0 and
     shuffle_window=8 (a locality-friendly block shuffle for archives larger than RAM; 0 keeps
-    the true global shuffle), workers=0 (all cores), prefetch=4,
+    the true global shuffle), workers=0 (the CPUs this process may use) or workers='auto'
+    (tuned online from the consumer's wait: see max_workers, wait_target=0.02, and stats()'s
+    'workers' and 'tuning'), prefetch=4,
     crop='center'|'random'|'none'|'squash' ('none': whole images at a fixed-shape archive's
     stored shape, never distorted; 'squash': whole images resized to size x size, aspect
     ratio not kept), size=0 (224 for center, random and squash; the stored shape for 'none'),

@@ -205,6 +205,8 @@ py::dict StatsDict(const reader::EpochStats& s) {
   d["wait_seconds"] = s.wait_seconds;
   d["consumer_seconds"] = s.consumer_seconds;
   d["wait_fraction"] = s.wait_fraction();
+  d["workers"] = s.workers;  // claiming work at the end of the epoch (workers="auto": tuned)
+  d["tuning"] = s.tuning;
   d["images_per_second"] = s.seconds > 0 ? s.images / s.seconds : 0.0;
   py::dict stages;
   stages["read"] = s.read;

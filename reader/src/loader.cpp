@@ -78,6 +78,10 @@ bool Loader::Impl::Claim(size_t worker, Task* task) {
   std::unique_lock<std::mutex> lock(mu);
   for (;;) {
     if (stopping || !fatal.ok()) return false;
+    if (worker >= static_cast<size_t>(active_workers)) {  // asleep (workers="auto")
+      cv_work.wait(lock);
+      continue;
+    }
     if (next_task < plan.samples) {
       const uint64_t b = next_task / options.batch_size;
       int s = batch_slot(b);
@@ -124,6 +128,37 @@ bool Loader::Impl::Claim(size_t worker, Task* task) {
     }
     cv_work.wait(lock);
   }
+}
+
+void Loader::Impl::Tune(Clock::time_point now) {
+  if (!auto_workers) return;
+  const double busy = stats.read + stats.decode + stats.collate;
+  TuneWindow& w = tune;
+  if (w.batches++ == 0) {
+    w = TuneWindow{1, stats.wait_seconds, stats.consumer_seconds, busy, now};
+    return;
+  }
+  if (w.batches <= kTuneWindow) return;
+  const double wait = stats.wait_seconds - w.wait, consumer = stats.consumer_seconds - w.consumer;
+  const double used = busy - w.busy, wall = Seconds(now - w.start);
+  const double fraction = wait + consumer > 0 ? wait / (wait + consumer) : 0;
+  std::ostringstream why;
+  why << std::fixed << std::setprecision(1) << "consumer waited " << 100 * fraction << "% over "
+      << kTuneWindow << " batches (target " << 100 * options.wait_target << "%), workers busy "
+      << (wall > 0 ? used / wall : 0) << " of " << active_workers;
+  if (fraction > options.wait_target && active_workers < options.workers) {
+    ++active_workers;
+    stats.tuning = why.str() + ": woke a worker";
+    cv_work.notify_all();
+  } else if (fraction <= options.wait_target / 2 && active_workers > 1 &&
+             used < (active_workers - 1) * wall * 0.7) {
+    --active_workers;  // the others carry the load with room to spare
+    stats.tuning = why.str() + ": one sleeps";
+  } else {
+    stats.tuning = why.str() + ": kept " + std::to_string(active_workers);
+  }
+  stats.workers = active_workers;
+  w = TuneWindow{1, stats.wait_seconds, stats.consumer_seconds, busy, now};
 }
 
 uint32_t Loader::Impl::RunLength() const {
@@ -355,9 +390,14 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
     t.mean = {0.f, 0.f, 0.f};
     t.std = {1.f, 1.f, 1.f};
   }
-  if (impl->options.workers <= 0) {
+  if (options.workers == LoaderOptions::kAutoWorkers) {
+    impl->auto_workers = true;
+    impl->options.workers =
+        options.max_workers > 0 ? static_cast<int>(options.max_workers) : AvailableCpus();
+  } else if (impl->options.workers <= 0) {
     impl->options.workers = AvailableCpus();
   }
+  impl->active_workers = impl->auto_workers ? 1 : impl->options.workers;
   SF_RETURN_IF_ERROR(
       SampleDecoder::OutputShape(*impl->archive, options.transform, &impl->out_h, &impl->out_w));
   SamplerOptions so;
@@ -473,6 +513,8 @@ Status Loader::StartEpoch(uint64_t epoch, uint64_t start_batch, uint64_t start_p
     p.batches = p.plan.batches;
     p.stats = EpochStats();
     p.stats.epoch = epoch;
+    p.stats.workers = p.active_workers;
+    p.tune.batches = 0;  // stats restart: so does the tuning window
     p.epoch_start = Clock::now();
     p.last_return = Clock::time_point();
     p.started = true;
@@ -557,6 +599,7 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
   ++p.stats.batches;
   p.stats.images += slot.count;
   p.stats.skipped += slot.skipped;
+  p.Tune(now);
 
   Batch batch;
   batch.images_ = p.SlotImages(s);

@@ -136,6 +136,18 @@ struct Loader::Impl {
   uint64_t claims = 0, completions = 0;
   uint64_t epoch = 0, generation = 0, next_task = 0, next_deliver = 0, batches = 0;
   EpochStats stats;
+  // workers="auto" (LoaderOptions): workers >= active_workers sleep in Claim(); Tune() moves
+  // the bound after every kTuneWindow delivered batches from the window's wait fraction and
+  // worker busy time.
+  bool auto_workers = false;
+  int active_workers = 0;
+  static constexpr uint64_t kTuneWindow = 4;
+  struct TuneWindow {
+    uint64_t batches = 0;
+    double wait = 0, consumer = 0, busy = 0;
+    std::chrono::steady_clock::time_point start;
+  } tune;
+  void Tune(std::chrono::steady_clock::time_point now);  // with mu held
   std::chrono::steady_clock::time_point epoch_start, last_return;
 };
 

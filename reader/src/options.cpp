@@ -163,7 +163,35 @@ std::vector<LoaderOption> MakeTable() {
                "with shuffle_block: samples are mixed within windows of this many blocks"),
       SF_COUNT(rank, rank, 0, "this process's rank (distributed training)"),
       SF_COUNT(world_size, world_size, 1, "the number of ranks"),
-      SF_COUNT(workers, workers, 0, "decode workers (0: all cores)"),
+      {"workers", OptionKind::kText, nullptr,
+       "decode workers: a number, 0 (the CPUs this process may use: affinity and cgroup "
+       "quota), or auto (tuned online from the consumer's wait; see max_workers, wait_target)",
+       [](O* o, V t) -> Status {
+         uint64_t v = 0;
+         if (t == "auto") return o->workers = LoaderOptions::kAutoWorkers, Status::OK();
+         if (!ParseCount(t, &v) || v > 4096) {
+           return Bad("workers", "a whole number or auto", t);
+         }
+         o->workers = static_cast<int>(v);
+         return Status::OK();
+       },
+       [](const O& o) {
+         return o.workers == LoaderOptions::kAutoWorkers ? std::string("auto")
+                                                         : std::to_string(o.workers);
+       }},
+      SF_COUNT(max_workers, max_workers, 0,
+               "workers=auto: at most this many (0: the CPUs this process may use)"),
+      {"wait_target", OptionKind::kNumber, nullptr,
+       "workers=auto: the consumer may wait this fraction of its time for data",
+       [](O* o, V t) -> Status {
+         double v = 0;
+         if (!ParseNumber(t, &v) || !(v > 0 && v < 1)) {
+           return Bad("wait_target", "a fraction in (0, 1)", t);
+         }
+         o->wait_target = v;
+         return Status::OK();
+       },
+       [](const O& o) { return Number(o.wait_target); }},
       SF_COUNT(prefetch, prefetch, 1,
                "ring slots: batches decoded ahead (memory = prefetch x batch)"),
       {"mode", OptionKind::kChoice, "threads|processes",
@@ -290,7 +318,12 @@ Status SetLoaderOption(LoaderOptions* options, std::string_view name, std::strin
 Status ValidateLoaderOptions(const LoaderOptions& o) {
   if (o.batch_size == 0) return Bad("batch_size", CountWhat(1), "0");
   if (o.prefetch == 0) return Bad("prefetch", CountWhat(1), "0");
-  if (o.workers < 0) return Bad("workers", CountWhat(0), std::to_string(o.workers));
+  if (o.workers < LoaderOptions::kAutoWorkers) {
+    return Bad("workers", "a whole number or auto", std::to_string(o.workers));
+  }
+  if (!(o.wait_target > 0 && o.wait_target < 1)) {
+    return Bad("wait_target", "a fraction in (0, 1)", Number(o.wait_target));
+  }
   if (o.world_size == 0 || o.rank >= o.world_size) {
     return Status::InvalidArgument("rank ", o.rank, " is not below world_size ", o.world_size);
   }

@@ -217,6 +217,32 @@ TEST_CASE("resuming mid-epoch gives exactly the batches of an uninterrupted run"
   CHECK(rest.indices == tail);
 }
 
+TEST_CASE("workers=auto delivers what a fixed count does; sleeping workers end cleanly") {
+  testing::TempDir dir;
+  auto archive = MakeRawArchive(dir / "a", 203);
+  LoaderOptions fixed = CopyOptions(8, 3);
+  fixed.shuffle = true;
+  fixed.seed = 5;
+  LoaderOptions tuned = fixed;
+  tuned.workers = LoaderOptions::kAutoWorkers;
+  tuned.max_workers = 3;
+  auto a = Loader::Create(archive, fixed);
+  auto b = Loader::Create(archive, tuned);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  for (uint64_t e = 0; e < 3; ++e) {
+    CHECK(ReadEpoch(**a, e).indices == ReadEpoch(**b, e).indices);
+    const EpochStats st = (*b)->Stats();
+    CHECK(st.workers >= 1);
+    CHECK(st.workers <= 3);
+    CHECK(st.tuning.find("consumer waited") != std::string::npos);
+  }
+  // Leave an epoch early, with workers asleep, and destroy the loader: no hang, no leak.
+  REQUIRE((*b)->StartEpoch(7).ok());
+  REQUIRE((*b)->Next().ok());
+  b->reset();
+}
+
 TEST_CASE("a held batch keeps its memory; holding every slot is an error, not a hang") {
   TempDir dir;
   auto archive = MakeRawArchive(dir / "a", 60);

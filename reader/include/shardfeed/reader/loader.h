@@ -71,8 +71,17 @@ struct LoaderOptions {
   uint32_t shuffle_block = 0;  // see SamplerOptions: 0 = true global shuffle
   uint32_t shuffle_window = 8;
   uint32_t rank = 0, world_size = 1;
-  int workers = 0;        // 0: all cores
-  uint32_t prefetch = 4;  // ring slots (batches decoded ahead); memory = prefetch x batch
+  // Decode workers. 0: the CPUs this process may use (affinity and cgroup quota, base/cpus.h).
+  // kAutoWorkers ("auto"): tuned online. Up to max_workers (0: the CPUs this process may use)
+  // are started, one claims work at first, and after every few batches the loader wakes one
+  // more while the consumer waits more than wait_target of its time, or lets one sleep (no
+  // CPU) when the others could carry the load. Tuning changes timing only, never the samples
+  // or batches delivered. EpochStats::workers and ::tuning say what it chose and why.
+  int workers = 0;
+  static constexpr int kAutoWorkers = -1;
+  uint32_t max_workers = 0;
+  double wait_target = 0.02;  // fraction of the consumer's time spent waiting for data
+  uint32_t prefetch = 4;      // ring slots (batches decoded ahead); memory = prefetch x batch
   TransformOptions transform;
   bool skip_errors = false;  // a sample that fails to decode becomes zeros with label -1
   WorkerMode mode = WorkerMode::kThreads;
@@ -106,6 +115,8 @@ struct EpochStats {
   double consumer_seconds = 0;  // consumer's time between batches (its "training step")
   // Per-stage worker time, summed over workers (seconds of CPU, roughly).
   double read = 0, decode = 0, collate = 0, copy = 0;
+  int workers = 0;     // workers claiming work at the end of the epoch (auto: the tuned count)
+  std::string tuning;  // workers="auto": the last decision and its reason, else empty
   // Fraction of the consumer's time spent waiting for data.
   double wait_fraction() const {
     double t = wait_seconds + consumer_seconds;

@@ -1,0 +1,79 @@
+"""workers="auto" (issue 11, first part): the loader wakes workers while the consumer waits
+for data and lets them sleep when fewer carry the load; it never changes what is delivered, and
+it stays within the CPUs the process may use."""
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import shardfeed
+
+GOOD = os.path.join(os.environ.get("SHARDFEED_TEST_DATA", ""), "good")
+CPUS = len(os.sched_getaffinity(0))
+
+
+@pytest.fixture(scope="module")
+def archive_path(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("auto") / "a")
+    assert shardfeed.pack(GOOD, out, workers=2)["packed"] == 36
+    return out
+
+
+def run_epochs(loader, epochs, step_s):
+    for e in range(epochs):
+        loader.set_epoch(e)
+        for _ in loader:
+            if step_s:
+                time.sleep(step_s)
+    return loader.stats()
+
+
+@pytest.mark.skipif(CPUS < 2, reason="needs two CPUs")
+def test_a_fast_consumer_gets_more_workers_than_a_slow_one(archive_path):
+    opts = dict(batch_size=4, size=96, crop="random", shuffle=True, workers="auto", max_workers=2)
+    fast = run_epochs(shardfeed.Loader(archive_path, **opts), 4, 0)
+    slow = run_epochs(shardfeed.Loader(archive_path, **opts), 2, 0.05)
+    assert fast["workers"] == 2, fast["tuning"]      # data-bound: every worker it may use
+    assert slow["workers"] == 1, slow["tuning"]      # one worker keeps up with a 50 ms step
+    assert slow["wait_fraction"] <= 0.02, slow       # ... within the target
+    assert "consumer waited" in slow["tuning"]
+
+
+def test_auto_delivers_exactly_the_fixed_setting_batches(archive_path):
+    opts = dict(batch_size=5, size=40, crop="random", flip=True, shuffle=True, seed=7)
+    fixed = [(b.images.copy(), b.indices.copy()) for b in shardfeed.Loader(archive_path, workers=2,
+                                                                           **opts)]
+    auto = [(b.images.copy(), b.indices.copy()) for b in shardfeed.Loader(archive_path,
+                                                                          workers="auto", **opts)]
+    assert len(auto) == len(fixed)
+    for (ai, ax), (fi, fx) in zip(auto, fixed):
+        assert np.array_equal(ax, fx) and np.array_equal(ai, fi)
+
+
+def test_auto_stays_within_the_cpus_the_process_may_use(archive_path):
+    # Pinned to one CPU (as taskset or a scheduler would), auto never wakes a second worker
+    # however much the consumer waits.
+    code = """
+import os, sys, shardfeed
+os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+loader = shardfeed.Loader(sys.argv[1], batch_size=4, size=64, workers="auto")
+for e in range(3):
+    loader.set_epoch(e)
+    for _ in loader:
+        pass
+print(loader.stats()["workers"])
+"""
+    p = subprocess.run([sys.executable, "-c", code, archive_path], capture_output=True, text=True,
+                       env=dict(os.environ))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "1"
+
+
+def test_auto_options_are_checked(archive_path):
+    with pytest.raises(ValueError, match="wait_target"):
+        shardfeed.Loader(archive_path, workers="auto", wait_target=1.5)
+    with pytest.raises(ValueError, match="workers"):
+        shardfeed.Loader(archive_path, workers="many")
