@@ -1,7 +1,14 @@
 // shardfeed bench: reads epochs as training would and reports throughput and the wait profile.
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -15,6 +22,140 @@
 namespace po = boost::program_options;
 
 namespace shardfeed::cli {
+
+namespace {
+
+double CpuSeconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// bench --sweep: every combination of the given option values, one loader each.
+int RunSweep(const std::string& path, const reader::LoaderOptions& base,
+             const std::vector<std::string>& specs, int epochs, double step_ms,
+             const std::string& plot) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> axes;
+  for (const std::string& spec : specs) {
+    const size_t eq = spec.find('=');
+    const reader::LoaderOption* o =
+        eq == std::string::npos ? nullptr : reader::FindLoaderOption(spec.substr(0, eq));
+    if (!o) {
+      return Fail(
+          Status::InvalidArgument("--sweep takes NAME=V1,V2,... with NAME a loader "
+                                  "option, not '",
+                                  spec, "'"));
+    }
+    std::vector<std::string> values;
+    for (size_t start = eq + 1; start <= spec.size();) {
+      size_t end = spec.find(',', start);
+      if (end == std::string::npos) end = spec.size();
+      values.push_back(spec.substr(start, end - start));
+      reader::LoaderOptions probe = base;
+      if (Status s = o->set(&probe, values.back()); !s.ok()) return Fail(s);
+      start = end + 1;
+    }
+    axes.emplace_back(o->name, values);
+  }
+  auto archive = format::Archive::Open(path);
+  if (!archive.ok()) return Fail(archive.status());
+  nlohmann::json results = nlohmann::json::array(), swept = nlohmann::json::array();
+  for (const auto& a : axes) swept.push_back(a.first);
+  std::vector<size_t> at(axes.size(), 0);
+  for (bool more = true; more;) {
+    reader::LoaderOptions opt = base;
+    nlohmann::json settings = nlohmann::json::object();
+    for (size_t k = 0; k < axes.size(); ++k) {
+      if (Status s = reader::SetLoaderOption(&opt, axes[k].first, axes[k].second[at[k]]); !s.ok()) {
+        return Fail(s);
+      }
+      settings[axes[k].first] = axes[k].second[at[k]];
+    }
+    if (Status s = reader::ValidateLoaderOptions(opt); !s.ok()) return Fail(s);
+    auto loader = reader::Loader::Create(*archive, opt);
+    if (!loader.ok()) return Fail(loader.status());
+    double images = 0, seconds = 0, wait = 0, consumer = 0, cpu = 0;
+    reader::EpochStats st;
+    for (int e = 0; e < epochs; ++e) {
+      const bool measured = epochs < 2 || e > 0;
+      const double cpu0 = CpuSeconds();
+      auto t0 = std::chrono::steady_clock::now();
+      if (Status s = (*loader)->StartEpoch(uint64_t(e)); !s.ok()) return Fail(s);
+      for (;;) {
+        auto batch = (*loader)->Next();
+        if (!batch.ok()) return Fail(batch.status());
+        if (!*batch) break;
+        if (step_ms > 0) {
+          std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(step_ms));
+        }
+      }
+      st = (*loader)->Stats();
+      if (!measured) continue;
+      seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      images += double(st.images);
+      wait += st.wait_seconds;
+      consumer += st.consumer_seconds;
+      cpu += CpuSeconds() - cpu0;
+    }
+    nlohmann::json r = {{"settings", settings},
+                        {"images_per_second", seconds > 0 ? images / seconds : 0.0},
+                        {"wait_fraction", wait + consumer > 0 ? wait / (wait + consumer) : 0.0},
+                        {"cpu_seconds_per_1000_images", images > 0 ? 1000 * cpu / images : 0.0},
+                        {"workers", (*loader)->options().workers},
+                        {"active_workers", st.workers},
+                        {"tuning", st.tuning}};
+    std::printf("sweep %-40s %9.0f images/s  wait %5.1f%%  %6.2f CPU-s/1000 images\n",
+                settings.dump().c_str(), r["images_per_second"].get<double>(),
+                100 * r["wait_fraction"].get<double>(),
+                r["cpu_seconds_per_1000_images"].get<double>());
+    std::fflush(stdout);
+    results.push_back(std::move(r));
+    more = false;
+    for (size_t k = axes.size(); k-- > 0;) {
+      if (++at[k] < axes[k].second.size()) {
+        more = true;
+        break;
+      }
+      at[k] = 0;
+    }
+  }
+  const nlohmann::json out = {{"archive", path},  {"step_ms", step_ms},
+                              {"epochs", epochs}, {"batch_size", base.batch_size},
+                              {"swept", swept},   {"results", results}};
+  if (plot.empty()) {
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  const std::string data = plot + ".json";
+  {
+    std::ofstream f(data);
+    f << out.dump(2) << "\n";
+    if (!f) return Fail(Status::IOError(data, ": cannot write"));
+  }
+  // The drawing is Python's (matplotlib): python3 -m shardfeed.plot DATA PNG, with
+  // $SHARDFEED_PYTHON as the interpreter when set.
+  const char* env_python = std::getenv("SHARDFEED_PYTHON");
+  const std::string python = env_python && *env_python ? env_python : "python3";
+  std::vector<std::string> args = {python, "-m", "shardfeed.plot", data, plot};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  int status = 0;
+  if (::posix_spawnp(&pid, python.c_str(), nullptr, nullptr, argv.data(), environ) != 0 ||
+      ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr,
+                 "shardfeed: the sweep is in %s; drawing it failed: run python3 -m "
+                 "shardfeed.plot %s %s with the shardfeed package importable\n",
+                 data.c_str(), data.c_str(), plot.c_str());
+    return 3;
+  }
+  std::printf("sweep: %s, plot: %s\n", data.c_str(), plot.c_str());
+  return 0;
+}
+
+}  // namespace
 
 int CmdBench(int argc, char** argv) {
   // Every loader option comes from reader/options.h (the Python Loader takes the same ones);
@@ -37,7 +178,15 @@ int CmdBench(int argc, char** argv) {
                     (o.choices ? std::string(" [") + o.choices + "]" : std::string()));
     desc.add_options()(flag.c_str(), value, helps.back().c_str());
   }
+  std::vector<std::string> sweep;
+  std::string plot;
   desc.add_options()("epochs", po::value(&epochs)->default_value(1), "epochs to read")(
+      "sweep", po::value(&sweep)->multitoken(),
+      "NAME=V1,V2,... [NAME=...]: run every combination of these loader options (e.g. "
+      "workers=1,2 prefetch=2,4,8), each for --epochs epochs (the first a warm-up when there "
+      "are two or more), and report images/s, the consumer's wait and CPU per 1000 images")(
+      "plot", po::value(&plot),
+      "with --sweep: also draw the results into this PNG (python3 -m shardfeed.plot)")(
       "step-ms", po::value(&step_ms)->default_value(0), "simulated training step per batch (ms)")(
       "json", "print one JSON object");
   po::positional_options_description pos;
@@ -56,6 +205,9 @@ int CmdBench(int argc, char** argv) {
   const std::string crop = reader::FindLoaderOption("crop")->get(opt);
   const std::string layout = reader::FindLoaderOption("layout")->get(opt);
   const std::string mode = reader::FindLoaderOption("mode")->get(opt);
+
+  if (!sweep.empty()) return RunSweep(path, opt, sweep, epochs, step_ms, plot);
+  if (!plot.empty()) return Fail(Status::InvalidArgument("--plot goes with --sweep"));
 
   auto archive = format::Archive::Open(path);
   if (!archive.ok()) return Fail(archive.status());

@@ -21,6 +21,7 @@ PKGS=(
   libopenmpi-dev openmpi-bin        # mpirun -n N shardfeed pack
   pybind11-dev python3-dev python3-numpy python3-pytest python3-torch python3-torchvision
   python3-pil python3-lmdb python3-h5py  # Python module, its tests and baselines
+  python3-matplotlib                # python -m shardfeed.plot (bench --sweep --plot)
   python3-pip python3-venv python3-setuptools python3-wheel  # pip install .
 )
 # --bench: also the photographs the benchmark corpus is cut from (bench/make_corpus.py).

@@ -91,3 +91,64 @@ class Dataset(torch.utils.data.Dataset):
     @property
     def classes(self):
         return self.archive.class_names
+
+
+class WaitMeter:
+    """How much of each training step is spent waiting for data, for any iterable of batches
+    (a shardfeed Loader, a torch DataLoader):
+
+        for images, labels in shardfeed.torch.WaitMeter(loader, every=100):
+            ...   # every 100 steps: "steps 1-100: waited 3.1% of the time (0.8 ms/step)"
+
+    Time inside the iterator's next() is waiting; time between batches is the step. Every
+    `every` steps, `log(first, last, wait_fraction, wait_s, step_s)` is called (default: print
+    a line); `wait_fraction` is also kept for the whole run. `clock` is for tests.
+    """
+
+    def __init__(self, iterable, every=100, log=None, clock=None):
+        import time
+        self.iterable, self.every = iterable, max(1, int(every))
+        self.log = log or self._print
+        self.clock = clock or time.perf_counter
+        self.steps = 0
+        self.wait_s = self.step_s = 0.0
+
+    @staticmethod
+    def _print(first, last, fraction, wait_s, step_s):
+        print("steps %d-%d: waited %.1f%% of the time (%.1f ms/step waiting)"
+              % (first, last, 100 * fraction, 1000 * wait_s / max(1, last - first + 1)))
+
+    @property
+    def wait_fraction(self):
+        total = self.wait_s + self.step_s
+        return self.wait_s / total if total > 0 else 0.0
+
+    def __len__(self):
+        return len(self.iterable)
+
+    def __iter__(self):
+        it = iter(self.iterable)
+        window_wait = window_step = 0.0
+        first = self.steps + 1
+        returned = None
+        while True:
+            asked = self.clock()
+            if returned is not None:
+                step = asked - returned
+                window_step += step
+                self.step_s += step
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
+            got = self.clock()
+            window_wait += got - asked
+            self.wait_s += got - asked
+            self.steps += 1
+            if self.steps - first + 1 == self.every:
+                total = window_wait + window_step
+                self.log(first, self.steps, window_wait / total if total > 0 else 0.0,
+                         window_wait, window_step)
+                first, window_wait, window_step = self.steps + 1, 0.0, 0.0
+            returned = self.clock()
+            yield batch

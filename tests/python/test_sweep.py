@@ -1,0 +1,84 @@
+"""Seeing the pipeline (issue 11): `bench --sweep` over loader options with `--plot`, drawn by
+`python -m shardfeed.plot`, and shardfeed.torch.WaitMeter for a training loop."""
+import json
+import os
+import subprocess
+
+import pytest
+
+import shardfeed
+import shardfeed.torch as sft
+
+CLI = os.environ.get("SHARDFEED_CLI", "shardfeed")
+GOOD = os.path.join(os.environ.get("SHARDFEED_TEST_DATA", ""), "good")
+
+
+@pytest.fixture(scope="module")
+def archive_path(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("sweep") / "a")
+    assert shardfeed.pack(GOOD, out, workers=2)["packed"] == 36
+    return out
+
+
+def test_sweep_runs_every_combination_and_reports_each(archive_path):
+    p = subprocess.run([CLI, "bench", archive_path, "--size", "32", "--batch-size", "6",
+                        "--epochs", "2", "--sweep", "workers=1,2", "prefetch=2,3", "--json"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert sum(line.startswith("sweep ") for line in lines) == 4
+    data = json.loads("\n".join(lines[lines.index("{"):]))
+    assert data["swept"] == ["workers", "prefetch"]
+    seen = {(r["settings"]["workers"], r["settings"]["prefetch"]) for r in data["results"]}
+    assert seen == {("1", "2"), ("1", "3"), ("2", "2"), ("2", "3")}
+    for r in data["results"]:
+        assert r["images_per_second"] > 0 and 0 <= r["wait_fraction"] <= 1
+        assert r["cpu_seconds_per_1000_images"] > 0
+        assert r["workers"] == int(r["settings"]["workers"])
+
+
+def test_sweep_plot_is_drawn(archive_path, tmp_path):
+    from PIL import Image
+    png = tmp_path / "sweep.png"
+    env = dict(os.environ, SHARDFEED_PYTHON="/usr/bin/python3",
+               PYTHONPATH=os.path.dirname(os.path.dirname(shardfeed.__file__)))
+    p = subprocess.run([CLI, "bench", archive_path, "--size", "32", "--epochs", "1", "--sweep",
+                        "workers=1,2", "--plot", str(png)], capture_output=True, text=True,
+                       env=env)
+    assert p.returncode == 0, p.stderr
+    with Image.open(png) as im:
+        assert im.size[0] > 600 and im.size[1] > 300
+    assert json.load(open(str(png) + ".json"))["swept"] == ["workers"]
+
+
+@pytest.mark.parametrize("spec,needle", [("bogus=1", "NAME=V1,V2"), ("workers", "NAME=V1,V2"),
+                                         ("workers=1,x", "workers (--workers)")])
+def test_bad_sweeps_are_usage_errors(archive_path, spec, needle):
+    p = subprocess.run([CLI, "bench", archive_path, "--sweep", spec], capture_output=True,
+                       text=True)
+    assert p.returncode == 2 and needle in p.stderr, p.stderr
+
+
+def test_wait_meter_splits_each_step_into_waiting_and_working():
+    # A fake clock: the loader takes 2 ticks to hand over each batch, the step takes 6.
+    t = [0.0]
+    clock = lambda: t[0]  # noqa: E731
+
+    def batches():
+        for i in range(8):
+            t[0] += 2  # waiting inside next()
+            yield i
+
+    logged = []
+    meter = sft.WaitMeter(batches(), every=4, log=lambda *a: logged.append(a), clock=clock)
+    seen = []
+    for b in meter:
+        seen.append(b)
+        t[0] += 6  # the training step
+    assert seen == list(range(8))
+    assert meter.steps == 8
+    assert meter.wait_fraction == pytest.approx(16 / (16 + 48))  # 8 waits, 8 steps
+    first, last, fraction, wait_s, step_s = logged[0]
+    assert (first, last) == (1, 4) and wait_s == 8 and step_s == 18
+    assert fraction == pytest.approx(8 / 26)
+    assert logged[1][:2] == (5, 8)
