@@ -167,17 +167,14 @@ int CmdBench(int argc, char** argv) {
   int epochs = 1;
   double step_ms = 0;
   std::vector<std::string> helps;  // kept alive: program_options stores the pointers
-  helps.reserve(reader::LoaderOptionTable().size());
   desc.add_options()("archive", po::value(&path)->required(), "archive to read");
-  for (const reader::LoaderOption& o : reader::LoaderOptionTable()) {
-    const std::string flag = OptionFlag(o.name).substr(2);
-    auto* value = po::value<std::string>()->default_value(o.get(opt));
-    if (o.kind == reader::OptionKind::kBool) value->implicit_value("true");
-    if (std::string(o.name) == "device") value->implicit_value("cuda");
-    helps.push_back(std::string(o.help) +
-                    (o.choices ? std::string(" [") + o.choices + "]" : std::string()));
-    desc.add_options()(flag.c_str(), value, helps.back().c_str());
-  }
+  AddOptionTable(
+      desc, reader::LoaderOptionTable(), opt,
+      [](const reader::LoaderOption& o) -> const char* {
+        if (o.kind == reader::OptionKind::kBool) return "true";
+        return std::string(o.name) == "device" ? "cuda" : nullptr;
+      },
+      &helps);
   std::vector<std::string> sweep;
   std::string plot;
   desc.add_options()("epochs", po::value(&epochs)->default_value(1), "epochs to read")(
@@ -194,12 +191,7 @@ int CmdBench(int argc, char** argv) {
   po::variables_map vm;
   int rc = ParseArgs(argc, argv, desc, pos, vm, "shardfeed bench ARCHIVE [options]");
   if (rc >= 0) return rc;
-  for (const reader::LoaderOption& o : reader::LoaderOptionTable()) {
-    const std::string flag = OptionFlag(o.name).substr(2);
-    if (vm.count(flag) && !vm[flag].defaulted()) {
-      if (Status s = o.set(&opt, vm[flag].as<std::string>()); !s.ok()) return Fail(s);
-    }
-  }
+  if (Status s = ApplyOptionTable(vm, reader::LoaderOptionTable(), &opt); !s.ok()) return Fail(s);
   if (Status s = reader::ValidateLoaderOptions(opt); !s.ok()) return Fail(s);
   if (epochs < 1) return Fail(Status::InvalidArgument("--epochs must be at least 1"));
   const std::string crop = reader::FindLoaderOption("crop")->get(opt);

@@ -4,7 +4,9 @@
 #include <boost/program_options.hpp>
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "shardfeed/base/option_text.h"
 #include "shardfeed/base/status.h"
 #include "shardfeed/converter/pack.h"
 
@@ -27,5 +29,35 @@ int CmdBench(int argc, char** argv);
 int ParseArgs(int argc, char** argv, boost::program_options::options_description& desc,
               boost::program_options::positional_options_description& pos,
               boost::program_options::variables_map& vm, const char* usage);
+
+// The flags of an option table (reader/options.h, converter/options.h): one per entry, named
+// OptionFlag(name), with the value in `current` as default (none when empty) and `implicit`
+// (may be null) as the value of the bare flag. `helps` keeps the help texts alive.
+template <typename Table, typename Options, typename Implicit>
+void AddOptionTable(boost::program_options::options_description& desc, const Table& table,
+                    const Options& current, Implicit implicit, std::vector<std::string>* helps) {
+  helps->reserve(helps->size() + table.size());  // program_options keeps the pointers
+  for (const auto& o : table) {
+    auto* value = boost::program_options::value<std::string>();
+    if (const std::string v = o.get(current); !v.empty()) value->default_value(v);
+    if (const char* bare = implicit(o)) value->implicit_value(bare);
+    helps->push_back(std::string(o.help) +
+                     (o.choices ? std::string(" [") + o.choices + "]" : std::string()));
+    desc.add_options()(OptionFlag(o.name).substr(2).c_str(), value, helps->back().c_str());
+  }
+}
+
+// Sets the options the command line gave (not the defaults) through the table's setters.
+template <typename Table, typename Options>
+Status ApplyOptionTable(const boost::program_options::variables_map& vm, const Table& table,
+                        Options* options) {
+  for (const auto& o : table) {
+    const std::string flag = OptionFlag(o.name).substr(2);
+    if (vm.count(flag) && !vm[flag].defaulted()) {
+      SF_RETURN_IF_ERROR(o.set(options, vm[flag].as<std::string>()));
+    }
+  }
+  return Status::OK();
+}
 
 }  // namespace shardfeed::cli

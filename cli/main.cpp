@@ -92,21 +92,16 @@ int CmdPack(int argc, char** argv) {
   std::string src, out, list, report, parts_dir;
   converter::PackOptions opt;
   std::vector<std::string> helps;  // kept alive: program_options stores the pointers
-  helps.reserve(converter::PackOptionTable().size());
   desc.add_options()("src", po::value(&src)->required(),
                      "image folder (ROOT/<class>/<image>), or the root of --list paths")(
       "out", po::value(&out)->required(), "archive to write (a directory)")(
       "list", po::value(&list), "list file: 'path label' or MXNet 'index\\tlabel\\tpath' per line");
-  for (const converter::PackOption& o : converter::PackOptionTable()) {
-    const std::string flag = OptionFlag(o.name).substr(2);
-    auto* value = po::value<std::string>();
-    const std::string current = o.get(opt);
-    if (!current.empty()) value->default_value(current);
-    if (o.kind == converter::PackOptionKind::kBool) value->implicit_value("true");
-    helps.push_back(std::string(o.help) +
-                    (o.choices ? std::string(" [") + o.choices + "]" : std::string()));
-    desc.add_options()(flag.c_str(), value, helps.back().c_str());
-  }
+  cli::AddOptionTable(
+      desc, converter::PackOptionTable(), opt,
+      [](const converter::PackOption& o) -> const char* {
+        return o.kind == converter::PackOptionKind::kBool ? "true" : nullptr;
+      },
+      &helps);
   desc.add_options()("report", po::value(&report), "write a JSON report of skipped files here")(
       "parts-dir", po::value(&parts_dir), "where --part writes (default OUT.parts)")(
       "quiet,q", "no progress line");
@@ -115,12 +110,8 @@ int CmdPack(int argc, char** argv) {
   po::variables_map vm;
   int rc = ParseArgs(argc, argv, desc, pos, vm, "shardfeed pack SRC OUT [options]");
   if (rc >= 0) return rc;
-  for (const converter::PackOption& o : converter::PackOptionTable()) {
-    const std::string flag = OptionFlag(o.name).substr(2);
-    if (vm.count(flag) && !vm[flag].defaulted()) {
-      if (Status s = o.set(&opt, vm[flag].as<std::string>()); !s.ok()) return Fail(s);
-    }
-  }
+  if (Status s = cli::ApplyOptionTable(vm, converter::PackOptionTable(), &opt); !s.ok())
+    return Fail(s);
   if (Status s = converter::ValidatePackOptions(opt); !s.ok()) return Fail(s);
   opt.options_json = converter::PackOptionsJson(opt, list.empty() ? "folder" : "list");
   const std::string encoding(format::EncodingName(opt.encoding));

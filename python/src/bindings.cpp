@@ -153,6 +153,26 @@ py::tuple GetItem(const PyArchive& a, int64_t i) {
   return py::make_tuple(arr, a.archive->Label(static_cast<uint64_t>(i)));
 }
 
+// An option table as a list of dicts (see loader_options / pack_options below).
+template <typename Table, typename Options, typename Extra>
+py::list OptionList(const Table& table, const Options& defaults,
+                    std::initializer_list<const char*> kinds, Extra extra) {
+  const std::vector<const char*> kind_names(kinds);
+  py::list out;
+  for (const auto& o : table) {
+    py::dict d;
+    d["name"] = o.name;
+    d["flag"] = OptionFlag(o.name);
+    d["kind"] = kind_names.at(static_cast<size_t>(o.kind));
+    d["choices"] = o.choices ? py::cast(std::string(o.choices)) : py::none();
+    d["default"] = o.get(defaults);
+    d["help"] = o.help;
+    extra(o, d);
+    out.append(d);
+  }
+  return out;
+}
+
 // A keyword argument's text form, as the CLI would receive it (reader/options.h parses both):
 // bools true/false, numbers as Python prints them, sequences comma-separated, None "none",
 // torch dtypes and devices by name.
@@ -402,40 +422,18 @@ PYBIND11_MODULE(_native, m) {
 
   m.def("cuda_available", &reader::CudaAvailable);
   m.def("cuda_kernels_built", &reader::CudaKernelsBuilt);
-  // The loader options as declared in reader/options.h (name, kind, choices, default, help):
-  // what the CLI's `bench` and this module's Loader both accept.
-  m.def("pack_options", [] {
-    py::list out;
-    const converter::PackOptions defaults;
-    const char* kinds[] = {"bool", "count", "choice", "bytes", "text"};
-    for (const converter::PackOption& o : converter::PackOptionTable()) {
-      py::dict d;
-      d["name"] = o.name;
-      d["flag"] = OptionFlag(o.name);
-      d["kind"] = kinds[static_cast<int>(o.kind)];
-      d["choices"] = o.choices ? py::cast(std::string(o.choices)) : py::none();
-      d["default"] = o.get(defaults);
-      d["help"] = o.help;
-      d["recorded"] = o.recorded;
-      out.append(d);
-    }
-    return out;
-  });
+  // The option tables (reader/options.h, converter/options.h) as the CLI and this module
+  // both read them: name, flag, kind, choices, default, help.
   m.def("loader_options", [] {
-    py::list out;
-    const reader::LoaderOptions defaults;
-    const char* kinds[] = {"bool", "count", "number", "choice", "list", "text"};
-    for (const reader::LoaderOption& o : reader::LoaderOptionTable()) {
-      py::dict d;
-      d["name"] = o.name;
-      d["flag"] = OptionFlag(o.name);
-      d["kind"] = kinds[static_cast<int>(o.kind)];
-      d["choices"] = o.choices ? py::cast(std::string(o.choices)) : py::none();
-      d["default"] = o.get(defaults);
-      d["help"] = o.help;
-      out.append(d);
-    }
-    return out;
+    return OptionList(reader::LoaderOptionTable(), reader::LoaderOptions(),
+                      {"bool", "count", "number", "choice", "list", "text"},
+                      [](const reader::LoaderOption&, py::dict&) {});
+  });
+  m.def("pack_options", [] {
+    return OptionList(
+        converter::PackOptionTable(), converter::PackOptions(),
+        {"bool", "count", "choice", "bytes", "text"},
+        [](const converter::PackOption& o, py::dict& d) { d["recorded"] = o.recorded; });
   });
   m.def("cuda_unavailable_reason", &reader::CudaUnavailableReason);
 

@@ -10,17 +10,6 @@
 namespace shardfeed::reader {
 namespace {
 
-Status Bad(std::string_view name, const std::string& what, std::string_view text) {
-  return BadOption(name, what, text);
-}
-bool ParseBool(std::string_view t, bool* out) { return ParseBoolText(t, out); }
-bool ParseCount(std::string_view t, uint64_t* out) { return ParseCountText(t, out); }
-bool ParseNumber(std::string_view t, double* out) { return ParseNumberText(t, out); }
-bool ParseList(std::string_view t, size_t n, bool broadcast, std::vector<double>* out) {
-  return ParseNumberList(t, n, broadcast, out);
-}
-std::string Number(double v) { return NumberText(v); }
-
 // v >= min, without a "comparison is always true" warning when min is 0.
 bool AtLeast(uint64_t v, uint64_t min) { return v >= min; }
 
@@ -33,7 +22,7 @@ std::string CountWhat(uint64_t min) {
 #NAME, OptionKind::kBool, nullptr, HELP,                                                 \
         [](LoaderOptions* o, std::string_view t) -> Status {                                 \
           bool v = false;                                                                    \
-          if (!ParseBool(t, &v)) return Bad(#NAME, "true or false", t);                      \
+          if (!ParseBoolText(t, &v)) return BadOption(#NAME, "true or false", t);                      \
           o->FIELD = v;                                                                      \
           return Status::OK();                                                               \
         },                                                                                   \
@@ -46,9 +35,9 @@ std::string CountWhat(uint64_t min) {
         [](LoaderOptions* o, std::string_view t) -> Status {                                  \
           using T = decltype(o->FIELD);                                                       \
           uint64_t v = 0;                                                                     \
-          if (!ParseCount(t, &v) || !AtLeast(v, MIN) ||                                       \
+          if (!ParseCountText(t, &v) || !AtLeast(v, MIN) ||                                       \
               v > uint64_t(std::numeric_limits<T>::max())) {                                  \
-            return Bad(#NAME, CountWhat(MIN), t);                                             \
+            return BadOption(#NAME, CountWhat(MIN), t);                                             \
           }                                                                                   \
           o->FIELD = static_cast<T>(v);                                                       \
           return Status::OK();                                                                \
@@ -66,7 +55,7 @@ Status SetDecode(LoaderOptions* o, std::string_view t) {
   } else if (t == "full") {
     x.scaled_decode = x.cropped_decode = x.any_scale = false;
   } else {
-    return Bad("decode", "one of scaled, scaled-any, cropped, full", t);
+    return BadOption("decode", "one of scaled, scaled-any, cropped, full", t);
   }
   return Status::OK();
 }
@@ -88,11 +77,11 @@ Status SetDevice(LoaderOptions* o, std::string_view t) {
     return Status::OK();
   }
   uint64_t n = 0;
-  if (t.substr(0, 5) == "cuda:" && ParseCount(t.substr(5), &n) && n < 1024) {
+  if (t.substr(0, 5) == "cuda:" && ParseCountText(t.substr(5), &n) && n < 1024) {
     o->device = true, o->device_index = static_cast<int>(n);
     return Status::OK();
   }
-  return Bad("device", "cpu, cuda or cuda:N", t);
+  return BadOption("device", "cpu, cuda or cuda:N", t);
 }
 
 std::string GetDevice(const LoaderOptions& o) {
@@ -110,7 +99,7 @@ Status SetChoice(const char* name, const char* choices, Result<E> parsed, std::s
     for (size_t p = what.find(','); p != std::string::npos; p = what.find(',', p + 2)) {
       what.insert(p + 1, " ");
     }
-    return Bad(name, what, t);
+    return BadOption(name, what, t);
   }
   *field = *parsed;
   return Status::OK();
@@ -132,20 +121,20 @@ const char* CropName(Crop c) {
 
 Status SetPair(const char* name, std::string_view t, double* lo, double* hi) {
   std::vector<double> v;
-  if (!ParseList(t, 2, false, &v)) return Bad(name, "two numbers MIN,MAX", t);
+  if (!ParseNumberList(t, 2, false, &v)) return BadOption(name, "two numbers MIN,MAX", t);
   *lo = v[0], *hi = v[1];
   return Status::OK();
 }
 
 Status SetChannels(const char* name, std::string_view t, std::array<float, 3>* field) {
   std::vector<double> v;
-  if (!ParseList(t, 3, true, &v)) return Bad(name, "one number or three (R,G,B)", t);
+  if (!ParseNumberList(t, 3, true, &v)) return BadOption(name, "one number or three (R,G,B)", t);
   *field = {float(v[0]), float(v[1]), float(v[2])};
   return Status::OK();
 }
 
 std::string Channels(const std::array<float, 3>& c) {
-  return Number(c[0]) + "," + Number(c[1]) + "," + Number(c[2]);
+  return NumberText(c[0]) + "," + NumberText(c[1]) + "," + NumberText(c[2]);
 }
 
 std::vector<LoaderOption> MakeTable() {
@@ -169,8 +158,8 @@ std::vector<LoaderOption> MakeTable() {
        [](O* o, V t) -> Status {
          uint64_t v = 0;
          if (t == "auto") return o->workers = LoaderOptions::kAutoWorkers, Status::OK();
-         if (!ParseCount(t, &v) || v > 4096) {
-           return Bad("workers", "a whole number or auto", t);
+         if (!ParseCountText(t, &v) || v > 4096) {
+           return BadOption("workers", "a whole number or auto", t);
          }
          o->workers = static_cast<int>(v);
          return Status::OK();
@@ -185,13 +174,13 @@ std::vector<LoaderOption> MakeTable() {
        "workers=auto: the consumer may wait this fraction of its time for data",
        [](O* o, V t) -> Status {
          double v = 0;
-         if (!ParseNumber(t, &v) || !(v > 0 && v < 1)) {
-           return Bad("wait_target", "a fraction in (0, 1)", t);
+         if (!ParseNumberText(t, &v) || !(v > 0 && v < 1)) {
+           return BadOption("wait_target", "a fraction in (0, 1)", t);
          }
          o->wait_target = v;
          return Status::OK();
        },
-       [](const O& o) { return Number(o.wait_target); }},
+       [](const O& o) { return NumberText(o.wait_target); }},
       SF_COUNT(prefetch, prefetch, 1,
                "ring slots: batches decoded ahead (memory = prefetch x batch)"),
       {"mode", OptionKind::kChoice, "threads|processes",
@@ -199,7 +188,7 @@ std::vector<LoaderOption> MakeTable() {
        [](O* o, V t) -> Status {
          if (t == "threads") return o->mode = WorkerMode::kThreads, Status::OK();
          if (t == "processes") return o->mode = WorkerMode::kProcesses, Status::OK();
-         return Bad("mode", "one of threads, processes", t);
+         return BadOption("mode", "one of threads, processes", t);
        },
        [](const O& o) {
          return std::string(o.mode == WorkerMode::kThreads ? "threads" : "processes");
@@ -213,11 +202,12 @@ std::vector<LoaderOption> MakeTable() {
        [](O* o, V t) -> Status {
          double v = 0;
          if (t == "none" || t == "None") return o->timeout = 0, Status::OK();
-         if (!ParseNumber(t, &v) || v < 0) return Bad("timeout", "a number of seconds >= 0", t);
+         if (!ParseNumberText(t, &v) || v < 0)
+           return BadOption("timeout", "a number of seconds >= 0", t);
          o->timeout = v;
          return Status::OK();
        },
-       [](const O& o) { return Number(o.timeout); }},
+       [](const O& o) { return NumberText(o.timeout); }},
       SF_BOOL(skip_errors, skip_errors,
               "a sample that fails to decode becomes zeros with label -1 (counted)"),
       {"crop", OptionKind::kChoice, "center|random|none|squash",
@@ -235,26 +225,26 @@ std::vector<LoaderOption> MakeTable() {
        "center crop: the crop's side over the short side (224/256)",
        [](O* o, V t) -> Status {
          double v = 0;
-         if (!ParseNumber(t, &v) || !(v > 0 && v <= 1)) {
-           return Bad("center_ratio", "a number in (0, 1]", t);
+         if (!ParseNumberText(t, &v) || !(v > 0 && v <= 1)) {
+           return BadOption("center_ratio", "a number in (0, 1]", t);
          }
          o->transform.center_ratio = v;
          return Status::OK();
        },
-       [](const O& o) { return Number(o.transform.center_ratio); }},
+       [](const O& o) { return NumberText(o.transform.center_ratio); }},
       {"scale", OptionKind::kList, nullptr, "random crop: area fraction MIN,MAX (0.08,1)",
        [](O* o, V t) {
          return SetPair("scale", t, &o->transform.scale_min, &o->transform.scale_max);
        },
        [](const O& o) {
-         return Number(o.transform.scale_min) + "," + Number(o.transform.scale_max);
+         return NumberText(o.transform.scale_min) + "," + NumberText(o.transform.scale_max);
        }},
       {"ratio", OptionKind::kList, nullptr, "random crop: aspect ratio MIN,MAX (3/4,4/3)",
        [](O* o, V t) {
          return SetPair("ratio", t, &o->transform.ratio_min, &o->transform.ratio_max);
        },
        [](const O& o) {
-         return Number(o.transform.ratio_min) + "," + Number(o.transform.ratio_max);
+         return NumberText(o.transform.ratio_min) + "," + NumberText(o.transform.ratio_max);
        }},
       {"layout", OptionKind::kChoice, "nhwc|nchw", "element order of a batch",
        [](O* o, V t) {
@@ -316,18 +306,19 @@ Status SetLoaderOption(LoaderOptions* options, std::string_view name, std::strin
 }
 
 Status ValidateLoaderOptions(const LoaderOptions& o) {
-  if (o.batch_size == 0) return Bad("batch_size", CountWhat(1), "0");
-  if (o.prefetch == 0) return Bad("prefetch", CountWhat(1), "0");
+  if (o.batch_size == 0) return BadOption("batch_size", CountWhat(1), "0");
+  if (o.prefetch == 0) return BadOption("prefetch", CountWhat(1), "0");
   if (o.workers < LoaderOptions::kAutoWorkers) {
-    return Bad("workers", "a whole number or auto", std::to_string(o.workers));
+    return BadOption("workers", "a whole number or auto", std::to_string(o.workers));
   }
   if (!(o.wait_target > 0 && o.wait_target < 1)) {
-    return Bad("wait_target", "a fraction in (0, 1)", Number(o.wait_target));
+    return BadOption("wait_target", "a fraction in (0, 1)", NumberText(o.wait_target));
   }
   if (o.world_size == 0 || o.rank >= o.world_size) {
     return Status::InvalidArgument("rank ", o.rank, " is not below world_size ", o.world_size);
   }
-  if (!(o.timeout >= 0)) return Bad("timeout", "a number of seconds >= 0", Number(o.timeout));
+  if (!(o.timeout >= 0))
+    return BadOption("timeout", "a number of seconds >= 0", NumberText(o.timeout));
   SF_RETURN_IF_ERROR(ValidateTransform(o.transform));
   if (o.normalize_on_device && (!o.device || o.transform.dtype == DType::kUint8)) {
     return Status::InvalidArgument(

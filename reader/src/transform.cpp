@@ -175,6 +175,12 @@ SampleDecoder::SampleDecoder(std::shared_ptr<const format::Archive> archive,
       !ValidateTransform(options_).ok()) {
     out_h_ = out_w_ = 0;
   }
+  crop_decode_.out_width = out_w_;
+  crop_decode_.out_height = out_h_;
+  crop_decode_.scaled = options_.scaled_decode;
+  crop_decode_.any_scale = options_.any_scale;
+  crop_decode_.cropped = options_.cropped_decode;
+  crop_decode_.max_pixels = options_.max_pixels;
   const internal::Affine a = internal::AffineFor(options_);
   for (int c = 0; c < 3; ++c) scale_[c] = a.scale[c], bias_[c] = a.bias[c];
 }
@@ -241,15 +247,8 @@ Status SampleDecoder::DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst, 
 
   auto t = Clock::now();
   SF_ASSIGN_OR_RETURN(const codec::Codec* c, codec::CodecFor(e));
-  codec::CropDecode how;
-  how.out_width = out_w_;
-  how.out_height = out_h_;
-  how.scaled = options_.scaled_decode;
-  how.any_scale = options_.any_scale;
-  how.cropped = options_.cropped_decode;
-  how.max_pixels = options_.max_pixels;
   codec::Region region;
-  SF_RETURN_IF_ERROR(c->DecodeCrop(*codec_, r, rect, how, &region));
+  SF_RETURN_IF_ERROR(c->DecodeCrop(*codec_, r, rect, crop_decode_, &region));
   times->decode += Since(t);
   Finish(region.pixels, region.width, region.height, region.stride, flip, dst, times);
   return Status::OK();

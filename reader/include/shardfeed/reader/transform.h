@@ -115,6 +115,7 @@ class SampleDecoder {
   TransformOptions options_;
   uint32_t out_h_ = 0, out_w_ = 0;
   std::unique_ptr<codec::Context> codec_;  // decoder state and buffers (codec/codec.h)
+  codec::CropDecode crop_decode_;          // how crops are decoded (fixed by the options)
   imaging::Bytes staging_;  // HWC uint8 crop, when the slot wants another dtype or layout
   std::array<float, 3> scale_{}, bias_{};  // float outputs: x * scale_[c] + bias_[c]
 };
