@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "cli_internal.h"
+#include "shardfeed/converter/archive_tools.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/reader/loader.h"
 #include "shardfeed/reader/options.h"
@@ -128,10 +130,11 @@ int RunSweep(const std::string& path, const reader::LoaderOptions& base,
     return 0;
   }
   const std::string data = plot + ".json";
-  {
-    std::ofstream f(data);
-    f << out.dump(2) << "\n";
-    if (!f) return Fail(Status::IOError(data, ": cannot write"));
+  const std::string text = out.dump(2) + "\n";
+  if (Status s =
+          converter::WriteNewFile(data, reinterpret_cast<const uint8_t*>(text.data()), text.size());
+      !s.ok()) {
+    return Fail(s);
   }
   // The drawing is Python's (matplotlib): python3 -m shardfeed.plot DATA PNG, with
   // $SHARDFEED_PYTHON as the interpreter when set.
@@ -198,6 +201,14 @@ int CmdBench(int argc, char** argv) {
   const std::string layout = reader::FindLoaderOption("layout")->get(opt);
   const std::string mode = reader::FindLoaderOption("mode")->get(opt);
 
+  // Outputs are new files only, checked before any work (the plot's JSON is created then).
+  for (const std::string& file : {plot, plot + ".json"}) {
+    if (!plot.empty() && std::filesystem::exists(file)) {
+      return Fail(Status::InvalidArgument(file,
+                                          ": exists; shardfeed writes only new files here "
+                                          "(remove it or choose another name)"));
+    }
+  }
   if (!sweep.empty()) return RunSweep(path, opt, sweep, epochs, step_ms, plot);
   if (!plot.empty()) return Fail(Status::InvalidArgument("--plot goes with --sweep"));
 

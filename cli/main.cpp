@@ -269,9 +269,9 @@ int CmdInspect(int argc, char** argv) {
     if (!image.ok()) return Fail(image.status());
     auto png = imaging::EncodePng(*image);
     if (!png.ok()) return Fail(png.status());
-    std::ofstream f(grid, std::ios::binary | std::ios::trunc);
-    f.write(reinterpret_cast<const char*>(png->data()), static_cast<std::streamsize>(png->size()));
-    if (!f) return Fail(Status::IOError(grid, ": cannot write the contact sheet"));
+    if (Status s = converter::WriteNewFile(grid, png->data(), png->size()); !s.ok()) {
+      return Fail(s);
+    }
     std::fprintf(stderr, "contact sheet: %s (%ux%u)\n", grid.c_str(), image->width, image->height);
   }
   std::printf("%s", vm.count("json") ? converter::InspectJson(**archive).c_str()

@@ -233,10 +233,13 @@ std::string InspectText(const format::Archive& archive) {
   return o.str();
 }
 
-namespace {
-
-Status WriteWholeFile(const std::string& path, const uint8_t* data, size_t size) {
+Status WriteNewFile(const std::string& path, const uint8_t* data, size_t size) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == EEXIST) {
+    return Status::InvalidArgument(path,
+                                   ": exists; shardfeed writes only new files here "
+                                   "(remove it or choose another name)");
+  }
   if (fd < 0) return Status::IOError(path, ": ", std::strerror(errno));
   size_t off = 0;
   while (off < size) {
@@ -252,6 +255,8 @@ Status WriteWholeFile(const std::string& path, const uint8_t* data, size_t size)
   if (::close(fd) != 0) return Status::IOError(path, ": ", std::strerror(errno));
   return Status::OK();
 }
+
+namespace {
 
 // Class names come from folder names or list labels; keep them usable as one path component.
 std::string SafeComponent(const std::string& name) {
@@ -289,7 +294,7 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir)
     std::string path = (fs::path(dir) / SafeComponent(m.class_names[e.label]) / name).string();
     SF_RETURN_IF_ERROR(c->ExtractFile(ctx, r, &file)
                            .WithContext(archive.path() + ": sample " + std::to_string(i)));
-    SF_RETURN_IF_ERROR(WriteWholeFile(path, file.data(), file.size()));
+    SF_RETURN_IF_ERROR(WriteNewFile(path, file.data(), file.size()));
   }
   return archive.size();
 }

@@ -331,3 +331,19 @@ def test_workers_0_means_the_cpus_this_process_may_use(tmp_path):
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["workers"] == 1
     assert json.loads(run("bench", out, "--epochs", "1", "--json", check=0).stdout)["workers"] > 1
+
+
+def test_grid_and_plot_never_replace_a_file_the_user_has(tmp_path):
+    out = tmp_path / "a"
+    run("pack", GOOD, out, check=0)
+    precious = tmp_path / "holiday.png"
+    precious.write_bytes(b"the only copy")
+    p = run("inspect", out, "--grid", precious, check=2)
+    assert "exists" in p.stderr and precious.read_bytes() == b"the only copy"
+    p = run("bench", out, "--sweep", "workers=1", "--plot", precious, check=2)
+    assert "exists" in p.stderr and precious.read_bytes() == b"the only copy"
+    notes = tmp_path / "new.png.json"
+    notes.write_bytes(b"mine")
+    p = run("bench", out, "--sweep", "workers=1", "--plot", tmp_path / "new.png", check=2)
+    assert "exists" in p.stderr and notes.read_bytes() == b"mine"
+    assert not (tmp_path / "new.png").exists()

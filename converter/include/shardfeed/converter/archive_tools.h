@@ -46,6 +46,10 @@ std::string InspectJson(const format::Archive& archive);
 // (pixel records). DIR must not exist or be empty. Returns the number of files written.
 Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir);
 
+// Creates `path` and writes `data` to it; never replaces anything: an existing path is
+// kInvalidArgument naming it (O_EXCL, so no race either).
+Status WriteNewFile(const std::string& path, const uint8_t* data, size_t size);
+
 // Decodes sample `index` to an upright RGB image as a reader sees it (JPEG orientation applied),
 // after checking its checksum. Errors name the archive and the sample.
 Status DecodeSample(const format::Archive& archive, uint64_t index, imaging::Image* out,
