@@ -27,13 +27,6 @@ namespace shardfeed::cli {
 
 namespace {
 
-double CpuSeconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
-
 // bench --sweep: every combination of the given option values, one loader each.
 int RunSweep(const std::string& path, const reader::LoaderOptions& base,
              const std::vector<std::string>& specs, int epochs, double step_ms,
@@ -106,11 +99,15 @@ int RunSweep(const std::string& path, const reader::LoaderOptions& base,
                         {"cpu_seconds_per_1000_images", images > 0 ? 1000 * cpu / images : 0.0},
                         {"workers", (*loader)->options().workers},
                         {"active_workers", st.workers},
+                        {"prefetch", st.prefetch},
+                        {"ring_bytes", st.ring_bytes},
                         {"tuning", st.tuning}};
-    std::printf("sweep %-40s %9.0f images/s  wait %5.1f%%  %6.2f CPU-s/1000 images\n",
-                settings.dump().c_str(), r["images_per_second"].get<double>(),
-                100 * r["wait_fraction"].get<double>(),
-                r["cpu_seconds_per_1000_images"].get<double>());
+    std::printf(
+        "sweep %-40s %9.0f images/s  wait %5.1f%%  %6.2f CPU-s/1000 images  %d workers, %d "
+        "slots (%.0f MB)\n",
+        settings.dump().c_str(), r["images_per_second"].get<double>(),
+        100 * r["wait_fraction"].get<double>(), r["cpu_seconds_per_1000_images"].get<double>(),
+        st.workers, st.prefetch, st.ring_bytes / 1e6);
     std::fflush(stdout);
     results.push_back(std::move(r));
     more = false;
@@ -251,6 +248,9 @@ int CmdBench(int argc, char** argv) {
          {"wait_fraction", st.wait_fraction()},
          {"skipped", st.skipped},
          {"active_workers", st.workers},
+         {"prefetch", st.prefetch},
+         {"ring_bytes", st.ring_bytes},
+         {"ring_full_seconds", st.ring_full_seconds},
          {"tuning", st.tuning},
          {"wait_seconds", st.wait_seconds},
          {"consumer_seconds", st.consumer_seconds},

@@ -1,6 +1,7 @@
 // The shardfeed command line: a thin layer over the public headers. Exit codes:
 //   0 success; 1 the work found bad data (verify failures, --strict skips);
 //   2 wrong arguments; 3 any other error (I/O, corrupt archive).
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -63,6 +64,13 @@ std::string FormatDuration(double seconds) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%d:%02d:%02d", s / 3600, (s / 60) % 60, s % 60);
   return buf;
+}
+
+double CpuSeconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
 }  // namespace shardfeed::cli

@@ -1,6 +1,7 @@
 #include "shardfeed/base/cpus.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -51,6 +52,27 @@ int AvailableCpus() {
   }
   if (quota > 0) n = std::min(n, quota);
   return std::max(1, n);
+}
+
+uint64_t BytesFromCgroupLimit(std::string_view limit) {
+  std::string text(limit);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  if (text.empty() || text == "max") return 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (end == text.c_str() || *end != 0) return 0;
+  return v;
+}
+
+uint64_t AvailableMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  uint64_t bytes = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : uint64_t{1} << 32;
+  for (const char* path :
+       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    const uint64_t limit = BytesFromCgroupLimit(ReadSmallFile(path));
+    if (limit > 0) bytes = std::min(bytes, limit);  // v1's "no limit" is a huge number: min
+  }
+  return bytes;
 }
 
 }  // namespace shardfeed

@@ -103,9 +103,12 @@ class Loader:
 
     Options: batch_size=64, shuffle=False, seed=0, drop_last=False, shuffle_block=0 and
     shuffle_window=8 (a locality-friendly block shuffle for archives larger than RAM; 0 keeps
-    the true global shuffle), workers=0 (the CPUs this process may use) or workers='auto'
-    (tuned online from the consumer's wait: see max_workers, wait_target=0.02, and stats()'s
-    'workers' and 'tuning'), prefetch=4,
+    the true global shuffle), workers='auto' (tuned online from the consumer's wait: see
+    max_workers=0, i.e. the CPUs this process may use, wait_target=0.02, and stats()'s
+    'workers' and 'tuning'; a number fixes it, 0 meaning those CPUs), prefetch='auto' (ring
+    slots, tuned online from 2 up to max_prefetch=0, i.e. 16, within ring_mb=0, i.e. 1/8 of
+    the memory this process may use, at most 4096; a number fixes it; stats() has 'prefetch',
+    'ring_bytes' and 'ring_full_seconds'),
     crop='center'|'random'|'none'|'squash' ('none': whole images at a fixed-shape archive's
     stored shape, never distorted; 'squash': whole images resized to size x size, aspect
     ratio not kept), size=0 (224 for center, random and squash; the stored shape for 'none'),
@@ -126,8 +129,9 @@ class Loader:
     own workers on first use and never touches the parent's.
 
     Iterating yields Batch objects ((images, labels) numpy arrays) that are views into the
-    loader's ring: keeping more than `prefetch - 1` of them alive (e.g. list(loader)) starves the
-    ring, which raises shardfeed.Error; copy what you keep. Each iteration runs one
+    loader's ring: each one kept alive holds a slot. With prefetch='auto' the ring grows for
+    them up to its budget; a fixed ring (or a spent budget) with every slot held raises
+    shardfeed.Error rather than wait. Copy what you keep. Each iteration runs one
     epoch: `set_epoch(e)` chooses it (else epochs count up from 0). `state_dict()` /
     `load_state_dict()` resume mid-epoch on exactly the next batch.
     """

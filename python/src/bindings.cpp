@@ -225,7 +225,10 @@ py::dict StatsDict(const reader::EpochStats& s) {
   d["wait_seconds"] = s.wait_seconds;
   d["consumer_seconds"] = s.consumer_seconds;
   d["wait_fraction"] = s.wait_fraction();
-  d["workers"] = s.workers;  // claiming work at the end of the epoch (workers="auto": tuned)
+  d["workers"] = s.workers;    // claiming work at the end of the epoch (workers="auto": tuned)
+  d["prefetch"] = s.prefetch;  // ring slots in use (prefetch="auto": tuned)
+  d["ring_bytes"] = s.ring_bytes;
+  d["ring_full_seconds"] = s.ring_full_seconds;
   d["tuning"] = s.tuning;
   d["images_per_second"] = s.seconds > 0 ? s.images / s.seconds : 0.0;
   py::dict stages;

@@ -125,40 +125,75 @@ bool Loader::Impl::Claim(size_t worker, Task* task) {
         next_task += n;
         return true;
       }
+      // Work is left but every slot is taken: back-pressure, time the ring's depth costs.
+      const auto idle = Clock::now();
+      cv_work.wait(lock);
+      stats.ring_full_seconds += Seconds(Clock::now() - idle);
+      continue;
     }
     cv_work.wait(lock);
   }
 }
 
-void Loader::Impl::Tune(Clock::time_point now) {
-  if (!auto_workers) return;
+void Loader::Impl::Tune(Clock::time_point now, uint32_t lead) {
+  if (!auto_workers && !auto_prefetch) return;
   const double busy = stats.read + stats.decode + stats.collate;
   TuneWindow& w = tune;
-  if (w.batches++ == 0) {
-    w = TuneWindow{1, stats.wait_seconds, stats.consumer_seconds, busy, now};
-    return;
-  }
+  auto restart = [&] {
+    w = TuneWindow{1,    stats.wait_seconds,      stats.consumer_seconds,
+                   busy, stats.ring_full_seconds, now};
+  };
+  if (w.batches++ == 0) return restart();
+  w.lead_min = std::min(w.lead_min, lead);
   if (w.batches <= kTuneWindow) return;
   const double wait = stats.wait_seconds - w.wait, consumer = stats.consumer_seconds - w.consumer;
   const double used = busy - w.busy, wall = Seconds(now - w.start);
+  const double full = stats.ring_full_seconds - w.ring_full;
   const double fraction = wait + consumer > 0 ? wait / (wait + consumer) : 0;
+  const bool can_wake = auto_workers && active_workers < options.workers;
+  const bool can_grow = auto_prefetch && depth < slots.size();
+  // Workers idle on a full ring for a tenth of their time: a deeper ring lets them run ahead.
+  const bool ring_bound = full > 0.1 * wall * active_workers;
   std::ostringstream why;
   why << std::fixed << std::setprecision(1) << "consumer waited " << 100 * fraction << "% over "
       << kTuneWindow << " batches (target " << 100 * options.wait_target << "%), workers busy "
-      << (wall > 0 ? used / wall : 0) << " of " << active_workers;
-  if (fraction > options.wait_target && active_workers < options.workers) {
-    ++active_workers;
-    stats.tuning = why.str() + ": woke a worker";
-    cv_work.notify_all();
-  } else if (fraction <= options.wait_target / 2 && active_workers > 1 &&
-             used < (active_workers - 1) * wall * 0.7) {
-    --active_workers;  // the others carry the load with room to spare
-    stats.tuning = why.str() + ": one sleeps";
+      << (wall > 0 ? used / wall : 0) << " of " << active_workers << ", idle on a full ring "
+      << (wall > 0 ? full / wall : 0) << ", " << depth << " slots";
+  std::string did =
+      "kept " + std::to_string(active_workers) + " workers, " + std::to_string(depth) + " slots";
+  if (fraction > options.wait_target) {
+    calm_windows = 0;
+    if (can_grow && (ring_bound || (!can_wake && full > 0))) {
+      ++depth;
+      did = "the ring grew to " + std::to_string(depth) + " slots";
+      if (shrunk) shrink_after = std::min<uint32_t>(2 * shrink_after, 64);
+      shrunk = false;
+    } else if (can_wake) {
+      // Starved for most of the window: double (a many-core machine ramps in a few windows);
+      // otherwise one more.
+      const int wake = fraction > 0.5 ? active_workers : 1;
+      active_workers = std::min(options.workers, active_workers + wake);
+      did = wake == 1 ? "woke a worker" : "woke " + std::to_string(wake) + " workers";
+      cv_work.notify_all();
+    }
+  } else if (fraction <= options.wait_target / 2) {
+    ++calm_windows;
+    if (auto_workers && active_workers > 1 && used < (active_workers - 1) * wall * 0.7) {
+      --active_workers;  // the others carry the load with room to spare
+      did = "one worker sleeps";
+    } else if (auto_prefetch && depth > 2 && w.lead_min >= 1 && calm_windows >= shrink_after) {
+      --depth;  // a ready batch was always to spare: one slot fewer still keeps up
+      calm_windows = 0;
+      shrunk = true;
+      did = "the ring gave a slot back (" + std::to_string(depth) + " slots)";
+    }
   } else {
-    stats.tuning = why.str() + ": kept " + std::to_string(active_workers);
+    calm_windows = 0;
   }
+  stats.tuning = why.str() + ": " + did;
   stats.workers = active_workers;
-  w = TuneWindow{1, stats.wait_seconds, stats.consumer_seconds, busy, now};
+  stats.prefetch = static_cast<int>(depth);
+  restart();
 }
 
 uint32_t Loader::Impl::RunLength() const {
@@ -183,9 +218,77 @@ int Loader::Impl::batch_slot(uint64_t b) const {
 }
 
 void Loader::Impl::FreeSlot(int s) {
-  slots[s].state = SlotState::kFree;
   slots[s].in_flight = 0;
+  if (usable > depth) {  // the ring is shrinking: this slot's memory goes back
+    slots[s].state = SlotState::kRetiring;
+    --usable;
+    retiring.push_back(s);
+    return;
+  }
+  slots[s].state = SlotState::kFree;
   free_slots.push_back(s);
+}
+
+bool Loader::Impl::RingStarved() const {
+  return free_slots.empty() && std::none_of(slots.begin(), slots.end(), [](const Slot& x) {
+           return x.state == SlotState::kFilling || x.state == SlotState::kReady;
+         });
+}
+
+Status Loader::Impl::MaintainRing() {
+  std::vector<int> release, commit;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    while (usable < depth && !retiring.empty()) {  // grown again before it was given back
+      const int s = retiring.back();
+      retiring.pop_back();
+      slots[s].state = SlotState::kFree;
+      free_slots.push_back(s);
+      ++usable;
+    }
+    release.swap(retiring);
+    for (size_t s = 0; s < slots.size() && usable + commit.size() < depth; ++s) {
+      if (slots[s].state == SlotState::kAbsent) commit.push_back(static_cast<int>(s));
+    }
+  }
+  if (release.empty() && commit.empty()) return Status::OK();
+  for (int s : release) {
+    if (options.device) device_slots[s].reset();
+    ring.Decommit(s);
+  }
+  Status status;
+  std::vector<int> ready;
+  for (int s : commit) {
+    status = ring.Commit(s);
+    if (status.ok() && options.device) {
+      auto ds = DeviceSlot::Create(slot_bytes, options.device_index, normalize.get());
+      if (ds.ok()) {
+        device_slots[s] = std::move(*ds);
+      } else {
+        status = ds.status();
+        ring.Decommit(s);
+      }
+    }
+    if (!status.ok()) break;
+    ready.push_back(s);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (int s : release) slots[s].state = SlotState::kAbsent;
+    for (int s : ready) {
+      slots[s].state = SlotState::kFree;
+      free_slots.push_back(s);
+      ++usable;
+    }
+    if (!status.ok()) {
+      depth = usable;  // stop growing here
+      stats.tuning = "the ring stays at " + std::to_string(depth) + " slots: " + status.ToString();
+    }
+    stats.prefetch = static_cast<int>(depth);
+    stats.ring_bytes = ring.committed_bytes();
+  }
+  if (!ready.empty()) cv_work.notify_all();
+  return status;
 }
 
 void Loader::Impl::SampleDone(const Task& t, const Status& status, const StageTimes& times,
@@ -238,7 +341,7 @@ void Loader::Impl::FinishRun(size_t worker, const Task& run, const RunTally& tal
   }
   if (!last) return;
   Status copy_status;
-  if (device_slots.size() && slot.error.ok()) {
+  if (options.device && slot.error.ok()) {
     auto t = Clock::now();
     copy_status = device_slots[run.slot]->CopyAsync(SlotImages(run.slot), slot_bytes, slot.count);
     std::lock_guard<std::mutex> lock(mu);
@@ -254,7 +357,7 @@ void Loader::Impl::FinishRun(size_t worker, const Task& run, const RunTally& tal
 
 void Loader::Impl::ReleaseSlot(int s) {
   if (!InOwnerProcess()) return;  // a forked copy's lease: the parent's ring is not ours
-  if (!device_slots.empty()) device_slots[s]->Release();
+  if (options.device) device_slots[s]->Release();
   {
     std::lock_guard<std::mutex> lock(mu);
     FreeSlot(s);
@@ -411,53 +514,68 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
   so.shuffle_window = options.shuffle_window;
   impl->sampler = std::make_unique<Sampler>(impl->archive->size(), so);
 
-  // Slot layout: images, then labels (int64), then indices (uint64), each 64-byte aligned.
+  // Slot layout: images, then labels (int64), then indices (uint64), each 64-byte aligned; a
+  // slot is a whole number of pages (committed and pinned one by one).
   const size_t b = options.batch_size;
   const size_t element = DTypeSize(impl->options.transform.dtype);
-  size_t ring_bytes = 0;
+  size_t image_bytes = 0;
   if (uint64_t{impl->out_h} * impl->out_w > kMaxOutputPixels ||
-      __builtin_mul_overflow(size_t{impl->out_h} * impl->out_w * 3 * element, b, &ring_bytes) ||
-      __builtin_mul_overflow(ring_bytes, size_t{options.prefetch}, &ring_bytes) ||
-      ring_bytes > kMaxRingBytes) {
+      __builtin_mul_overflow(size_t{impl->out_h} * impl->out_w * 3 * element, b, &image_bytes) ||
+      image_bytes > kMaxRingBytes) {
     return Status::InvalidArgument("output ", impl->out_h, "x", impl->out_w, " x batch ", b,
-                                   " x prefetch ", options.prefetch,
                                    " is beyond the ring's limit of ", kMaxRingBytes >> 30,
                                    " GiB (or ", kMaxOutputPixels, " pixels per image)");
   }
   impl->sample_bytes = size_t{impl->out_h} * impl->out_w * 3 * element;
-  auto align = [](size_t n) { return (n + 63) / 64 * 64; };
-  impl->labels_offset = align(impl->sample_bytes * b);
-  impl->indices_offset = impl->labels_offset + align(b * sizeof(int64_t));
-  impl->slot_bytes = impl->indices_offset + align(b * sizeof(uint64_t));
-  const size_t n_slots = options.prefetch;
-  impl->slots.resize(n_slots);
-  impl->filling.assign(n_slots, -1);
-  for (size_t i = 0; i < n_slots; ++i)
-    impl->free_slots.push_back(static_cast<int>(n_slots - 1 - i));
+  auto align = [](size_t n, size_t to) { return (n + to - 1) / to * to; };
+  impl->labels_offset = align(impl->sample_bytes * b, 64);
+  impl->indices_offset = impl->labels_offset + align(b * sizeof(int64_t), 64);
+  impl->slot_bytes = align(impl->indices_offset + b * sizeof(uint64_t), RingMemory::PageSize());
+  size_t capacity = options.prefetch;
+  impl->auto_prefetch = options.prefetch == LoaderOptions::kAutoPrefetch;
+  if (impl->auto_prefetch) {
+    const uint64_t budget = options.ring_mb > 0
+                                ? uint64_t{options.ring_mb} << 20
+                                : std::min<uint64_t>(AvailableMemoryBytes() / 8, uint64_t{4} << 30);
+    const uint64_t fits = budget / impl->slot_bytes;
+    if (options.ring_mb > 0 && fits < 2) {
+      return Status::InvalidArgument("prefetch=auto needs 2 slots of ", impl->slot_bytes >> 20,
+                                     " MiB (batch ", b, " of ", impl->out_h, "x", impl->out_w,
+                                     "), more than ring_mb=", options.ring_mb);
+    }
+    capacity = std::max<uint64_t>(
+        2, std::min<uint64_t>(options.max_prefetch > 0 ? options.max_prefetch : 16, fits));
+    impl->depth = 2;
+  } else {
+    impl->depth = options.prefetch;
+  }
+  if (capacity > kMaxRingBytes / impl->slot_bytes) {
+    return Status::InvalidArgument("output ", impl->out_h, "x", impl->out_w, " x batch ", b,
+                                   " x prefetch ", capacity, " is beyond the ring's limit of ",
+                                   kMaxRingBytes >> 30, " GiB");
+  }
+  impl->slots.resize(capacity);
+  impl->filling.assign(capacity, -1);
+  if (options.device) impl->device_slots.resize(capacity);
+  if (options.normalize_on_device) {
+    auto& n = impl->normalize;
+    n = std::make_unique<DeviceNormalize>();
+    n->dtype = options.transform.dtype;
+    n->layout = options.transform.layout;
+    n->plane = size_t{impl->out_h} * impl->out_w;
+    n->max_samples = options.batch_size;
+    const internal::Affine a = internal::AffineFor(options.transform);
+    for (int c = 0; c < 3; ++c) n->scale[c] = a.scale[c], n->bias[c] = a.bias[c];
+  }
 
   if (options.mode == WorkerMode::kProcesses) {
     SF_RETURN_IF_ERROR(impl->StartProcesses());
   } else {
-    SF_ASSIGN_OR_RETURN(impl->ring, PinnedBuffer::Allocate(impl->slot_bytes * n_slots));
-    impl->ring_base = impl->ring.data();
+    SF_ASSIGN_OR_RETURN(impl->ring, RingMemory::Reserve(impl->slot_bytes, capacity));
   }
-  if (options.device) {
-    for (size_t i = 0; i < n_slots; ++i) {
-      DeviceNormalize normalize;
-      if (options.normalize_on_device) {
-        normalize.dtype = options.transform.dtype;
-        normalize.layout = options.transform.layout;
-        normalize.plane = size_t{impl->out_h} * impl->out_w;
-        normalize.max_samples = options.batch_size;
-        const internal::Affine a = internal::AffineFor(options.transform);
-        for (int c = 0; c < 3; ++c) normalize.scale[c] = a.scale[c], normalize.bias[c] = a.bias[c];
-      }
-      SF_ASSIGN_OR_RETURN(auto ds,
-                          DeviceSlot::Create(impl->slot_bytes, options.device_index,
-                                             options.normalize_on_device ? &normalize : nullptr));
-      impl->device_slots.push_back(std::move(ds));
-    }
-  }
+  impl->ring_base = impl->ring.data();
+  SF_RETURN_IF_ERROR(impl->MaintainRing());
+  impl->stats.tuning.clear();
   if (options.mode == WorkerMode::kThreads) {
     impl->progress.resize(static_cast<size_t>(impl->options.workers));
     impl->holding.reset(new std::atomic<uint64_t>[impl->progress.size()]());
@@ -499,7 +617,7 @@ Status Loader::StartEpoch(uint64_t epoch, uint64_t start_batch, uint64_t start_p
     // go back when the last of those completes (Complete sees the generation change); leased
     // ones when their consumer releases them.
     for (size_t s = 0; s < p.slots.size(); ++s) {
-      Impl::Slot& slot = p.slots[s];
+      const Impl::Slot& slot = p.slots[s];
       if (slot.state == SlotState::kReady ||
           (slot.state == SlotState::kFilling && slot.in_flight == 0)) {
         p.FreeSlot(static_cast<int>(s));
@@ -514,6 +632,8 @@ Status Loader::StartEpoch(uint64_t epoch, uint64_t start_batch, uint64_t start_p
     p.stats = EpochStats();
     p.stats.epoch = epoch;
     p.stats.workers = p.active_workers;
+    p.stats.prefetch = static_cast<int>(p.depth);
+    p.stats.ring_bytes = p.ring.committed_bytes();
     p.tune.batches = 0;  // stats restart: so does the tuning window
     p.epoch_start = Clock::now();
     p.last_return = Clock::time_point();
@@ -548,9 +668,7 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
     if (p.stopping || !p.fatal.ok()) return true;
     s = p.batch_slot(b);
     if (s >= 0 && p.slots[s].state == SlotState::kReady) return true;
-    starved = s < 0 && std::all_of(p.slots.begin(), p.slots.end(), [](const Impl::Slot& x) {
-                return x.state == SlotState::kLeased;
-              });
+    starved = s < 0 && p.RingStarved();
     return starved;
   };
   // Bounded wait: wake every poll interval for the hook, and give up after `timeout` seconds in
@@ -577,8 +695,17 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
     }
   }
   if (!p.fatal.ok()) return p.fatal;
+  if (starved && p.auto_prefetch && p.depth < p.slots.size()) {
+    // The consumer holds every slot: a deeper ring is the only way on (within the budget).
+    ++p.depth;
+    p.stats.tuning = "the consumer holds all " + std::to_string(p.usable) +
+                     " slots: the ring grew to " + std::to_string(p.depth);
+    lock.unlock();
+    (void)p.MaintainRing();  // a slot that cannot be had ends in the error below
+    return Next(hook);
+  }
   if (starved) {
-    return Status::ResourceExhausted("all ", p.slots.size(),
+    return Status::ResourceExhausted("all ", p.usable,
                                      " prefetch slots are held by the consumer: release batches "
                                      "(or raise prefetch) before asking for more");
   }
@@ -599,7 +726,11 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
   ++p.stats.batches;
   p.stats.images += slot.count;
   p.stats.skipped += slot.skipped;
-  p.Tune(now);
+  uint32_t lead = 0;  // ready batches to spare
+  for (const Impl::Slot& x : p.slots) lead += x.state == SlotState::kReady;
+  const uint32_t depth_before = p.depth;
+  p.Tune(now, lead);
+  const bool maintain = p.depth != depth_before || !p.retiring.empty();
 
   Batch batch;
   batch.images_ = p.SlotImages(s);
@@ -615,7 +746,7 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
                                                              : std::vector<int64_t>{n, h, w, 3};
   batch.device_dtype_ = batch.dtype_;
   batch.device_shape_ = batch.shape_;
-  if (!p.device_slots.empty()) {
+  if (p.options.device) {
     batch.device_ = p.device_slots[s].get();
     if (p.options.normalize_on_device) {
       const TransformOptions& want = p.normalize_target;
@@ -626,6 +757,7 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
     batch.device_label_offset_ = p.labels_offset;
   }
   lock.unlock();
+  if (maintain) (void)p.MaintainRing();  // a failure is in stats().tuning
   // The lease: a token whose deleter returns the slot. Impl outlives leases only if the
   // consumer drops them first; Loader's destructor waits for none (see Impl::Shutdown).
   std::shared_ptr<Impl> keep = p.self.lock();
@@ -675,7 +807,7 @@ const LoaderOptions& Loader::options() const { return impl_->options; }
 uint32_t Loader::out_height() const { return impl_->out_h; }
 uint32_t Loader::out_width() const { return impl_->out_w; }
 PinKind Loader::pin_kind() const { return impl_->ring.kind(); }
-bool Loader::on_device() const { return !impl_->device_slots.empty(); }
+bool Loader::on_device() const { return impl_->options.device; }
 std::vector<int> Loader::worker_pids() const {
   std::vector<int> pids;
   for (const auto& c : impl_->children) pids.push_back(c.pid);

@@ -15,7 +15,9 @@
 
 namespace shardfeed::reader {
 
-enum class SlotState { kFree, kFilling, kReady, kLeased };
+// kAbsent: no memory committed (prefetch="auto" above its depth); kRetiring: freed while the
+// ring is above its depth, its memory to be given back by the consumer thread (MaintainRing).
+enum class SlotState { kAbsent, kFree, kFilling, kReady, kLeased, kRetiring };
 
 // A worker's current sample. The worker keeps one Task for its life: `plan` is its copy of the
 // epoch's plan, refreshed under the loader's lock only when the epoch changes, so the sampler
@@ -37,7 +39,7 @@ struct Task {
 
 struct Loader::Impl {
   struct Slot {
-    SlotState state = SlotState::kFree;
+    SlotState state = SlotState::kAbsent;
     uint64_t batch = 0;
     uint64_t generation = 0;
     uint32_t count = 0, remaining = 0, skipped = 0;
@@ -73,7 +75,12 @@ struct Loader::Impl {
   void FinishRun(size_t worker, const Task& run, const RunTally& tally);
   uint32_t RunLength() const;  // samples a claim hands out at most
   void ReleaseSlot(int slot);
-  void FreeSlot(int slot);               // mu held
+  void FreeSlot(int slot);  // mu held: back to the ring, or retiring
+  // Commits slots up to `depth` and gives back retiring ones: pinning and unpinning happen
+  // here, on the consumer's thread (or Create's), outside the lock. A slot that cannot be
+  // committed stops the ring's growth (the tuning says why); at Create it is an error.
+  Status MaintainRing();
+  bool RingStarved() const;              // mu held: every usable slot is leased by the consumer
   int batch_slot(uint64_t batch) const;  // slot filling or holding `batch`, or -1 (mu held)
   void ThreadWorker(size_t worker);
   Status ThreadWorkerLoop(size_t worker, SampleDecoder* decoder);
@@ -107,9 +114,11 @@ struct Loader::Impl {
   uint32_t out_h = 0, out_w = 0;
   size_t sample_bytes = 0, slot_bytes = 0, labels_offset = 0, indices_offset = 0;
 
-  PinnedBuffer ring;  // thread mode: the ring; process mode: adopts the shared mapping
+  RingMemory ring;  // private (threads) or a shared memfd mapping (processes)
   uint8_t* ring_base = nullptr;
-  std::vector<std::unique_ptr<DeviceSlot>> device_slots;
+  bool auto_prefetch = false;
+  std::vector<std::unique_ptr<DeviceSlot>> device_slots;  // per committed slot, with `device`
+  std::unique_ptr<DeviceNormalize> normalize;             // normalize_on_device's kernel setup
   std::vector<std::thread> threads;  // workers (thread mode) or dispatchers (process mode)
 
   // Process mode.
@@ -118,8 +127,6 @@ struct Loader::Impl {
     int fd = -1;  // socketpair end: tasks out, results in
   };
   std::vector<Child> children;
-  void* shared_map = nullptr;
-  size_t shared_size = 0;
 
   // Everything below is guarded by mu.
   mutable std::mutex mu;
@@ -128,8 +135,11 @@ struct Loader::Impl {
   Status fatal;  // the loader cannot go on (a worker died): every later call reports it
   std::vector<Slot> slots;
   std::vector<int> free_slots;
-  std::vector<int> filling;  // batch % prefetch -> slot
-  EpochPlan plan;            // the epoch being delivered: positions [0, plan.samples) on this rank
+  std::vector<int> filling;  // batch % capacity -> slot
+  uint32_t depth = 0;        // slots the ring may use now: prefetch, or the tuned depth
+  uint32_t usable = 0;       // committed slots, retiring ones aside
+  std::vector<int> retiring;
+  EpochPlan plan;  // the epoch being delivered: positions [0, plan.samples) on this rank
   std::vector<WorkerProgress> progress;
   // The epoch position each worker is decoding now (written by the worker, per sample).
   std::unique_ptr<std::atomic<uint64_t>[]> holding;
@@ -144,10 +154,15 @@ struct Loader::Impl {
   static constexpr uint64_t kTuneWindow = 4;
   struct TuneWindow {
     uint64_t batches = 0;
-    double wait = 0, consumer = 0, busy = 0;
+    double wait = 0, consumer = 0, busy = 0, ring_full = 0;
     std::chrono::steady_clock::time_point start;
+    uint32_t lead_min = ~0u;  // fewest ready batches to spare at a delivery in the window
   } tune;
-  void Tune(std::chrono::steady_clock::time_point now);  // with mu held
+  // prefetch="auto": calm windows in a row, and how many it takes to give a slot back.
+  uint32_t calm_windows = 0, shrink_after = 4;
+  bool shrunk = false;  // the ring has given a slot back since it last grew
+  // With mu held, after each delivered batch; `lead`: ready batches to spare at that moment.
+  void Tune(std::chrono::steady_clock::time_point now, uint32_t lead);
   std::chrono::steady_clock::time_point epoch_start, last_return;
 };
 

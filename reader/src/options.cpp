@@ -171,7 +171,7 @@ std::vector<LoaderOption> MakeTable() {
       SF_COUNT(max_workers, max_workers, 0,
                "workers=auto: at most this many (0: the CPUs this process may use)"),
       {"wait_target", OptionKind::kNumber, nullptr,
-       "workers=auto: the consumer may wait this fraction of its time for data",
+       "workers or prefetch auto: the consumer may wait this fraction of its time for data",
        [](O* o, V t) -> Status {
          double v = 0;
          if (!ParseNumberText(t, &v) || !(v > 0 && v < 1)) {
@@ -181,8 +181,36 @@ std::vector<LoaderOption> MakeTable() {
          return Status::OK();
        },
        [](const O& o) { return NumberText(o.wait_target); }},
-      SF_COUNT(prefetch, prefetch, 1,
-               "ring slots: batches decoded ahead (memory = prefetch x batch)"),
+      {"prefetch", OptionKind::kText, nullptr,
+       "ring slots: batches decoded ahead (memory = prefetch x batch), or auto (the shallowest "
+       "ring that keeps the consumer fed, within max_prefetch and ring_mb)",
+       [](O* o, V t) -> Status {
+         uint64_t v = 0;
+         if (t == "auto") return o->prefetch = LoaderOptions::kAutoPrefetch, Status::OK();
+         if (!ParseCountText(t, &v) || v < 1 || v > 4096) {
+           return BadOption("prefetch", "a whole number of at least 1, or auto", t);
+         }
+         o->prefetch = static_cast<uint32_t>(v);
+         return Status::OK();
+       },
+       [](const O& o) {
+         return o.prefetch == LoaderOptions::kAutoPrefetch ? std::string("auto")
+                                                           : std::to_string(o.prefetch);
+       }},
+      {"max_prefetch", OptionKind::kCount, nullptr,
+       "prefetch=auto: at most this many slots (0: 16)",
+       [](O* o, V t) -> Status {
+         uint64_t v = 0;
+         if (!ParseCountText(t, &v) || v == 1 || v > 4096) {
+           return BadOption("max_prefetch", "0 or a whole number of at least 2", t);
+         }
+         o->max_prefetch = static_cast<uint32_t>(v);
+         return Status::OK();
+       },
+       [](const O& o) { return std::to_string(o.max_prefetch); }},
+      SF_COUNT(ring_mb, ring_mb, 0,
+               "prefetch=auto: the ring's memory budget in MiB (0: 1/8 of the memory this "
+               "process may use, at most 4096)"),
       {"mode", OptionKind::kChoice, "threads|processes",
        "workers as threads, or as shardfeed-worker processes",
        [](O* o, V t) -> Status {
@@ -307,7 +335,14 @@ Status SetLoaderOption(LoaderOptions* options, std::string_view name, std::strin
 
 Status ValidateLoaderOptions(const LoaderOptions& o) {
   if (o.batch_size == 0) return BadOption("batch_size", CountWhat(1), "0");
-  if (o.prefetch == 0) return BadOption("prefetch", CountWhat(1), "0");
+  if (o.prefetch > 4096) {
+    return BadOption("prefetch", "a whole number of at least 1, or auto",
+                     std::to_string(o.prefetch));
+  }
+  if (o.max_prefetch == 1 || o.max_prefetch > 4096) {
+    return BadOption("max_prefetch", "0 or a whole number of at least 2",
+                     std::to_string(o.max_prefetch));
+  }
   if (o.workers < LoaderOptions::kAutoWorkers) {
     return BadOption("workers", "a whole number or auto", std::to_string(o.workers));
   }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -62,8 +63,6 @@ const CudaProbe& Probe() {
   return probe;
 }
 
-size_t PageSize() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
-
 }  // namespace
 
 bool CudaAvailable() { return Probe().available; }
@@ -79,8 +78,6 @@ std::string CudaUnavailableReason() { return Probe().reason; }
 
 const char* PinKindName(PinKind kind) {
   switch (kind) {
-    case PinKind::kCudaHostAlloc:
-      return "cudaHostAlloc";
     case PinKind::kCudaRegistered:
       return "cudaHostRegister";
     case PinKind::kMlocked:
@@ -91,89 +88,117 @@ const char* PinKindName(PinKind kind) {
   return "?";
 }
 
-Result<PinnedBuffer> PinnedBuffer::Allocate(size_t bytes) {
-  PinnedBuffer b;
+size_t RingMemory::PageSize() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+
+Result<RingMemory> RingMemory::Reserve(size_t slot_bytes, size_t capacity, int shared_fd) {
+  RingMemory r;
   const size_t page = PageSize();
-  bytes = (std::max<size_t>(bytes, 1) + page - 1) / page * page;
-  b.size_ = bytes;
+  if (slot_bytes == 0 || slot_bytes % page != 0 || capacity == 0) {
+    return Status::InvalidArgument("ring slots must be a positive number of pages, not ",
+                                   slot_bytes, " bytes x ", capacity);
+  }
+  const size_t bytes = slot_bytes * capacity;
+  void* map = shared_fd >= 0
+                  ? ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, shared_fd, 0)
+                  : ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (map == MAP_FAILED) {
+    return Status::ResourceExhausted("cannot reserve ", bytes,
+                                     " bytes for the batch ring: ", std::strerror(errno));
+  }
+  r.data_ = static_cast<uint8_t*>(map);
+  r.slot_bytes_ = slot_bytes;
+  r.shared_ = shared_fd >= 0;
+  r.pinned_.assign(capacity, kNone);
+  return r;
+}
+
+Status RingMemory::Commit(size_t slot) {
+  if (slot >= pinned_.size()) return Status::InvalidArgument("no ring slot ", slot);
+  if (pinned_[slot] != kNone) return Status::OK();
+  uint8_t* p = data_ + slot * slot_bytes_;
+  // First touch now, not in the first batches. MADV_POPULATE_WRITE faults the (zero) pages in
+  // and reports a shortage as an error, where touching a shared mapping the system cannot back
+  // would raise SIGBUS; kernels before 5.14 answer EINVAL and the pages are touched by hand.
+  bool populated = false;
+#ifdef MADV_POPULATE_WRITE
+  if (::madvise(p, slot_bytes_, MADV_POPULATE_WRITE) == 0) {
+    populated = true;
+  } else if (errno != EINVAL) {
+    return Status::ResourceExhausted("cannot commit ", slot_bytes_,
+                                     " bytes of ring memory: ", std::strerror(errno));
+  }
+#endif
+  if (!populated) std::memset(p, 0, slot_bytes_);
+  PinKind kind = PinKind::kPageable;
 #ifdef SHARDFEED_WITH_CUDA
   if (CudaAvailable()) {
-    void* p = nullptr;
-    cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
-    if (err == cudaSuccess) {
-      b.data_ = static_cast<uint8_t*>(p);
-      b.kind_ = PinKind::kCudaHostAlloc;
-      std::memset(b.data_, 0, bytes);
-      return b;
+    if (cudaHostRegister(p, slot_bytes_, cudaHostRegisterPortable) == cudaSuccess) {
+      kind = PinKind::kCudaRegistered;
+    } else {
+      cudaGetLastError();
     }
-    cudaGetLastError();
   }
 #endif
-  void* p = nullptr;
-  if (posix_memalign(&p, page, bytes) != 0) {
-    return Status::ResourceExhausted("cannot allocate ", bytes, " bytes of host memory");
-  }
-  b.data_ = static_cast<uint8_t*>(p);
-  std::memset(b.data_, 0, bytes);  // first touch now, not in the first batches
-  b.kind_ = ::mlock(b.data_, bytes) == 0 ? PinKind::kMlocked : PinKind::kPageable;
-  return b;
+  if (kind == PinKind::kPageable && ::mlock(p, slot_bytes_) == 0) kind = PinKind::kMlocked;
+  pinned_[slot] = static_cast<uint8_t>(kind);
+  ++committed_;
+  return Status::OK();
 }
 
-PinnedBuffer PinnedBuffer::Adopt(void* data, size_t bytes) {
-  PinnedBuffer b;
-  b.data_ = static_cast<uint8_t*>(data);
-  b.size_ = bytes;
-  b.owned_ = false;
+void RingMemory::Decommit(size_t slot) {
+  if (slot >= pinned_.size() || pinned_[slot] == kNone) return;
+  uint8_t* p = data_ + slot * slot_bytes_;
+  switch (static_cast<PinKind>(pinned_[slot])) {
+    case PinKind::kCudaRegistered:
 #ifdef SHARDFEED_WITH_CUDA
-  if (CudaAvailable() && cudaHostRegister(data, bytes, cudaHostRegisterPortable) == cudaSuccess) {
-    b.kind_ = PinKind::kCudaRegistered;
-    return b;
-  }
-  if (CudaAvailable()) cudaGetLastError();
+      cudaHostUnregister(p);
 #endif
-  b.kind_ = ::mlock(data, bytes) == 0 ? PinKind::kMlocked : PinKind::kPageable;
-  return b;
+      break;
+    case PinKind::kMlocked:
+      ::munlock(p, slot_bytes_);
+      break;
+    case PinKind::kPageable:
+      break;
+  }
+  // Private memory: dropped pages read back as zeros. Shared memory: the memfd's pages are
+  // freed (MADV_REMOVE punches a hole), so the workers' views of it shrink too.
+  ::madvise(p, slot_bytes_, shared_ ? MADV_REMOVE : MADV_DONTNEED);
+  pinned_[slot] = kNone;
+  --committed_;
 }
 
-PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+PinKind RingMemory::kind() const {
+  int weakest = -1;
+  for (uint8_t k : pinned_) {
+    if (k != kNone) weakest = std::max(weakest, int{k});
+  }
+  return weakest < 0 ? PinKind::kPageable : static_cast<PinKind>(weakest);
+}
+
+RingMemory& RingMemory::operator=(RingMemory&& other) noexcept {
   if (this != &other) {
     Release();
     data_ = other.data_;
-    size_ = other.size_;
-    kind_ = other.kind_;
-    owned_ = other.owned_;
+    slot_bytes_ = other.slot_bytes_;
+    shared_ = other.shared_;
+    committed_ = other.committed_;
+    pinned_ = std::move(other.pinned_);
     other.data_ = nullptr;
-    other.size_ = 0;
+    other.pinned_.clear();
+    other.committed_ = 0;
   }
   return *this;
 }
 
-PinnedBuffer::~PinnedBuffer() { Release(); }
+RingMemory::~RingMemory() { Release(); }
 
-void PinnedBuffer::Release() {
+void RingMemory::Release() {
   if (!data_) return;
-  switch (kind_) {
-#ifdef SHARDFEED_WITH_CUDA
-    case PinKind::kCudaHostAlloc:
-      cudaFreeHost(data_);
-      break;
-    case PinKind::kCudaRegistered:
-      cudaHostUnregister(data_);
-      break;
-#else
-    case PinKind::kCudaHostAlloc:
-    case PinKind::kCudaRegistered:
-      break;
-#endif
-    case PinKind::kMlocked:
-      ::munlock(data_, size_);
-      if (owned_) std::free(data_);
-      break;
-    case PinKind::kPageable:
-      if (owned_) std::free(data_);
-      break;
-  }
+  for (size_t s = 0; s < pinned_.size(); ++s) Decommit(s);
+  ::munmap(data_, slot_bytes_ * pinned_.size());
   data_ = nullptr;
+  pinned_.clear();
 }
 
 #ifdef SHARDFEED_WITH_CUDA

@@ -194,12 +194,9 @@ Status Loader::Impl::StartProcesses() {
     return Status::IOError("ftruncate of the shared ring (", bytes,
                            " bytes): ", std::strerror(errno));
   }
-  void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
-  if (map == MAP_FAILED) return Status::IOError("mmap of the shared ring: ", std::strerror(errno));
-  shared_map = map;
-  shared_size = bytes;
-  std::memset(map, 0, bytes);  // allocate and touch once, before the workers share it
-  ring_base = static_cast<uint8_t*>(map);
+  // Reserved, not touched: the loader commits slots (MaintainRing) as its depth needs them.
+  SF_ASSIGN_OR_RETURN(ring, RingMemory::Reserve(slot_bytes, slots.size(), memfd));
+  ring_base = ring.data();
   SF_ASSIGN_OR_RETURN(std::string program, WorkerProgram());
   SF_ASSIGN_OR_RETURN(int ring_copy, HighCopy(memfd));
   FdCloser ring_copy_closer{ring_copy};
@@ -276,7 +273,6 @@ Status Loader::Impl::StartProcesses() {
                     "worker process " + std::to_string(pid) + ": " + message);
     }
   }
-  ring = PinnedBuffer::Adopt(map, bytes);
   progress.resize(children.size());
   holding.reset(new std::atomic<uint64_t>[progress.size()]());
   for (size_t c = 0; c < children.size(); ++c) {
@@ -393,7 +389,7 @@ Loader::Impl::~Impl() {
     // The last lease of a forked copy: threads, CUDA memory and worker processes are the
     // parent's. Leak them rather than join, free or signal anything.
     new std::vector<std::thread>(std::move(threads));
-    new PinnedBuffer(std::move(ring));
+    new RingMemory(std::move(ring));
     new std::vector<std::unique_ptr<DeviceSlot>>(std::move(device_slots));
     for (Child& c : children) {
       if (c.fd >= 0) ::close(c.fd);
@@ -403,8 +399,7 @@ Loader::Impl::~Impl() {
   }
   Shutdown();
   device_slots.clear();
-  ring = PinnedBuffer();
-  if (shared_map) ::munmap(shared_map, shared_size);
+  ring = RingMemory();
 }
 
 // ---- The worker program -------------------------------------------------------------------

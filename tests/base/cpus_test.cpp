@@ -2,6 +2,7 @@
 #include "shardfeed/base/cpus.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <thread>
 
@@ -40,6 +41,17 @@ TEST_CASE("the affinity mask bounds the CPUs available") {
     seen = AvailableCpus();
   }).join();
   CHECK(seen == 1);
+}
+
+TEST_CASE("a cgroup memory limit is read in bytes; 'max' or garbage is no limit") {
+  CHECK(BytesFromCgroupLimit("8589934592") == 8589934592ull);
+  CHECK(BytesFromCgroupLimit("8589934592\n") == 8589934592ull);
+  CHECK(BytesFromCgroupLimit("max") == 0);
+  CHECK(BytesFromCgroupLimit("") == 0);
+  CHECK(BytesFromCgroupLimit("12x") == 0);
+  const uint64_t mem = AvailableMemoryBytes();
+  CHECK(mem > (uint64_t{64} << 20));  // this machine's memory, or its container's limit
+  CHECK(mem <= uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGESIZE)));
 }
 
 }  // namespace

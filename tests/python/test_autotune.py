@@ -77,3 +77,55 @@ def test_auto_options_are_checked(archive_path):
         shardfeed.Loader(archive_path, workers="auto", wait_target=1.5)
     with pytest.raises(ValueError, match="workers"):
         shardfeed.Loader(archive_path, workers="many")
+
+
+@pytest.mark.skipif(CPUS < 2, reason="needs two CPUs")
+def test_auto_retunes_when_the_step_time_changes(archive_path):
+    # One loader through three phases of a training run: a slow step (a big model, or a warm-up
+    # with evaluation), then an empty step (data-bound), then slow again. The worker count
+    # follows each change: 1 keeps up with the slow step, the fast one needs both.
+    loader = shardfeed.Loader(archive_path, batch_size=2, size=96, crop="random", shuffle=True,
+                              workers="auto", max_workers=2)
+    epoch = iter(range(100))
+    seen = []
+    for step_s, epochs in ((0.04, 2), (0, 6), (0.04, 2)):
+        for _ in range(epochs):
+            loader.set_epoch(next(epoch))
+            for _ in loader:
+                if step_s:
+                    time.sleep(step_s)
+        st = loader.stats()
+        seen.append((st["workers"], st["tuning"]))
+    assert [w for w, _ in seen] == [1, 2, 1], seen
+    assert all("consumer waited" in why for _, why in seen), seen
+
+
+def test_prefetch_auto_is_the_default_and_grows_for_batches_held(archive_path):
+    # list(loader) keeps every batch of the epoch: a fixed ring of 4 refused that; the tuned
+    # ring grows a slot at a time (within its budget) and every kept batch stays intact.
+    opts = dict(batch_size=4, size=32, shuffle=True, seed=3)
+    kept = list(shardfeed.Loader(archive_path, **opts))
+    copies = [(b.images.copy(), b.indices.copy()) for b in shardfeed.Loader(archive_path, **opts)]
+    assert len(kept) == len(copies) == 9
+    for b, (images, indices) in zip(kept, copies):
+        assert np.array_equal(b.indices, indices) and np.array_equal(b.images, images)
+    loader = shardfeed.Loader(archive_path, **opts)
+    held = list(loader)
+    st = loader.stats()
+    assert st["prefetch"] >= 9 and st["ring_bytes"] >= 9 * 4 * 32 * 32 * 3, st
+    del held
+    with pytest.raises(shardfeed.Error, match="all 2 prefetch slots"):
+        list(shardfeed.Loader(archive_path, max_prefetch=2, **opts))
+
+
+def test_prefetch_auto_options_are_checked(archive_path):
+    with pytest.raises(ValueError, match="prefetch"):
+        shardfeed.Loader(archive_path, prefetch="deep")
+    with pytest.raises(ValueError, match="max_prefetch"):
+        shardfeed.Loader(archive_path, max_prefetch=1)
+    with pytest.raises(ValueError, match="ring_mb=1"):
+        shardfeed.Loader(archive_path, size=1024, crop="squash", batch_size=4, ring_mb=1)
+    l = shardfeed.Loader(archive_path, size=32, prefetch="auto", ring_mb=64, max_prefetch=3)
+    for _ in l:
+        pass
+    assert 2 <= l.stats()["prefetch"] <= 3

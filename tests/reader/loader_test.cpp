@@ -5,12 +5,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <numeric>
 #include <set>
+#include <thread>
 
 #include "constant_archive.h"
 #include "shardfeed/converter/pack.h"
@@ -266,6 +268,122 @@ TEST_CASE("a held batch keeps its memory; holding every slot is an error, not a 
   CHECK(starved.status().code() == StatusCode::kResourceExhausted);
   second->Release();
   CHECK((*loader)->Next().ok());
+}
+
+TEST_CASE("prefetch=auto: two slots at first, a slot more while the consumer holds them all") {
+  TempDir dir;
+  auto archive = MakeRawArchive(dir / "a", 200);
+  LoaderOptions o = CopyOptions(4, 2);
+  o.prefetch = LoaderOptions::kAutoPrefetch;
+  o.max_prefetch = 5;
+  auto loader = Loader::Create(archive, o);
+  REQUIRE(loader.ok());
+  Loader& l = **loader;
+  REQUIRE(l.StartEpoch(0).ok());
+  EpochStats st = l.Stats();
+  CHECK(st.prefetch == 2);
+  const uint64_t slot = st.ring_bytes / 2;
+  CHECK(slot >= uint64_t{4} * kSide * kSide * 3);
+  // Held batches stay intact while the ring grows under them, up to max_prefetch.
+  std::vector<Batch> held;
+  std::vector<std::vector<uint8_t>> copies;
+  for (int i = 0; i < 5; ++i) {
+    auto b = l.Next();
+    REQUIRE(b.ok());
+    REQUIRE(*b);
+    copies.emplace_back(b->images(), b->images() + b->image_bytes());
+    held.push_back(*b);
+  }
+  st = l.Stats();
+  CHECK(st.prefetch == 5);
+  CHECK(st.ring_bytes == 5 * slot);
+  CHECK(st.tuning.find("slot") != std::string::npos);  // says what the ring did
+  for (size_t i = 0; i < held.size(); ++i) {
+    CHECK(std::equal(copies[i].begin(), copies[i].end(), held[i].images()));
+    CHECK(held[i].number() == i);
+  }
+  auto starved = l.Next();  // the budget is spent: the same clear error as a fixed ring's
+  CHECK(starved.status().code() == StatusCode::kResourceExhausted);
+  CHECK(starved.status().message().find("all 5 prefetch slots") != std::string::npos);
+  held.clear();
+  auto next = l.Next();  // the batch the refusal did not consume
+  REQUIRE(next.ok());
+  CHECK(next->number() == 5);
+}
+
+TEST_CASE("prefetch=auto gives slots and their memory back once a slower consumer is fed") {
+  TempDir dir;
+  auto archive = MakeRawArchive(dir / "a", 400);
+  LoaderOptions o = CopyOptions(2, 2);
+  o.prefetch = LoaderOptions::kAutoPrefetch;
+  o.max_prefetch = 6;
+  auto loader = Loader::Create(archive, o);
+  REQUIRE(loader.ok());
+  Loader& l = **loader;
+  REQUIRE(l.StartEpoch(0).ok());
+  std::vector<Batch> held;
+  for (int i = 0; i < 6; ++i) held.push_back(*l.Next());  // grow the ring to 6
+  const EpochStats grown = l.Stats();
+  REQUIRE(grown.prefetch == 6);
+  held.clear();
+  // A consumer slower than the workers: a ready batch is always to spare, so the ring gives
+  // slots back, one per calm spell, down to 2 (and no further).
+  for (;;) {
+    auto b = l.Next();
+    REQUIRE(b.ok());
+    if (!*b) break;
+    b->Release();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  const EpochStats st = l.Stats();
+  CHECK(st.prefetch == 2);
+  CHECK(st.ring_bytes == grown.ring_bytes / 3);
+  CHECK(st.wait_fraction() < 0.5);
+  // The delivered data is unaffected: a full epoch after the shrink checks every sample.
+  const Delivered d = ReadEpoch(l, 1);
+  CHECK(d.indices.size() == 400);
+}
+
+TEST_CASE("prefetch=auto delivers what a fixed ring does, in threads and processes") {
+  TempDir dir;
+  auto archive = MakeRawArchive(dir / "a", 97);
+  for (WorkerMode mode : {WorkerMode::kThreads, WorkerMode::kProcesses}) {
+    LoaderOptions fixed = CopyOptions(8, 2);
+    fixed.shuffle = true;
+    fixed.seed = 9;
+    fixed.mode = mode;
+    LoaderOptions tuned = fixed;
+    tuned.prefetch = LoaderOptions::kAutoPrefetch;
+    tuned.workers = LoaderOptions::kAutoWorkers;
+    tuned.max_workers = 2;
+    auto a = Loader::Create(archive, fixed);
+    auto b = Loader::Create(archive, tuned);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    for (uint64_t e = 0; e < 2; ++e) CHECK(ReadEpoch(**a, e).indices == ReadEpoch(**b, e).indices);
+    // Holding batches grows a shared (process-mode) ring too; the held ones stay intact.
+    REQUIRE((*b)->StartEpoch(2).ok());
+    std::vector<Batch> held;
+    for (int i = 0; i < 4; ++i) held.push_back(*(*b)->Next());
+    for (const Batch& h : held) {
+      for (uint32_t j = 0; j < h.size(); ++j) CHECK(h.images()[j * 108] == h.indices()[j] % 251);
+    }
+  }
+}
+
+TEST_CASE("prefetch=auto refuses a ring budget too small for two slots, naming it") {
+  TempDir dir;
+  auto archive = MakeRawArchive(dir / "a", 10);
+  LoaderOptions o = CopyOptions(4, 1);
+  o.transform.crop = Crop::kSquash;
+  o.transform.size = 1024;  // 12 MiB per batch of 4
+  o.prefetch = LoaderOptions::kAutoPrefetch;
+  o.ring_mb = 16;
+  auto loader = Loader::Create(archive, o);
+  REQUIRE_FALSE(loader.ok());
+  CHECK(loader.status().message().find("ring_mb=16") != std::string::npos);
+  o.ring_mb = 32;
+  CHECK(Loader::Create(archive, o).ok());
 }
 
 long ResidentKiB() {

@@ -8,7 +8,10 @@
 // destroyed (the ring is freed with the last lease).
 //
 // Thread-safety. One consumer thread calls StartEpoch/Next/State/Stats; Batch leases may be
-// released from any thread. Memory is fixed at Create(): prefetch slots of batch_size samples.
+// released from any thread. Memory: `prefetch` slots of batch_size samples, committed (touched
+// and pinned) at Create(); with prefetch="auto" slots are committed as the tuned depth grows
+// (from the consumer's thread, inside Next()) and given back when it shrinks, never beyond the
+// ring's budget (max_prefetch, ring_mb).
 //
 // Lifecycle and failure (docs/DESIGN.md, "Lifecycle and failure"):
 // - StartEpoch() abandons the epoch in progress. Batches not yet delivered are cancelled: ready
@@ -74,14 +77,27 @@ struct LoaderOptions {
   // Decode workers. 0: the CPUs this process may use (affinity and cgroup quota, base/cpus.h).
   // kAutoWorkers ("auto"): tuned online. Up to max_workers (0: the CPUs this process may use)
   // are started, one claims work at first, and after every few batches the loader wakes one
-  // more while the consumer waits more than wait_target of its time, or lets one sleep (no
-  // CPU) when the others could carry the load. Tuning changes timing only, never the samples
-  // or batches delivered. EpochStats::workers and ::tuning say what it chose and why.
-  int workers = 0;
+  // more while the consumer waits more than wait_target of its time (doubles them while it
+  // waits more than half its time), or lets one sleep (no CPU) when the others could carry
+  // the load. Tuning changes timing only, never the samples or batches delivered.
+  // EpochStats::workers and ::tuning say what it chose and why. The default (docs/DESIGN.md,
+  // "Tuned online": it matched the best hand-picked setting at every step time measured).
   static constexpr int kAutoWorkers = -1;
+  int workers = kAutoWorkers;
   uint32_t max_workers = 0;
   double wait_target = 0.02;  // fraction of the consumer's time spent waiting for data
-  uint32_t prefetch = 4;      // ring slots (batches decoded ahead); memory = prefetch x batch
+  // Ring slots: batches decoded ahead (memory = prefetch x batch). kAutoPrefetch (0, "auto"):
+  // tuned online. The ring starts at 2 slots and grows by one when, over a tuning window, the
+  // consumer waited more than wait_target while workers stood idle because every slot was
+  // full (EpochStats::ring_full_seconds), or at once when the consumer holds every slot; it
+  // gives one back after a calm spell (no waiting, a ready batch always to spare), a spell
+  // that doubles each time a shrink had to be undone. At most max_prefetch slots (0: 16) and
+  // ring_mb MiB (0: 1/8 of the memory this process may use, at most 4 GiB; always room for
+  // 2). Like workers=auto it changes timing only, never the batches delivered. The default.
+  static constexpr uint32_t kAutoPrefetch = 0;
+  uint32_t prefetch = kAutoPrefetch;
+  uint32_t max_prefetch = 0;
+  uint32_t ring_mb = 0;
   TransformOptions transform;
   bool skip_errors = false;  // a sample that fails to decode becomes zeros with label -1
   WorkerMode mode = WorkerMode::kThreads;
@@ -115,8 +131,11 @@ struct EpochStats {
   double consumer_seconds = 0;  // consumer's time between batches (its "training step")
   // Per-stage worker time, summed over workers (seconds of CPU, roughly).
   double read = 0, decode = 0, collate = 0, copy = 0;
-  int workers = 0;     // workers claiming work at the end of the epoch (auto: the tuned count)
-  std::string tuning;  // workers="auto": the last decision and its reason, else empty
+  int workers = 0;          // workers claiming work at the end of the epoch (auto: the tuned count)
+  int prefetch = 0;         // ring slots in use at the end of the epoch (auto: the tuned depth)
+  uint64_t ring_bytes = 0;  // ring memory committed (pinned) at the end of the epoch
+  double ring_full_seconds = 0;  // worker time spent idle because every ring slot was taken
+  std::string tuning;            // workers or prefetch "auto": the last decision and its reason
   // Fraction of the consumer's time spent waiting for data.
   double wait_fraction() const {
     double t = wait_seconds + consumer_seconds;

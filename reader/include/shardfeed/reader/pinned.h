@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "shardfeed/base/status.h"
 #include "shardfeed/reader/transform.h"
@@ -21,39 +22,62 @@ bool CudaKernelsBuilt();
 // The calling thread's current CUDA device (0 without CUDA).
 int CurrentCudaDevice();
 
-// How a PinnedBuffer's memory was obtained.
+// How ring memory is pinned (strongest first).
 enum class PinKind {
-  kCudaHostAlloc,   // cudaHostAlloc: page-locked and registered with the driver
-  kCudaRegistered,  // memory we own (e.g. shared) registered with cudaHostRegister
+  kCudaRegistered,  // page-locked and registered with the driver (cudaHostRegister)
   kMlocked,         // no device: aligned memory locked with mlock
   kPageable,        // mlock refused (RLIMIT_MEMLOCK): aligned, touched, but pageable
 };
 const char* PinKindName(PinKind kind);
 
-// A page-aligned host buffer, allocated and touched once (first-touch faults are paid at
-// construction, never per batch). Move-only; frees with the matching call.
-class PinnedBuffer {
+// The loader's ring: address space for `capacity` slots of `slot_bytes` each (a multiple of the
+// page size), reserved at once and committed slot by slot. Reserving costs no memory; Commit()
+// touches a slot's pages (first-touch faults are paid then, never per batch) and pins them
+// (cudaHostRegister with a device, else mlock; pageable if both are refused); Decommit()
+// unpins them and gives the pages back to the system. A ring whose depth is tuned online
+// (prefetch="auto") commits only the slots it uses; a fixed ring commits every slot at once.
+//
+// Private rings are anonymous memory; shared rings (process workers) are a MAP_SHARED mapping
+// of a memfd the caller made, which this object maps and unmaps. data() never moves.
+// Thread-safety: Commit/Decommit/kind/committed_bytes from one thread at a time (the loader
+// calls them with its lock held or from its consumer thread); the slots' bytes are the
+// caller's to share. Move-only; destruction unpins and unmaps everything.
+class RingMemory {
  public:
-  // Allocates `bytes` of page-locked memory: cudaHostAlloc with a device, else mlock'ed memory.
-  static Result<PinnedBuffer> Allocate(size_t bytes);
-  // Pins memory the caller owns (a shared mapping): cudaHostRegister with a device, else mlock.
-  static PinnedBuffer Adopt(void* data, size_t bytes);
+  // Reserves the ring. `shared_fd` >= 0: maps that memfd (already sized to slot_bytes x
+  // capacity) MAP_SHARED; otherwise private anonymous memory. Fails if the address space
+  // cannot be reserved.
+  static Result<RingMemory> Reserve(size_t slot_bytes, size_t capacity, int shared_fd = -1);
+  static size_t PageSize();
 
-  PinnedBuffer() = default;
-  PinnedBuffer(PinnedBuffer&& other) noexcept { *this = std::move(other); }
-  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
-  ~PinnedBuffer();
+  RingMemory() = default;
+  RingMemory(RingMemory&& other) noexcept { *this = std::move(other); }
+  RingMemory& operator=(RingMemory&& other) noexcept;
+  ~RingMemory();
+
+  // Touches and pins slot `slot` (no-op if committed). Fails only if the pages cannot be had
+  // (the system is out of memory: a SIGBUS-free check through MADV_POPULATE_WRITE where the
+  // kernel has it).
+  Status Commit(size_t slot);
+  // Unpins slot `slot` and returns its pages (its contents are lost). No-op if not committed.
+  void Decommit(size_t slot);
+  bool committed(size_t slot) const { return slot < pinned_.size() && pinned_[slot] != kNone; }
 
   uint8_t* data() const { return data_; }
-  size_t size() const { return size_; }
-  PinKind kind() const { return kind_; }
+  size_t slot_bytes() const { return slot_bytes_; }
+  size_t capacity() const { return pinned_.size(); }
+  size_t committed_bytes() const { return committed_ * slot_bytes_; }
+  // How the committed slots are pinned: the weakest of them (kPageable if any is pageable).
+  PinKind kind() const;
 
  private:
+  static constexpr uint8_t kNone = 0xff;
   void Release();
   uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-  PinKind kind_ = PinKind::kPageable;
-  bool owned_ = true;
+  size_t slot_bytes_ = 0;
+  bool shared_ = false;
+  size_t committed_ = 0;
+  std::vector<uint8_t> pinned_;  // per slot: kNone, or the PinKind it was pinned with
 };
 
 // A device buffer plus a stream and two events: one per ring slot, on one device. Only
