@@ -89,6 +89,7 @@ void PrintUsage() {
       "  inspect ARCHIVE     samples, classes, encoding, shapes, sizes\n"
       "  extract ARCHIVE DIR write the samples back as an image folder\n"
       "  bench ARCHIVE       read epochs as training would and report images/s\n"
+      "  tune ARCHIVE        the workers and prefetch a step of --step-ms T needs here\n"
       "  convert ARCHIVE OUT rewrite an archive into the other backend (LMDB <-> HDF5)\n"
       "  merge PARTS OUT     join the parts of a split pack (pack --part I/N) into one archive\n\n"
       "Run 'shardfeed <command> --help' for a command's options.\n");
@@ -392,6 +393,7 @@ int main(int argc, char** argv) {
   if (cmd == "inspect") return CmdInspect(argc - 1, argv + 1);
   if (cmd == "extract") return CmdExtract(argc - 1, argv + 1);
   if (cmd == "bench") return cli::CmdBench(argc - 1, argv + 1);
+  if (cmd == "tune") return cli::CmdTune(argc - 1, argv + 1);
   if (cmd == "convert") return CmdConvert(argc - 1, argv + 1);
   if (cmd == "merge") return CmdMerge(argc - 1, argv + 1);
   std::fprintf(stderr, "shardfeed: error: unknown command '%s'\n", cmd.c_str());

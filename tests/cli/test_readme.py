@@ -28,6 +28,7 @@ def test_readme_shell_then_python_snippets(tmp_path):
                        env=env, capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "packed 36 of 36" in p.stdout and "images/s" in p.stdout
+    assert "recommended: --workers" in p.stdout
     if not PYPATH or not os.path.isdir(os.path.join(PYPATH, "shardfeed")):
         pytest.skip("no Python module in this build (the Release build runs this part)")
     env["PYTHONPATH"] = PYPATH
