@@ -27,7 +27,7 @@ def main():
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--size", type=int, default=96)
-    ap.add_argument("--workers", type=int, default=0)
+    ap.add_argument("--workers", default="auto", help="a number, or auto (tuned online)")
     ap.add_argument("--model", default="mobilenet_v3_small")
     args = ap.parse_args()
 
@@ -35,7 +35,8 @@ def main():
     device = torch.device("cuda" if cuda else "cpu")
     archive = shardfeed.Archive(args.archive)
     loader = sft.Loader(archive, batch_size=args.batch_size, shuffle=True, seed=0, crop="random",
-                        flip=True, size=args.size, workers=args.workers, drop_last=True,
+                        flip=True, size=args.size, drop_last=True,
+                        workers=args.workers if args.workers == "auto" else int(args.workers),
                         device="cuda" if cuda else "cpu")
     model = getattr(torchvision.models, args.model)(num_classes=len(archive.class_names)).to(device)
     model = model.to(memory_format=torch.channels_last)
@@ -78,6 +79,9 @@ def main():
     el = time.perf_counter() - start
     print("done: %d steps, %d images in %.1f s = %.0f images/s; data wait %.1f%% of wall time"
           % (step, images, el, images / el, 100 * waited / el))
+    st = loader.stats()
+    print("loader: %d workers, %d ring slots (%.0f MB); %s"
+          % (st["workers"], st["prefetch"], st["ring_bytes"] / 1e6, st["tuning"] or "fixed"))
 
 
 if __name__ == "__main__":

@@ -151,7 +151,7 @@ void Loader::Impl::Tune(Clock::time_point now, uint32_t lead) {
   const double full = stats.ring_full_seconds - w.ring_full;
   const double fraction = wait + consumer > 0 ? wait / (wait + consumer) : 0;
   const bool can_wake = auto_workers && active_workers < options.workers;
-  const bool can_grow = auto_prefetch && depth < slots.size();
+  const bool can_grow = auto_prefetch && depth < ring_cap;
   // Workers idle on a full ring for a tenth of their time: a deeper ring lets them run ahead.
   const bool ring_bound = full > 0.1 * wall * active_workers;
   std::ostringstream why;
@@ -281,7 +281,7 @@ Status Loader::Impl::MaintainRing() {
       ++usable;
     }
     if (!status.ok()) {
-      depth = usable;  // stop growing here
+      depth = ring_cap = usable;  // stop growing here
       stats.tuning = "the ring stays at " + std::to_string(depth) + " slots: " + status.ToString();
     }
     stats.prefetch = static_cast<int>(depth);
@@ -555,8 +555,13 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
                                    kMaxRingBytes >> 30, " GiB");
   }
   impl->slots.resize(capacity);
+  impl->ring_cap = capacity;
   impl->filling.assign(capacity, -1);
-  if (options.device) impl->device_slots.resize(capacity);
+  if (options.device) {
+    impl->device_slots.resize(capacity);
+    // Slots may be added later, from the consumer's thread: fix the device now.
+    if (impl->options.device_index < 0) impl->options.device_index = CurrentCudaDevice();
+  }
   if (options.normalize_on_device) {
     auto& n = impl->normalize;
     n = std::make_unique<DeviceNormalize>();
@@ -676,7 +681,18 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
   const double poll = hook ? kWaitPollSeconds : 1.0;
   uint64_t seen = p.completions;
   auto progressed = enter;  // when a sample last completed, as far as this wait knows
-  while (!ready()) {
+  for (;;) {
+    if (ready()) {
+      if (!starved || !p.auto_prefetch || p.depth >= p.ring_cap || !p.fatal.ok()) break;
+      // The consumer holds every slot: a deeper ring is the only way on (within the budget).
+      ++p.depth;
+      p.stats.tuning = "the consumer holds all " + std::to_string(p.usable) +
+                       " slots: the ring grew to " + std::to_string(p.depth);
+      lock.unlock();
+      (void)p.MaintainRing();  // a slot that cannot be had lowers ring_cap: the error below
+      lock.lock();
+      continue;
+    }
     const auto now = Clock::now();
     if (p.completions != seen) {
       seen = p.completions;
@@ -695,19 +711,10 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
     }
   }
   if (!p.fatal.ok()) return p.fatal;
-  if (starved && p.auto_prefetch && p.depth < p.slots.size()) {
-    // The consumer holds every slot: a deeper ring is the only way on (within the budget).
-    ++p.depth;
-    p.stats.tuning = "the consumer holds all " + std::to_string(p.usable) +
-                     " slots: the ring grew to " + std::to_string(p.depth);
-    lock.unlock();
-    (void)p.MaintainRing();  // a slot that cannot be had ends in the error below
-    return Next(hook);
-  }
   if (starved) {
-    return Status::ResourceExhausted("all ", p.usable,
-                                     " prefetch slots are held by the consumer: release batches "
-                                     "(or raise prefetch) before asking for more");
+    return Status::ResourceExhausted(
+        "all ", p.usable, " prefetch slots are held by the consumer: release batches (or raise ",
+        p.auto_prefetch ? "max_prefetch or ring_mb" : "prefetch", ") before asking for more");
   }
   if (p.stopping) return Status::Cancelled("loader is shutting down");
   Impl::Slot& slot = p.slots[s];

@@ -137,6 +137,7 @@ struct Loader::Impl {
   std::vector<int> free_slots;
   std::vector<int> filling;  // batch % capacity -> slot
   uint32_t depth = 0;        // slots the ring may use now: prefetch, or the tuned depth
+  size_t ring_cap = 0;       // the most it may grow to (lowered if committing a slot failed)
   uint32_t usable = 0;       // committed slots, retiring ones aside
   std::vector<int> retiring;
   EpochPlan plan;  // the epoch being delivered: positions [0, plan.samples) on this rank

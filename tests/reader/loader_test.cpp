@@ -338,6 +338,7 @@ TEST_CASE("prefetch=auto gives slots and their memory back once a slower consume
   const EpochStats st = l.Stats();
   CHECK(st.prefetch == 2);
   CHECK(st.ring_bytes == grown.ring_bytes / 3);
+  CHECK(st.ring_full_seconds > 0);  // the workers waited for the consumer, and it shows
   CHECK(st.wait_fraction() < 0.5);
   // The delivered data is unaffected: a full epoch after the shrink checks every sample.
   const Delivered d = ReadEpoch(l, 1);
