@@ -670,6 +670,7 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
   int s = -1;
   bool starved = false;
   auto ready = [&] {
+    starved = false;
     if (p.stopping || !p.fatal.ok()) return true;
     s = p.batch_slot(b);
     if (s >= 0 && p.slots[s].state == SlotState::kReady) return true;

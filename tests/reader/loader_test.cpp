@@ -311,6 +311,29 @@ TEST_CASE("prefetch=auto: two slots at first, a slot more while the consumer hol
   CHECK(next->number() == 5);
 }
 
+TEST_CASE("prefetch=auto grows by exactly what a consumer holding every batch needs") {
+  // Regression: a batch that became ready while the ring grew was taken for another starved
+  // wait, and the ring grew again, up to its limit and a refusal, with 2 batches held.
+  TempDir dir;
+  auto archive = MakeRawArchive(dir / "a", 36);
+  for (int round = 0; round < 200; ++round) {
+    LoaderOptions o = CopyOptions(4, LoaderOptions::kAutoWorkers);
+    o.prefetch = LoaderOptions::kAutoPrefetch;
+    auto loader = Loader::Create(archive, o);
+    REQUIRE(loader.ok());
+    REQUIRE((*loader)->StartEpoch(0).ok());
+    std::vector<Batch> held;
+    for (;;) {
+      auto b = (*loader)->Next();
+      REQUIRE(b.ok());
+      if (!*b) break;
+      held.push_back(*b);
+      REQUIRE((*loader)->Stats().prefetch <= int(held.size()) + 1);
+    }
+    REQUIRE(held.size() == 9);
+  }
+}
+
 TEST_CASE("prefetch=auto gives slots and their memory back once a slower consumer is fed") {
   TempDir dir;
   auto archive = MakeRawArchive(dir / "a", 400);
