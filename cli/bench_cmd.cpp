@@ -287,10 +287,12 @@ int CmdBench(int argc, char** argv) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf(
-        "read %.0f images in %.2f s: %.0f images/s (%s, batch %u, %d workers, %ux%u %s, %s "
-        "%s, ring in %s memory%s)\n",
-        total_images, total_seconds, ips, path.c_str(), opt.batch_size, l.options().workers,
-        l.out_height(), l.out_width(),
+        "read %.0f images in %.2f s: %.0f images/s (%s, batch %u, %d workers%s, %d ring slots%s, "
+        "%ux%u %s, %s %s, ring in %s memory%s)\n",
+        total_images, total_seconds, ips, path.c_str(), opt.batch_size, last.workers,
+        opt.workers == reader::LoaderOptions::kAutoWorkers ? " (auto)" : "", last.prefetch,
+        opt.prefetch == reader::LoaderOptions::kAutoPrefetch ? " (auto)" : "", l.out_height(),
+        l.out_width(),
         crop == "none" ? "whole images at their stored shape" : (crop + " crop").c_str(),
         reader::DTypeName(opt.transform.dtype), layout.c_str(), reader::PinKindName(l.pin_kind()),
         l.on_device() ? ", copied to GPU" : "");

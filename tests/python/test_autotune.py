@@ -1,6 +1,8 @@
-"""workers="auto" (issue 11, first part): the loader wakes workers while the consumer waits
-for data and lets them sleep when fewer carry the load; it never changes what is delivered, and
-it stays within the CPUs the process may use."""
+"""workers="auto" and prefetch="auto", the defaults (issue 11): the loader wakes workers while
+the consumer waits for data and lets them sleep when fewer carry the load, grows the ring when
+depth is short and gives slots back when calm; it re-tunes when the step time changes, never
+changes what is delivered, and stays within the CPUs and ring memory it may use."""
+import json
 import os
 import subprocess
 import sys
@@ -129,3 +131,23 @@ def test_prefetch_auto_options_are_checked(archive_path):
     for _ in l:
         pass
     assert 2 <= l.stats()["prefetch"] <= 3
+
+
+@pytest.mark.skipif(CPUS < 2, reason="needs two CPUs")
+def test_bench_step_ms_0_5_50_with_the_defaults(archive_path):
+    # The issue's check, through the command line and the default settings (auto/auto): a
+    # data-bound consumer (0 ms) gets every CPU; 5 and 50 ms steps are fed within the 2% target
+    # by fewer workers (small images: one worker decodes a batch in well under 5 ms).
+    cli = os.environ.get("SHARDFEED_CLI", "shardfeed")
+    seen = {}
+    for step in (0, 5, 50):
+        p = subprocess.run([cli, "bench", archive_path, "--batch-size", "4", "--size", "32",
+                            "--epochs", "4", "--step-ms", str(step), "--json"],
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        last = json.loads(p.stdout)["epochs"][-1]
+        seen[step] = (last["active_workers"], last["wait_fraction"], last["prefetch"])
+    assert seen[0][0] == 2, seen
+    assert seen[5][0] < seen[0][0] and seen[50][0] < seen[0][0], seen
+    assert seen[5][1] <= 0.02 and seen[50][1] <= 0.02, seen
+    assert all(2 <= s[2] <= 16 for s in seen.values()), seen
