@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -143,12 +145,45 @@ int RunSweep(const std::string& path, const reader::LoaderOptions& base,
   argv.push_back(nullptr);
   pid_t pid = 0;
   int status = 0;
-  if (::posix_spawnp(&pid, python.c_str(), nullptr, nullptr, argv.data(), environ) != 0 ||
-      ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::fprintf(stderr,
-                 "shardfeed: the sweep is in %s; drawing it failed: run python3 -m "
-                 "shardfeed.plot %s %s with the shardfeed package importable\n",
-                 data.c_str(), data.c_str(), plot.c_str());
+  bool drawn = ::posix_spawnp(&pid, python.c_str(), nullptr, nullptr, argv.data(), environ) == 0;
+  // A bounded wait: a plotting child that hangs (a broken backend, a font cache rebuilt over a
+  // slow filesystem) is killed after $SHARDFEED_PLOT_TIMEOUT seconds (120), and the sweep's
+  // JSON stays for a rerun.
+  double limit = 120;
+  if (const char* t = std::getenv("SHARDFEED_PLOT_TIMEOUT"); t && *t) {
+    double v = 0;
+    if (ParseNumberText(t, &v) && v > 0) limit = v;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit);
+  bool timed_out = false;
+  while (drawn) {
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) {
+      drawn = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      break;
+    }
+    if (r < 0 && errno != EINTR) {
+      drawn = false;
+      break;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ::kill(pid, SIGKILL);
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      drawn = false;
+      timed_out = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!drawn) {
+    std::fprintf(
+        stderr,
+        "shardfeed: the sweep is in %s; drawing it %s: run python3 -m "
+        "shardfeed.plot %s %s with the shardfeed package importable\n",
+        data.c_str(),
+        timed_out ? ("took over " + NumberText(limit) + " s and was stopped").c_str() : "failed",
+        data.c_str(), plot.c_str());
     return 3;
   }
   std::printf("sweep: %s, plot: %s\n", data.c_str(), plot.c_str());

@@ -51,6 +51,22 @@ def test_sweep_plot_is_drawn(archive_path, tmp_path):
     assert json.load(open(str(png) + ".json"))["swept"] == ["workers"]
 
 
+def test_a_plotter_that_hangs_is_stopped_and_the_sweep_kept(archive_path, tmp_path):
+    # Regression: bench waited for its plotting child without a limit.
+    hang = tmp_path / "hang.sh"
+    hang.write_text("#!/bin/sh\nexec sleep 300\n")
+    hang.chmod(0o755)
+    png = tmp_path / "sweep.png"
+    env = dict(os.environ, SHARDFEED_PYTHON=str(hang), SHARDFEED_PLOT_TIMEOUT="1")
+    p = subprocess.run([CLI, "bench", archive_path, "--size", "32", "--epochs", "1", "--sweep",
+                        "workers=1", "--plot", str(png)], capture_output=True, text=True,
+                       env=env, timeout=60)
+    assert p.returncode == 3, p.stderr
+    assert "took over 1 s and was stopped" in p.stderr and str(png) + ".json" in p.stderr
+    assert json.load(open(str(png) + ".json"))["swept"] == ["workers"]
+    assert not png.exists()
+
+
 @pytest.mark.parametrize("spec,needle", [("bogus=1", "NAME=V1,V2"), ("workers", "NAME=V1,V2"),
                                          ("workers=1,x", "workers (--workers)")])
 def test_bad_sweeps_are_usage_errors(archive_path, spec, needle):
