@@ -35,7 +35,9 @@ def run_epochs(loader, epochs, step_s):
 
 @pytest.mark.skipif(CPUS < 2, reason="needs two CPUs")
 def test_a_fast_consumer_gets_more_workers_than_a_slow_one(archive_path):
-    opts = dict(batch_size=4, size=96, crop="random", shuffle=True, workers="auto", max_workers=2)
+    # Output 384x384: decoding and resizing a batch takes a worker milliseconds, far above the
+    # Python loop's own cost per batch, so an empty step is data-bound on any machine.
+    opts = dict(batch_size=4, size=384, crop="random", shuffle=True, workers="auto", max_workers=2)
     fast = run_epochs(shardfeed.Loader(archive_path, **opts), 4, 0)
     slow = run_epochs(shardfeed.Loader(archive_path, **opts), 2, 0.05)
     assert fast["workers"] == 2, fast["tuning"]      # data-bound: every worker it may use
@@ -86,11 +88,12 @@ def test_auto_retunes_when_the_step_time_changes(archive_path):
     # One loader through three phases of a training run: a slow step (a big model, or a warm-up
     # with evaluation), then an empty step (data-bound), then slow again. The worker count
     # follows each change: 1 keeps up with the slow step, the fast one needs both.
-    loader = shardfeed.Loader(archive_path, batch_size=2, size=96, crop="random", shuffle=True,
+    # (384x384 outputs: an empty step is data-bound, see above.)
+    loader = shardfeed.Loader(archive_path, batch_size=3, size=384, crop="random", shuffle=True,
                               workers="auto", max_workers=2)
     epoch = iter(range(100))
     seen = []
-    for step_s, epochs in ((0.04, 2), (0, 6), (0.04, 2)):
+    for step_s, epochs in ((0.04, 2), (0, 6), (0.04, 3)):
         for _ in range(epochs):
             loader.set_epoch(next(epoch))
             for _ in loader:
