@@ -331,6 +331,7 @@ int CmdBench(int argc, char** argv) {
         crop == "none" ? "whole images at their stored shape" : (crop + " crop").c_str(),
         reader::DTypeName(opt.transform.dtype), layout.c_str(), reader::PinKindName(l.pin_kind()),
         l.on_device() ? ", copied to GPU" : "");
+    if (!last.tuning.empty()) std::printf("tuning: %s\n", last.tuning.c_str());
   }
   return 0;
 }

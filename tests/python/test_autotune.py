@@ -154,3 +154,17 @@ def test_bench_step_ms_0_5_50_with_the_defaults(archive_path):
     assert seen[5][0] < seen[0][0] and seen[50][0] < seen[0][0], seen
     assert seen[5][1] <= 0.02 and seen[50][1] <= 0.02, seen
     assert all(2 <= s[2] <= 16 for s in seen.values()), seen
+
+
+def test_bench_says_what_it_chose_and_why(archive_path):
+    cli = os.environ.get("SHARDFEED_CLI", "shardfeed")
+    p = subprocess.run([cli, "bench", archive_path, "--batch-size", "4", "--size", "32",
+                        "--epochs", "2"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "workers (auto)" in p.stdout and "ring slots (auto)" in p.stdout, p.stdout
+    assert "tuning: consumer waited" in p.stdout, p.stdout
+    p = subprocess.run([cli, "bench", archive_path, "--batch-size", "4", "--size", "32",
+                        "--workers", "1", "--prefetch", "3"], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "1 workers, 3 ring slots," in p.stdout and "tuning:" not in p.stdout, p.stdout
