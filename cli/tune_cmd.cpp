@@ -122,6 +122,12 @@ int CmdTune(int argc, char** argv) {
   int rc = ParseArgs(argc, argv, desc, pos, vm,
                      "shardfeed tune ARCHIVE --step-ms T [--batch-size N ...] [--json]");
   if (rc >= 0) return rc;
+  for (const char* chosen : {"workers", "prefetch"}) {
+    if (vm.count(chosen) && !vm[chosen].defaulted()) {
+      return Fail(Status::InvalidArgument("tune chooses --", chosen,
+                                          " itself; --max-workers sets its CPU budget"));
+    }
+  }
   if (Status s = ApplyOptionTable(vm, reader::LoaderOptionTable(), &opt); !s.ok()) return Fail(s);
   if (!(step_ms >= 0) || !std::isfinite(step_ms) || step_ms > 600000) {
     return Fail(Status::InvalidArgument("--step-ms must be a number of milliseconds >= 0"));
