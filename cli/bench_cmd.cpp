@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <cerrno>
 #include <chrono>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "cli_internal.h"
+#include "plot_source.h"
 #include "shardfeed/converter/archive_tools.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/reader/loader.h"
@@ -135,55 +137,81 @@ int RunSweep(const std::string& path, const reader::LoaderOptions& base,
       !s.ok()) {
     return Fail(s);
   }
-  // The drawing is Python's (matplotlib): python3 -m shardfeed.plot DATA PNG, with
-  // $SHARDFEED_PYTHON as the interpreter when set.
-  const char* env_python = std::getenv("SHARDFEED_PYTHON");
-  const std::string python = env_python && *env_python ? env_python : "python3";
-  std::vector<std::string> args = {python, "-m", "shardfeed.plot", data, plot};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  int status = 0;
-  bool drawn = ::posix_spawnp(&pid, python.c_str(), nullptr, nullptr, argv.data(), environ) == 0;
-  // A bounded wait: a plotting child that hangs (a broken backend, a font cache rebuilt over a
-  // slow filesystem) is killed after $SHARDFEED_PLOT_TIMEOUT seconds (120), and the sweep's
-  // JSON stays for a rerun.
+  // The drawing is Python's (matplotlib): python/shardfeed/plot.py, built into this program, run
+  // with `-c`. $SHARDFEED_PYTHON names the interpreter; else the first of these that has
+  // matplotlib: python3 beside this program (a venv pip installed it into), the interpreter
+  // this build's module was made for, Debian's, python3 on PATH.
+  std::vector<std::string> pythons;
+  if (const char* env = std::getenv("SHARDFEED_PYTHON"); env && *env) {
+    pythons.push_back(env);
+  } else {
+    std::error_code ec;
+    const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (!ec) pythons.push_back((self.parent_path() / "python3").string());
+    pythons.push_back(SHARDFEED_BUILD_PYTHON);
+    pythons.push_back("/usr/bin/python3");
+    pythons.push_back("python3");
+  }
   double limit = 120;
   if (const char* t = std::getenv("SHARDFEED_PLOT_TIMEOUT"); t && *t) {
     double v = 0;
     if (ParseNumberText(t, &v) && v > 0) limit = v;
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit);
-  bool timed_out = false;
-  while (drawn) {
-    const pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid) {
-      drawn = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      break;
+  std::string outcome = "failed: no Python interpreter with matplotlib was found (tried";
+  for (const std::string& p : pythons) outcome += " " + p;
+  outcome += "; set $SHARDFEED_PYTHON)";
+  bool drawn = false;
+  std::vector<std::string> tried;
+  for (const std::string& python : pythons) {
+    if (python.empty() || std::find(tried.begin(), tried.end(), python) != tried.end()) continue;
+    tried.push_back(python);
+    if (python.find('/') != std::string::npos && ::access(python.c_str(), X_OK) != 0) continue;
+    std::vector<std::string> args = {python, "-c", kPlotSource, data, plot};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    if (::posix_spawnp(&pid, python.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+      continue;
     }
-    if (r < 0 && errno != EINTR) {
-      drawn = false;
-      break;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      ::kill(pid, SIGKILL);
-      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    // A bounded wait: a plotting child that hangs (a broken backend, a font cache rebuilt over
+    // a slow filesystem) is killed after $SHARDFEED_PLOT_TIMEOUT seconds (120), and the
+    // sweep's JSON stays for a rerun.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit);
+    int status = 0;
+    bool exited = false, timed_out = false;
+    for (;;) {
+      const pid_t r = ::waitpid(pid, &status, WNOHANG);
+      if (r == pid) {
+        exited = true;
+        break;
       }
-      drawn = false;
-      timed_out = true;
+      if (r < 0 && errno != EINTR) break;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        ::kill(pid, SIGKILL);
+        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        timed_out = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    const int code = exited && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (code == 0) {
+      drawn = true;
       break;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (code == 4 || code == 127) continue;  // no matplotlib there (plot.py), or no program
+    outcome = timed_out
+                  ? "took over " + NumberText(limit) + " s with " + python + " and was stopped"
+                  : "failed with " + python;
+    break;
   }
   if (!drawn) {
-    std::fprintf(
-        stderr,
-        "shardfeed: the sweep is in %s; drawing it %s: run python3 -m "
-        "shardfeed.plot %s %s with the shardfeed package importable\n",
-        data.c_str(),
-        timed_out ? ("took over " + NumberText(limit) + " s and was stopped").c_str() : "failed",
-        data.c_str(), plot.c_str());
+    std::fprintf(stderr,
+                 "shardfeed: the sweep is in %s; drawing it %s: run python3 -m shardfeed.plot "
+                 "%s %s where matplotlib is installed\n",
+                 data.c_str(), outcome.c_str(), data.c_str(), plot.c_str());
     return 3;
   }
   std::printf("sweep: %s, plot: %s\n", data.c_str(), plot.c_str());
@@ -218,9 +246,10 @@ int CmdBench(int argc, char** argv) {
       "workers=1,2 prefetch=2,4,8), each for --epochs epochs (the first a warm-up when there "
       "are two or more), and report images/s, the consumer's wait and CPU per 1000 images")(
       "plot", po::value(&plot),
-      "with --sweep: also draw the results into this PNG (python3 -m shardfeed.plot)")(
-      "step-ms", po::value(&step_ms)->default_value(0), "simulated training step per batch (ms)")(
-      "json", "print one JSON object");
+      "with --sweep: also draw the results into this PNG (with matplotlib, as python3 -m "
+      "shardfeed.plot does)")("step-ms", po::value(&step_ms)->default_value(0),
+                              "simulated training step per batch (ms)")("json",
+                                                                        "print one JSON object");
   po::positional_options_description pos;
   pos.add("archive", 1);
   po::variables_map vm;

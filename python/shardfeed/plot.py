@@ -55,11 +55,20 @@ def plot(data, out):
     plt.close(fig)
 
 
+NO_MATPLOTLIB = 4  # the exit code that says: try another interpreter (bench --plot does)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
         sys.stderr.write(__doc__)
         return 2
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        sys.stderr.write("%s has no matplotlib (Debian: apt-get install python3-matplotlib)\n"
+                         % sys.executable)
+        return NO_MATPLOTLIB
     with open(argv[0]) as f:
         plot(json.load(f), argv[1])
     return 0
