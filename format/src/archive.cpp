@@ -18,6 +18,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "fault_guard.h"
 #include "shard_internal.h"
 
 namespace shardfeed::format {
@@ -187,11 +188,14 @@ bool IsArchiveDirectory(const std::string& path) {
 
 // A shard's slot: opened once (std::call_once), at Open() or, when lazy, on first use.
 struct Archive::Shard {
+  // Unguarded before `store` is destroyed (which unmaps the range).
+  ~Shard() { internal::UnguardRange(guard); }
   mutable std::once_flag once;
   mutable std::atomic<bool> ready{false};
   mutable Status status;  // why it could not be opened (set once, inside `once`)
   mutable std::unique_ptr<ShardStore> store;
-  std::string file;  // its path, for messages
+  std::string file;        // its path, for messages
+  mutable int guard = -1;  // internal::GuardRange id of the mapping, or -1
 };
 
 Archive::Archive() = default;
@@ -261,6 +265,7 @@ Status Archive::OpenShard(size_t s) const {
   } else {
     SF_ASSIGN_OR_RETURN(store, OpenHdf5Shard(file, info, s));
   }
+  shards_[s]->guard = internal::GuardRange(store->map_base, store->map_size);
   shards_[s]->store = std::move(store);
   return Status::OK();
 }
@@ -311,9 +316,26 @@ Result<RecordView> Archive::At(uint64_t index) const {
   return Get(index);
 }
 
+Status Archive::CheckUnchanged(uint64_t index) const {
+  if (index >= size()) return Status::OK();
+  const size_t s = FindShard(index);
+  const Shard& shard = *shards_[s];
+  if (!shard.ready.load(std::memory_order_acquire) || !internal::RangeFaulted(shard.guard)) {
+    return Status::OK();
+  }
+  struct stat st {};
+  const std::string now = ::stat(shard.file.c_str(), &st) == 0
+                              ? std::to_string(st.st_size) + " bytes now"
+                              : std::string("now unreadable: ") + std::strerror(errno);
+  return Status::Corrupt(shard.file, ": changed on disk while in use (", shard.store->file_bytes,
+                         " bytes when opened, ", now, "); sample ", index,
+                         " and any read from it since are unreliable: reopen the archive");
+}
+
 Status Archive::VerifyRecord(uint64_t index) const {
   SF_ASSIGN_OR_RETURN(RecordView r, At(index));
   uint64_t got = RecordChecksum(r.data, r.size);
+  SF_RETURN_IF_ERROR(CheckUnchanged(index));
   if (got != r.entry->checksum) {
     return Status::ChecksumMismatch(
         path_, ": sample ", index, ": payload checksum mismatch (stored ",
@@ -336,6 +358,9 @@ Status Archive::VerifyShard(size_t s) const {
   XXH3_64bits_update(state, shard.index, shard.header.sample_count * sizeof(IndexEntry));
   uint64_t got = XXH3_64bits_digest(state);
   XXH3_freeState(state);
+  if (internal::RangeFaulted(slot->guard)) {
+    return Status::Corrupt(slot->file, ": changed on disk while being verified (truncated?)");
+  }
   if (got != shard.header.content_hash || got != manifest_.shards[s].content_hash) {
     return Status::ChecksumMismatch(
         path_, "/", manifest_.shards[s].file, ": shard hash mismatch (manifest ",

@@ -143,6 +143,11 @@ py::tuple GetItem(const PyArchive& a, int64_t i) {
       codec::Context ctx;
       s = c.ok() ? (*c)->Decode(ctx, r, limits, /*strict=*/false, image.get()) : c.status();
     }
+    // A shard truncated under the mapping read as zeros: that, not the image, is the reason.
+    if (Status changed = a.archive->CheckUnchanged(static_cast<uint64_t>(i)); !changed.ok()) {
+      py::gil_scoped_acquire acquire;
+      Raise(changed);
+    }
     if (!s.ok()) {
       py::gil_scoped_acquire acquire;
       Raise(Status(s.code(),

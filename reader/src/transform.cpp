@@ -192,6 +192,9 @@ Status SampleDecoder::DecodeInto(uint64_t index, uint64_t seed, uint8_t* dst, St
     return Status::InvalidArgument("no output shape (see OutputShape and ValidateTransform)");
   }
   Status s = DecodeRecord(index, seed, dst, times);
+  // A shard truncated on disk while mapped reads as zeros past its new end (never SIGBUS): what
+  // was read is garbage, and the reason is the file, not the image.
+  if (Status changed = archive_->CheckUnchanged(index); !changed.ok()) return changed;
   if (!s.ok()) {
     return Status(s.code(),
                   archive_->path() + ": sample " + std::to_string(index) + ": " + s.message());

@@ -12,9 +12,14 @@
 
 namespace shardfeed::testing {
 
-inline std::shared_ptr<format::Archive> MakeConstantArchive(const std::string& path, uint64_t n,
-                                                            uint32_t side) {
-  auto w = format::ArchiveWriter::Create(path, {});
+inline std::shared_ptr<format::Archive> MakeConstantArchive(
+    const std::string& path, uint64_t n, uint32_t side,
+    format::Backend backend = format::Backend::kLmdb) {
+  format::WriterOptions wo;
+  wo.backend = backend;
+  wo.encoding = format::Encoding::kRaw;
+  wo.height = wo.width = side;
+  auto w = format::ArchiveWriter::Create(path, wo);
   REQUIRE(w.ok());
   std::vector<uint8_t> px(size_t{side} * side * 3);
   for (uint64_t i = 0; i < n; ++i) {

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "shardfeed/base/status.h"
 #include "shardfeed/format/layout.h"
 #include "shardfeed/format/manifest.h"
-#include "shardfeed/base/status.h"
 
 namespace shardfeed::format {
 
@@ -69,6 +69,11 @@ class Archive {
     return r.ok() ? r->entry->label : -1;
   }
 
+  // kCorrupt, naming the shard file and its size then and now, when the shard holding `index`
+  // was truncated on disk after it was mapped. Reads past the new end would raise SIGBUS; the
+  // archive answers them with zeros instead (format/src/fault_guard.h), so readers call this
+  // after reading a record's bytes and drop what they read. OK otherwise. Thread-safe, O(1).
+  Status CheckUnchanged(uint64_t index) const;
   // Recomputes a record's XXH3 and compares it with the index. kChecksumMismatch names the sample.
   Status VerifyRecord(uint64_t index) const;
   // Recomputes a shard's content hash and compares it with the header and the manifest.
