@@ -324,11 +324,16 @@ Status Archive::CheckUnchanged(uint64_t index) const {
     return Status::OK();
   }
   struct stat st {};
-  const std::string now = ::stat(shard.file.c_str(), &st) == 0
-                              ? std::to_string(st.st_size) + " bytes now"
-                              : std::string("now unreadable: ") + std::strerror(errno);
-  return Status::Corrupt(shard.file, ": changed on disk while in use (", shard.store->file_bytes,
-                         " bytes when opened, ", now, "); sample ", index,
+  const bool seen = ::stat(shard.file.c_str(), &st) == 0;
+  const std::string now = seen ? std::to_string(st.st_size) + " bytes now"
+                               : std::string("now unreadable: ") + std::strerror(errno);
+  // The kernel raised SIGBUS for a page of the mapping: the file shrank, or (same size) the
+  // page could not be read back (an I/O error of the storage).
+  const char* what = seen && uint64_t(st.st_size) >= shard.store->file_bytes
+                         ? ": could not be read through its mapping (an I/O error?"
+                         : ": changed on disk while in use (";
+  return Status::Corrupt(shard.file, what, shard.store->file_bytes, " bytes when opened, ", now,
+                         "); sample ", index,
                          " and any read from it since are unreliable: reopen the archive");
 }
 
