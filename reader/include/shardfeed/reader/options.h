@@ -44,7 +44,8 @@ const LoaderOption* FindLoaderOption(std::string_view name);
 // Sets one option from its text form. Unknown names are kInvalidArgument naming them.
 Status SetLoaderOption(LoaderOptions* options, std::string_view name, std::string_view text);
 // Rules across fields and ranges the setters cannot see (a C++ caller may set fields
-// directly): batch size and prefetch >= 1, rank < world size, timeout >= 0, the transform's
+// directly): batch size >= 1, prefetch and max_prefetch at most 4096 (prefetch 0 is "auto",
+// max_prefetch 0 or >= 2), rank < world size, timeout >= 0, the transform's
 // rules (ValidateTransform), normalize_on_device only with device copies and a float dtype.
 // Loader::Create calls it first.
 Status ValidateLoaderOptions(const LoaderOptions& options);
