@@ -81,7 +81,8 @@ def main():
           % (step, images, el, images / el, 100 * waited / el))
     st = loader.stats()
     print("loader: %d workers, %d ring slots (%.0f MB); %s"
-          % (st["workers"], st["prefetch"], st["ring_bytes"] / 1e6, st["tuning"] or "fixed"))
+          % (st["workers"], st["prefetch"], st["ring_bytes"] / 1e6,
+             st["tuning"] or ("tuned, no decision yet" if args.workers == "auto" else "fixed")))
 
 
 if __name__ == "__main__":

@@ -168,3 +168,14 @@ def test_bench_says_what_it_chose_and_why(archive_path):
                        timeout=120)
     assert p.returncode == 0, p.stderr
     assert "1 workers, 3 ring slots," in p.stdout and "tuning:" not in p.stdout, p.stdout
+
+
+def test_the_training_example_runs_and_reports_what_the_loader_chose(archive_path):
+    pytest.importorskip("torchvision")
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "train_pytorch.py")
+    p = subprocess.run([sys.executable, example, archive_path, "--steps", "12", "--batch-size",
+                        "4", "--size", "32"], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ))
+    assert p.returncode == 0, p.stderr
+    assert "done: 12 steps" in p.stdout, p.stdout
+    assert "loader: " in p.stdout and "ring slots" in p.stdout, p.stdout
