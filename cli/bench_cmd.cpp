@@ -220,6 +220,17 @@ int RunSweep(const std::string& path, const reader::LoaderOptions& base,
 
 }  // namespace
 
+void AddLoaderOptions(boost::program_options::options_description& desc,
+                      const reader::LoaderOptions& current, std::vector<std::string>* helps) {
+  AddOptionTable(
+      desc, reader::LoaderOptionTable(), current,
+      [](const reader::LoaderOption& o) -> const char* {
+        if (o.kind == reader::OptionKind::kBool) return "true";
+        return std::string(o.name) == "device" ? "cuda" : nullptr;
+      },
+      helps);
+}
+
 int CmdBench(int argc, char** argv) {
   // Every loader option comes from reader/options.h (the Python Loader takes the same ones);
   // bench adds its own four. It reads as training does: shuffled unless told otherwise.
@@ -231,13 +242,7 @@ int CmdBench(int argc, char** argv) {
   double step_ms = 0;
   std::vector<std::string> helps;  // kept alive: program_options stores the pointers
   desc.add_options()("archive", po::value(&path)->required(), "archive to read");
-  AddOptionTable(
-      desc, reader::LoaderOptionTable(), opt,
-      [](const reader::LoaderOption& o) -> const char* {
-        if (o.kind == reader::OptionKind::kBool) return "true";
-        return std::string(o.name) == "device" ? "cuda" : nullptr;
-      },
-      &helps);
+  AddLoaderOptions(desc, opt, &helps);
   std::vector<std::string> sweep;
   std::string plot;
   desc.add_options()("epochs", po::value(&epochs)->default_value(1), "epochs to read")(

@@ -9,6 +9,7 @@
 #include "shardfeed/base/option_text.h"
 #include "shardfeed/base/status.h"
 #include "shardfeed/converter/pack.h"
+#include "shardfeed/reader/loader.h"
 
 namespace shardfeed::cli {
 
@@ -61,5 +62,10 @@ Status ApplyOptionTable(const boost::program_options::variables_map& vm, const T
   }
   return Status::OK();
 }
+
+// Every loader option as a flag (bench, tune): a bare bool flag means true, a bare --device
+// means cuda.
+void AddLoaderOptions(boost::program_options::options_description& desc,
+                      const reader::LoaderOptions& current, std::vector<std::string>* helps);
 
 }  // namespace shardfeed::cli

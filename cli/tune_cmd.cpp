@@ -109,13 +109,7 @@ int CmdTune(int argc, char** argv) {
       "the consumer's time per batch (ms): a training step; 0 asks for the ceiling")(
       "batches", po::value(&batches)->default_value(40),
       "batches measured per run (after 4 warm-up batches)")("json", "print one JSON object");
-  AddOptionTable(
-      desc, reader::LoaderOptionTable(), opt,
-      [](const reader::LoaderOption& o) -> const char* {
-        if (o.kind == reader::OptionKind::kBool) return "true";
-        return std::string(o.name) == "device" ? "cuda" : nullptr;
-      },
-      &helps);
+  AddLoaderOptions(desc, opt, &helps);
   po::positional_options_description pos;
   pos.add("archive", 1);
   po::variables_map vm;

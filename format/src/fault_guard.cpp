@@ -18,6 +18,7 @@ struct Range {
 };
 
 Range g_ranges[kMaxGuarded];
+std::atomic<bool> g_any_faulted{false};
 std::mutex g_claim;  // serialises Guard/Unguard (the handler only reads)
 struct sigaction g_previous;
 uintptr_t g_page = 4096;
@@ -53,6 +54,7 @@ void OnSigbus(int sig, siginfo_t* info, void* context) {
                        MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (p != MAP_FAILED) {
         r.faulted.store(true, std::memory_order_release);
+        g_any_faulted.store(true, std::memory_order_release);
         return;
       }
       break;
@@ -96,6 +98,8 @@ void UnguardRange(int id) {
   std::lock_guard<std::mutex> lock(g_claim);
   g_ranges[id].used.store(false, std::memory_order_release);
 }
+
+bool AnyFaulted() { return g_any_faulted.load(std::memory_order_acquire); }
 
 bool RangeFaulted(int id) {
   return id >= 0 && id < kMaxGuarded && g_ranges[id].faulted.load(std::memory_order_acquire);

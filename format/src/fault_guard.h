@@ -22,5 +22,7 @@ inline constexpr int kMaxGuarded = 4096;
 int GuardRange(const void* begin, size_t size);  // an id, or -1
 void UnguardRange(int id);
 bool RangeFaulted(int id);
+// False until the handler has answered a SIGBUS in any range: the per-sample check's fast path.
+bool AnyFaulted();
 
 }  // namespace shardfeed::format::internal

@@ -580,7 +580,6 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
   }
   impl->ring_base = impl->ring.data();
   SF_RETURN_IF_ERROR(impl->MaintainRing());
-  impl->stats.tuning.clear();
   if (options.mode == WorkerMode::kThreads) {
     impl->progress.resize(static_cast<size_t>(impl->options.workers));
     impl->holding.reset(new std::atomic<uint64_t>[impl->progress.size()]());
@@ -734,8 +733,10 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
   ++p.stats.batches;
   p.stats.images += slot.count;
   p.stats.skipped += slot.skipped;
-  uint32_t lead = 0;  // ready batches to spare
-  for (const Impl::Slot& x : p.slots) lead += x.state == SlotState::kReady;
+  uint32_t lead = 0;  // ready batches to spare (only the ring's tuner reads it)
+  if (p.auto_prefetch) {
+    for (const Impl::Slot& x : p.slots) lead += x.state == SlotState::kReady;
+  }
   const uint32_t depth_before = p.depth;
   p.Tune(now, lead);
   const bool maintain = p.depth != depth_before || !p.retiring.empty();
