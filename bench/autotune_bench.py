@@ -21,7 +21,6 @@ import os
 import resource
 import subprocess
 import sys
-import time
 
 
 def cpu_seconds():

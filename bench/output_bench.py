@@ -95,8 +95,6 @@ def main():
     tmp = tempfile.mkdtemp(prefix="shardfeed-outbench-",
                            dir=os.path.dirname(os.path.abspath(args.corpus)))
     try:
-        rows = []
-
         def median(f):
             values = sorted(f() for _ in range(args.rounds))
             return values[len(values) // 2]

@@ -3,7 +3,6 @@ so the front page cannot drift from what the code does."""
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 

@@ -13,15 +13,7 @@ import pytest
 
 import shardfeed
 
-GOOD = os.path.join(os.environ.get("SHARDFEED_TEST_DATA", ""), "good")
 CPUS = len(os.sched_getaffinity(0))
-
-
-@pytest.fixture(scope="module")
-def archive_path(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("auto") / "a")
-    assert shardfeed.pack(GOOD, out, workers=2)["packed"] == 36
-    return out
 
 
 def run_epochs(loader, epochs, step_s):

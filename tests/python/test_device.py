@@ -20,13 +20,6 @@ pytestmark = pytest.mark.skipif(
                                          "torch.cuda.is_available() is False"))
 
 
-@pytest.fixture(scope="module")
-def archive_path(tmp_path_factory):
-    out = tmp_path_factory.mktemp("dev") / "a"
-    assert shardfeed.pack(GOOD, str(out))["packed"] == 36
-    return str(out)
-
-
 def test_device_batches_equal_host_batches(archive_path):
     opts = dict(batch_size=8, size=32, shuffle=True, seed=5, crop="random", flip=True)
     host = [(b.images.copy(), b.labels.copy()) for b in shardfeed.Loader(archive_path, **opts)]

@@ -18,13 +18,6 @@ OPTS = dict(batch_size=7, size=40, shuffle=True, seed=4, crop="random", flip=Tru
 
 
 @pytest.fixture(scope="module")
-def archive_path(tmp_path_factory):
-    out = tmp_path_factory.mktemp("norm") / "a"
-    assert shardfeed.pack(GOOD, str(out), workers=2)["packed"] == 36
-    return str(out)
-
-
-@pytest.fixture(scope="module")
 def reference(archive_path):
     """The uint8 batches, normalised by numpy in float32: (x / 255 - mean) / std, NHWC."""
     out = []

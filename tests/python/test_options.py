@@ -15,13 +15,6 @@ OPTIONS = _native.loader_options()
 MIN_ONE = {"batch_size", "shuffle_window", "world_size", "prefetch", "max_pixels"}
 
 
-@pytest.fixture(scope="module")
-def archive(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("opts") / "a")
-    assert shardfeed.pack(GOOD, out, workers=2)["packed"] == 36
-    return out
-
-
 def cases(option):
     """(text, expect_valid_text) pairs for one option: its default, every choice, and values
     its kind must refuse."""
@@ -44,11 +37,11 @@ def cases(option):
     return out
 
 
-def cli_outcome(archive, option, text):
+def cli_outcome(archive_path, option, text):
     extra = [] if option["name"] == "batch_size" else ["--batch-size", "8"]
-    p = subprocess.run([CLI, "bench", archive, option["flag"] + "=" + text, "--epochs", "1",
+    p = subprocess.run([CLI, "bench", archive_path, option["flag"] + "=" + text, "--epochs", "1",
                         "--shuffle=false", *extra] if option["name"] != "shuffle" else
-                       [CLI, "bench", archive, option["flag"] + "=" + text, "--epochs", "1",
+                       [CLI, "bench", archive_path, option["flag"] + "=" + text, "--epochs", "1",
                         *extra], capture_output=True, text=True, timeout=120)
     if p.returncode == 0:
         return None
@@ -56,11 +49,11 @@ def cli_outcome(archive, option, text):
     return p.stderr.strip()
 
 
-def python_outcome(archive, option, text):
+def python_outcome(archive_path, option, text):
     kwargs = {"batch_size": 8}  # the CLI's bench defaults to shuffle=true; compare unshuffled
     kwargs[option["name"]] = text
     try:
-        loader = shardfeed.Loader(archive, **kwargs)
+        loader = shardfeed.Loader(archive_path, **kwargs)
         for _ in loader:
             pass
         loader.close()
@@ -72,10 +65,10 @@ def python_outcome(archive, option, text):
 
 
 @pytest.mark.parametrize("option", OPTIONS, ids=[o["name"] for o in OPTIONS])
-def test_cli_and_python_agree(archive, option):
+def test_cli_and_python_agree(archive_path, option):
     for text, _ in cases(option):
-        cli = cli_outcome(archive, option, text)
-        py = python_outcome(archive, option, text)
+        cli = cli_outcome(archive_path, option, text)
+        py = python_outcome(archive_path, option, text)
         where = "%s=%r" % (option["name"], text)
         assert (cli is None) == (py is None), (where, cli, py)
         if py is not None:
@@ -83,20 +76,20 @@ def test_cli_and_python_agree(archive, option):
 
 
 @pytest.mark.parametrize("option", OPTIONS, ids=[o["name"] for o in OPTIONS])
-def test_refusals_name_the_option_and_its_flag(archive, option):
+def test_refusals_name_the_option_and_its_flag(archive_path, option):
     bad = [t for t, ok in cases(option) if not ok]
     assert bad, option
     for text in bad:
-        msg = python_outcome(archive, option, text)
+        msg = python_outcome(archive_path, option, text)
         assert msg and option["name"] in msg and option["flag"] in msg, (text, msg)
 
 
-def test_typed_python_values_mean_what_their_text_means(archive):
+def test_typed_python_values_mean_what_their_text_means(archive_path):
     # Python callers pass typed values; they are read as the CLI reads their text.
-    a = [b.images.copy() for b in shardfeed.Loader(archive, batch_size=8, flip=True, seed=3,
+    a = [b.images.copy() for b in shardfeed.Loader(archive_path, batch_size=8, flip=True, seed=3,
                                                     crop="random", mean=(0.5, 0.5, 0.5),
                                                     std=0.25, dtype="float32", timeout=None)]
-    b = [b.images.copy() for b in shardfeed.Loader(archive, batch_size="8", flip="true",
+    b = [b.images.copy() for b in shardfeed.Loader(archive_path, batch_size="8", flip="true",
                                                     seed="3", crop="random",
                                                     mean="0.5,0.5,0.5", std="0.25",
                                                     dtype="float32", timeout="none")]

@@ -15,14 +15,6 @@ GOOD = os.path.join(DATA, "good")
 DUMP = os.environ.get("SHARDFEED_DUMP_BATCHES", "dump_batches")
 
 
-@pytest.fixture(scope="module")
-def archive_path(tmp_path_factory):
-    out = tmp_path_factory.mktemp("py") / "a"
-    report = shardfeed.pack(GOOD, str(out), workers=2)
-    assert report["packed"] == 36
-    return str(out)
-
-
 def epoch(loader):
     """Copies of every batch of one epoch: [(images, labels, indices)]."""
     return [(b.images.copy(), b.labels.copy(), b.indices.copy()) for b in loader]

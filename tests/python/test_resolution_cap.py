@@ -1,7 +1,6 @@
 """pack --encoding jpeg --size N (issue 13): a resolution cap at pack time. Images over the cap
 are decoded upright, resized and re-encoded once; every other image keeps its bytes; labels and
 order are those of the uncapped pack; the manifest and inspect say how many were re-encoded."""
-import json
 import os
 import subprocess
 

@@ -10,14 +10,6 @@ import shardfeed
 import shardfeed.torch as sft
 
 CLI = os.environ.get("SHARDFEED_CLI", "shardfeed")
-GOOD = os.path.join(os.environ.get("SHARDFEED_TEST_DATA", ""), "good")
-
-
-@pytest.fixture(scope="module")
-def archive_path(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("sweep") / "a")
-    assert shardfeed.pack(GOOD, out, workers=2)["packed"] == 36
-    return out
 
 
 def test_sweep_runs_every_combination_and_reports_each(archive_path):

@@ -7,18 +7,8 @@ import subprocess
 
 import pytest
 
-import shardfeed
-
 CLI = os.environ.get("SHARDFEED_CLI", "shardfeed")
-GOOD = os.path.join(os.environ.get("SHARDFEED_TEST_DATA", ""), "good")
 CPUS = len(os.sched_getaffinity(0))
-
-
-@pytest.fixture(scope="module")
-def archive_path(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("tune") / "a")
-    assert shardfeed.pack(GOOD, out, workers=2)["packed"] == 36
-    return out
 
 
 def tune(*args):
