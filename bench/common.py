@@ -38,3 +38,26 @@ def shardfeed_ips(shardfeed, archive, args, *extra):
                           "--json", *extra], check=True, capture_output=True, text=True).stdout
     epochs = json.loads(out)["epochs"][1:]
     return sum(e["images"] for e in epochs) / sum(e["seconds"] for e in epochs)
+
+
+def timed_epoch(loader, step_s):
+    """One epoch of a shardfeed.Loader (set_epoch first) with a consumer that sleeps step_s(i)
+    seconds after its i-th batch (from 1), a training step: (images, seconds, seconds waiting
+    for data, seconds waiting for the first batch)."""
+    n, waited, first, i = 0, 0.0, None, 0
+    start = time.perf_counter()
+    it = iter(loader)
+    while True:
+        t = time.perf_counter()
+        b = next(it, None)
+        if b is None:
+            break
+        dt = time.perf_counter() - t
+        waited += dt
+        first = dt if first is None else first
+        n += len(b.labels)
+        del b
+        i += 1
+        if step_s(i):
+            time.sleep(step_s(i))
+    return n, time.perf_counter() - start, waited, first or 0.0

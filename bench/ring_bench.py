@@ -12,35 +12,23 @@ consumer's wait fraction and the pinned ring memory per setting, over the epochs
 warm-up epoch (workers="auto" throughout).
 """
 import argparse
-import time
 
 import shardfeed
+from common import timed_epoch
 
 
 def run(archive, prefetch, a):
     loader = shardfeed.Loader(archive, batch_size=a.batch_size, shuffle=True, crop="center",
                               size=224, prefetch=prefetch)
     images = seconds = waited = 0.0
+    step = lambda i: (a.long_ms if i % (a.quick + 1) == 0 else a.quick_ms) / 1000  # noqa: E731
     for e in range(a.epochs):
         loader.set_epoch(e)
-        n, w, i = 0, 0.0, 0
-        start = time.perf_counter()
-        it = iter(loader)
-        while True:
-            t = time.perf_counter()
-            b = next(it, None)
-            if b is None:
-                break
-            w += time.perf_counter() - t
-            n += len(b.labels)
-            del b
-            i += 1
-            time.sleep((a.long_ms if i % (a.quick + 1) == 0 else a.quick_ms) / 1000)
-        if e == 0:
-            continue
-        images += n
-        seconds += time.perf_counter() - start
-        waited += w
+        n, s, w, _ = timed_epoch(loader, step)
+        if e > 0:  # the first is the warm-up
+            images += n
+            seconds += s
+            waited += w
     st = loader.stats()
     return images / seconds, waited / seconds, st
 

@@ -320,6 +320,8 @@ int CmdBench(int argc, char** argv) {
          {"prefetch", st.prefetch},
          {"ring_bytes", st.ring_bytes},
          {"ring_full_seconds", st.ring_full_seconds},
+         {"run_ahead_batches", st.run_ahead_batches},
+         {"ahead_kept", st.ahead_kept},
          {"tuning", st.tuning},
          {"wait_seconds", st.wait_seconds},
          {"consumer_seconds", st.consumer_seconds},

@@ -108,7 +108,8 @@ class Loader:
     'workers' and 'tuning'; a number fixes it, 0 meaning those CPUs), prefetch='auto' (ring
     slots, tuned online from 2 up to max_prefetch=0, i.e. 16, within ring_mb=0, i.e. 1/8 of
     the memory this process may use, at most 4096; a number fixes it; stats() has 'prefetch',
-    'ring_bytes' and 'ring_full_seconds'),
+    'ring_bytes' and 'ring_full_seconds'), run_ahead=True (workers begin the next epoch once
+    this one's samples are all handed out; stats() has 'run_ahead_batches' and 'ahead_kept'),
     crop='center'|'random'|'none'|'squash' ('none': whole images at a fixed-shape archive's
     stored shape, never distorted; 'squash': whole images resized to size x size, aspect
     ratio not kept), size=0 (224 for center, random and squash; the stored shape for 'none'),

@@ -234,6 +234,8 @@ py::dict StatsDict(const reader::EpochStats& s) {
   d["prefetch"] = s.prefetch;  // ring slots in use (prefetch="auto": tuned)
   d["ring_bytes"] = s.ring_bytes;
   d["ring_full_seconds"] = s.ring_full_seconds;
+  d["run_ahead_batches"] = s.run_ahead_batches;
+  d["ahead_kept"] = s.ahead_kept;
   d["tuning"] = s.tuning;
   d["images_per_second"] = s.seconds > 0 ? s.images / s.seconds : 0.0;
   py::dict stages;

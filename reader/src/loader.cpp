@@ -82,57 +82,84 @@ bool Loader::Impl::Claim(size_t worker, Task* task) {
       cv_work.wait(lock);
       continue;
     }
+    bool work_left = true;
     if (next_task < plan.samples) {
-      const uint64_t b = next_task / options.batch_size;
-      int s = batch_slot(b);
-      if (s < 0 && !free_slots.empty()) {
-        s = free_slots.back();
-        free_slots.pop_back();
-        Slot& slot = slots[s];
-        slot.batch = b;
-        slot.generation = generation;
-        slot.state = SlotState::kFilling;
-        const uint64_t first = b * options.batch_size;
-        slot.count =
-            static_cast<uint32_t>(std::min<uint64_t>(options.batch_size, plan.samples - first));
-        slot.remaining = slot.count;
-        slot.in_flight = 0;
-        slot.skipped = 0;
-        slot.error = Status::OK();
-        filling[b % filling.size()] = s;
-        // A batch just started: have the kernel read the next one's records meanwhile.
-        task->prefetch_begin = std::min<uint64_t>(plan.samples, first + options.batch_size);
-        task->prefetch_end =
-            std::min<uint64_t>(plan.samples, task->prefetch_begin + options.batch_size);
-      }
-      if (s >= 0) {
-        if (task->plan_generation != generation) {  // once per epoch per worker
-          task->plan = plan;
-          task->plan_generation = generation;
-        }
-        const uint64_t batch_end = std::min<uint64_t>(
-            plan.samples, (next_task / options.batch_size + 1) * options.batch_size);
-        const uint32_t n =
-            static_cast<uint32_t>(std::min<uint64_t>(RunLength(), batch_end - next_task));
-        task->slot = s;
-        task->position = static_cast<uint32_t>(next_task % options.batch_size);
-        task->count = n;
-        task->k = next_task;
-        task->generation = generation;
-        slots[s].in_flight += n;
-        progress[worker] = WorkerProgress{true, claims++};
-        holding[worker].store(next_task, std::memory_order_relaxed);
-        next_task += n;
+      if (ClaimFrom(plan, next_task, filling, generation, worker, task)) return true;
+    } else if (RunAhead() && ahead.next_task < ahead.plan.samples) {
+      if (ClaimFrom(ahead.plan, ahead.next_task, ahead.filling, generation + 1, worker, task)) {
         return true;
       }
-      // Work is left but every slot is taken: back-pressure, time the ring's depth costs.
-      const auto idle = Clock::now();
+    } else {
+      work_left = false;
+    }
+    if (!work_left) {
       cv_work.wait(lock);
-      stats.ring_full_seconds += Seconds(Clock::now() - idle);
       continue;
     }
+    // Work is left but every slot is taken: back-pressure, time the ring's depth costs.
+    const auto idle = Clock::now();
     cv_work.wait(lock);
+    stats.ring_full_seconds += Seconds(Clock::now() - idle);
   }
+}
+
+bool Loader::Impl::ClaimFrom(EpochPlan& from, uint64_t& from_task, std::vector<int>& from_filling,
+                             uint64_t gen, size_t worker, Task* task) {
+  const uint64_t b = from_task / options.batch_size;
+  int s = SlotOf(from_filling, gen, b);
+  if (s < 0) {
+    if (free_slots.empty()) return false;
+    s = free_slots.back();
+    free_slots.pop_back();
+    Slot& slot = slots[s];
+    slot.batch = b;
+    slot.generation = gen;
+    slot.state = SlotState::kFilling;
+    const uint64_t first = b * options.batch_size;
+    slot.count =
+        static_cast<uint32_t>(std::min<uint64_t>(options.batch_size, from.samples - first));
+    slot.remaining = slot.count;
+    slot.in_flight = 0;
+    slot.skipped = 0;
+    slot.error = Status::OK();
+    from_filling[b % from_filling.size()] = s;
+    if (gen != generation) ++stats.run_ahead_batches;
+    // A batch just started: have the kernel read the next one's records meanwhile.
+    task->prefetch_begin = std::min<uint64_t>(from.samples, first + options.batch_size);
+    task->prefetch_end =
+        std::min<uint64_t>(from.samples, task->prefetch_begin + options.batch_size);
+  }
+  if (task->plan_generation != gen) {  // once per epoch per worker
+    task->plan = from;
+    task->plan_generation = gen;
+  }
+  const uint64_t batch_end = std::min<uint64_t>(from.samples, (b + 1) * options.batch_size);
+  const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(RunLength(), batch_end - from_task));
+  task->slot = s;
+  task->position = static_cast<uint32_t>(from_task % options.batch_size);
+  task->count = n;
+  task->k = from_task;
+  task->generation = gen;
+  slots[s].in_flight += n;
+  progress[worker] = WorkerProgress{true, claims++, gen};
+  holding[worker].store(from_task, std::memory_order_relaxed);
+  from_task += n;
+  return true;
+}
+
+bool Loader::Impl::RunAhead() {
+  if (!options.run_ahead || !started) return false;
+  if (!ahead.on) {
+    ahead.plan = sampler->Plan(epoch + epoch_step);
+    ahead.next_task = 0;
+    std::fill(ahead.filling.begin(), ahead.filling.end(), -1);
+    ahead.on = true;
+  }
+  return true;
+}
+
+bool Loader::Impl::Live(uint64_t gen) const {
+  return gen == generation || (ahead.on && gen == generation + 1);
 }
 
 void Loader::Impl::Tune(Clock::time_point now, uint32_t lead) {
@@ -208,14 +235,17 @@ void Loader::Impl::Resolve(Task* task) const {
   task->seed = MixSeed(options.seed, task->plan.epoch, task->index);
 }
 
-int Loader::Impl::batch_slot(uint64_t b) const {
-  int s = filling[b % filling.size()];
-  if (s >= 0 && slots[s].batch == b && slots[s].generation == generation &&
-      slots[s].state != SlotState::kFree) {
+int Loader::Impl::SlotOf(const std::vector<int>& map, uint64_t gen, uint64_t b) const {
+  const int s = map[b % map.size()];
+  if (s >= 0 && slots[s].batch == b && slots[s].generation == gen &&
+      (slots[s].state == SlotState::kFilling || slots[s].state == SlotState::kReady ||
+       slots[s].state == SlotState::kLeased)) {
     return s;
   }
   return -1;
 }
+
+int Loader::Impl::batch_slot(uint64_t b) const { return SlotOf(filling, generation, b); }
 
 void Loader::Impl::FreeSlot(int s) {
   slots[s].in_flight = 0;
@@ -321,7 +351,7 @@ void Loader::Impl::FinishRun(size_t worker, const Task& run, const RunTally& tal
     stats.collate += times.resize;
     stats.read += times.read;
     slot.in_flight -= run.count;
-    if (slot.generation != generation) {  // an abandoned epoch's batch: never delivered
+    if (!Live(slot.generation)) {  // an abandoned epoch's batch: never delivered
       if (slot.in_flight == 0 && slot.state == SlotState::kFilling) {
         FreeSlot(run.slot);
         cv_work.notify_all();
@@ -392,8 +422,14 @@ Status Loader::Impl::OnTimeout(double waited) {
   } else {
     msg << "; worker " << slowest;
     if (!children.empty()) msg << " (process " << children[slowest].pid << ")";
-    msg << " has held sample "
-        << sampler->At(plan, holding[slowest].load(std::memory_order_relaxed)) << " all that time";
+    const uint64_t k = holding[slowest].load(std::memory_order_relaxed);
+    const uint64_t gen = progress[slowest].generation;
+    if (gen == generation || (ahead.on && gen == generation + 1)) {
+      msg << " has held sample " << sampler->At(gen == generation ? plan : ahead.plan, k);
+    } else {
+      msg << " has held position " << k << " of an abandoned epoch";
+    }
+    msg << " all that time";
   }
   Status status = Status::Timeout(msg.str());
   if (!children.empty() && slowest >= 0) {
@@ -557,6 +593,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
   impl->slots.resize(capacity);
   impl->ring_cap = capacity;
   impl->filling.assign(capacity, -1);
+  impl->ahead.filling.assign(capacity, -1);
   if (options.device) {
     impl->device_slots.resize(capacity);
     // Slots may be added later, from the consumer's thread: fix the device now.
@@ -615,22 +652,36 @@ Status Loader::StartEpoch(uint64_t epoch, uint64_t start_batch, uint64_t start_p
   {
     std::lock_guard<std::mutex> lock(p.mu);
     if (!p.fatal.ok()) return p.fatal;
-    ++p.generation;
-    // Undelivered batches of the old epoch are cancelled. Ready ones, and filling ones with no
-    // sample in a worker's hands, go back to the ring now; filling ones with samples in flight
-    // go back when the last of those completes (Complete sees the generation change); leased
-    // ones when their consumer releases them.
+    // The epoch run ahead is this one, from its start: its batches are kept.
+    const bool adopt = p.ahead.on && start_batch == 0 && plan.start == 0 &&
+                       p.ahead.plan.epoch == epoch && p.ahead.plan.start == 0;
+    // A fresh generation, past the one run ahead unless it is adopted.
+    p.generation += adopt || !p.ahead.on ? 1 : 2;
+    // Undelivered batches of other generations are cancelled. Ready ones, and filling ones with
+    // no sample in a worker's hands, go back to the ring now; filling ones with samples in
+    // flight go back when the last of those completes (FinishRun sees the generation change);
+    // leased ones when their consumer releases them.
     for (size_t s = 0; s < p.slots.size(); ++s) {
       const Impl::Slot& slot = p.slots[s];
-      if (slot.state == SlotState::kReady ||
-          (slot.state == SlotState::kFilling && slot.in_flight == 0)) {
+      if (slot.generation != p.generation &&
+          (slot.state == SlotState::kReady ||
+           (slot.state == SlotState::kFilling && slot.in_flight == 0))) {
         p.FreeSlot(static_cast<int>(s));
       }
     }
-    std::fill(p.filling.begin(), p.filling.end(), -1);
+    if (adopt) {
+      p.filling.swap(p.ahead.filling);
+      p.next_task = p.ahead.next_task;
+    } else {
+      p.next_task = std::min<uint64_t>(plan.samples, start_batch * p.options.batch_size);
+    }
+    std::fill(p.ahead.filling.begin(), p.ahead.filling.end(), -1);
+    p.ahead.on = false;
+    if (p.started) {  // what comes next is guessed from this step: repeated, or the next one
+      p.epoch_step = epoch == p.epoch ? 0 : 1;
+    }
     p.plan = std::move(plan);
     p.epoch = epoch;
-    p.next_task = std::min<uint64_t>(p.plan.samples, start_batch * p.options.batch_size);
     p.next_deliver = start_batch;
     p.batches = p.plan.batches;
     p.stats = EpochStats();
@@ -639,6 +690,13 @@ Status Loader::StartEpoch(uint64_t epoch, uint64_t start_batch, uint64_t start_p
     p.stats.prefetch = static_cast<int>(p.depth);
     p.stats.ring_bytes = p.ring.committed_bytes();
     p.tune.batches = 0;  // stats restart: so does the tuning window
+    if (adopt) {
+      for (const Impl::Slot& slot : p.slots) {
+        p.stats.ahead_kept +=
+            slot.generation == p.generation &&
+            (slot.state == SlotState::kFilling || slot.state == SlotState::kReady);
+      }
+    }
     p.epoch_start = Clock::now();
     p.last_return = Clock::time_point();
     p.started = true;

@@ -53,12 +53,19 @@ struct Loader::Impl {
   // consumer keeps time; the oldest claim identifies the slowest worker).
   struct WorkerProgress {
     bool busy = false;
-    uint64_t claim = 0;  // claims handed out before this one
+    uint64_t claim = 0;       // claims handed out before this one
+    uint64_t generation = 0;  // of the claim's epoch: `plan`'s, or the epoch run ahead
   };
 
   ~Impl();
   void Shutdown();
   bool Claim(size_t worker, Task* task);
+  // mu held: hands `worker` the next run of `from` (generation `gen`), taking a free slot for a
+  // new batch; false when that needs a slot and none is free.
+  bool ClaimFrom(EpochPlan& from, uint64_t& from_task, std::vector<int>& from_filling, uint64_t gen,
+                 size_t worker, Task* task);
+  bool RunAhead();                 // mu held: start (or go on with) the epoch expected next
+  bool Live(uint64_t gen) const;   // mu held: `gen` is the epoch in progress or run ahead
   void Resolve(Task* task) const;  // index and seed of a claimed task (no lock needed)
   // What a run's samples came to: stage times, failures, the first error.
   struct RunTally {
@@ -82,6 +89,8 @@ struct Loader::Impl {
   Status MaintainRing();
   bool RingStarved() const;              // mu held: every usable slot is leased by the consumer
   int batch_slot(uint64_t batch) const;  // slot filling or holding `batch`, or -1 (mu held)
+  // The slot of `batch` of generation `gen` in `map` (batch % capacity -> slot), or -1.
+  int SlotOf(const std::vector<int>& map, uint64_t gen, uint64_t batch) const;
   void ThreadWorker(size_t worker);
   Status ThreadWorkerLoop(size_t worker, SampleDecoder* decoder);
   void IssuePrefetch(Task* task, StageTimes* times);  // madvise the next batch (no lock held)
@@ -141,6 +150,16 @@ struct Loader::Impl {
   uint32_t usable = 0;       // committed slots, retiring ones aside
   std::vector<int> retiring;
   EpochPlan plan;  // the epoch being delivered: positions [0, plan.samples) on this rank
+  // run_ahead: once every sample of `plan` is handed out, workers go on with `ahead.plan`, the
+  // epoch StartEpoch is expected to ask for next, as generation `generation + 1`, in free
+  // slots. StartEpoch of that epoch from its start adopts it; any other skips past it.
+  struct Ahead {
+    bool on = false;
+    EpochPlan plan;
+    uint64_t next_task = 0;
+    std::vector<int> filling;
+  } ahead;
+  uint64_t epoch_step = 1;  // the epoch expected next is epoch + epoch_step (1, or 0: repeated)
   std::vector<WorkerProgress> progress;
   // The epoch position each worker is decoding now (written by the worker, per sample).
   std::unique_ptr<std::atomic<uint64_t>[]> holding;

@@ -211,6 +211,9 @@ std::vector<LoaderOption> MakeTable() {
       SF_COUNT(ring_mb, ring_mb, 0,
                "prefetch=auto: the ring's memory budget in MiB (0: 1/8 of the memory this "
                "process may use, at most 4096)"),
+      SF_BOOL(run_ahead, run_ahead,
+              "once an epoch's samples are all handed out, start the next epoch in the free "
+              "ring slots (kept if it is the epoch asked for next, from its start)"),
       {"mode", OptionKind::kChoice, "threads|processes",
        "workers as threads, or as shardfeed-worker processes",
        [](O* o, V t) -> Status {

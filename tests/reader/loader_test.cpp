@@ -405,6 +405,84 @@ TEST_CASE("prefetch=auto delivers what a fixed ring does, in threads and process
   }
 }
 
+// Polls (no sleep-and-hope) until the workers have begun `want` batches of the epoch expected
+// next: they do, as soon as the epoch in progress has every sample handed out.
+void AwaitRunAhead(Loader& loader, uint64_t want) {
+  for (int i = 0; i < 60000 && loader.Stats().run_ahead_batches < want; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(loader.Stats().run_ahead_batches == want);
+}
+
+TEST_CASE(
+    "run_ahead: the epoch expected next begins in free slots and is kept; others discard it") {
+  TempDir dir;
+  auto archive = MakeRawArchive(dir / "a", 50);  // 13 batches of 4
+  for (WorkerMode mode : {WorkerMode::kThreads, WorkerMode::kProcesses}) {
+    CAPTURE(int(mode));
+    LoaderOptions on = CopyOptions(4, 2);
+    on.shuffle = true;
+    on.seed = 5;
+    on.mode = mode;
+    LoaderOptions off = on;
+    off.run_ahead = false;
+    auto a = Loader::Create(archive, on);
+    auto b = Loader::Create(archive, off);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    // {epoch, start batch, whether the ring run ahead is kept}: the next epoch; the same epoch
+    // again (then expected again); a jump; a resume mid-epoch; the next after that resume.
+    struct Step {
+      uint64_t epoch, start;
+      bool kept;
+    };
+    const Step steps[] = {{0, 0, false}, {1, 0, true},  {1, 0, false}, {1, 0, true},
+                          {7, 0, false}, {8, 3, false}, {9, 0, true}};
+    bool first = true;
+    for (const Step& step : steps) {
+      CAPTURE(step.epoch, step.start);
+      if (!first) AwaitRunAhead(**a, 3);  // prefetch 3: the whole ring
+      first = false;
+      const Delivered got = ReadEpoch(**a, step.epoch, step.start);
+      CHECK((*a)->Stats().ahead_kept == (step.kept ? 3u : 0u));
+      const Delivered want = ReadEpoch(**b, step.epoch, step.start);
+      CHECK(got.indices == want.indices);
+      CHECK(got.batch_sizes == want.batch_sizes);
+      CHECK((*b)->Stats().run_ahead_batches == 0);
+    }
+    // Leaving an epoch early never starts the next one; StartEpoch then cancels cleanly.
+    REQUIRE((*a)->StartEpoch(10).ok());
+    REQUIRE((*a)->Next().ok());
+    CHECK((*a)->Stats().run_ahead_batches == 0);
+    CHECK(ReadEpoch(**a, 11).indices == ReadEpoch(**b, 11).indices);
+  }
+}
+
+TEST_CASE("run_ahead takes no slot the epoch in progress needs, even when batches are held") {
+  TempDir dir;
+  auto archive = MakeRawArchive(dir / "a", 40);  // 10 batches of 4
+  LoaderOptions o = CopyOptions(4, 2);
+  o.prefetch = LoaderOptions::kAutoPrefetch;  // grows while the consumer holds every batch
+  auto loader = Loader::Create(archive, o);
+  REQUIRE(loader.ok());
+  Loader& l = **loader;
+  for (uint64_t epoch = 0; epoch < 3; ++epoch) {
+    REQUIRE(l.StartEpoch(epoch).ok());
+    std::vector<Batch> held;
+    for (;;) {
+      auto b = l.Next();
+      REQUIRE(b.ok());
+      if (!*b) break;
+      CHECK(b->epoch() == epoch);
+      held.push_back(*b);
+    }
+    REQUIRE(held.size() == 10);
+    for (const Batch& h : held) {
+      for (uint32_t j = 0; j < h.size(); ++j) CHECK(h.images()[j * 108] == h.indices()[j] % 251);
+    }
+  }
+}
+
 TEST_CASE("prefetch=auto refuses a ring budget too small for two slots, naming it") {
   TempDir dir;
   auto archive = MakeRawArchive(dir / "a", 10);

@@ -18,7 +18,8 @@
 //   ones return to the ring at once; a slot still being filled returns once every sample already
 //   handed to a worker has completed (those samples are accounted for, never delivered). Leased
 //   batches stay valid until released. Leaving an epoch early (a `break`) and starting another
-//   any number of times never leaks a slot.
+//   any number of times never leaks a slot. Batches that workers decoded ahead for the epoch
+//   StartEpoch() asks for (run_ahead) are kept; those for another epoch are cancelled alike.
 // - No exception crosses a worker boundary: whatever a decoder, resizer or allocator throws for
 //   a sample becomes that sample's error (named by archive and index), returned by the Next()
 //   that would have delivered its batch, or, with skip_errors, a zero image with label -1.
@@ -98,6 +99,13 @@ struct LoaderOptions {
   uint32_t prefetch = kAutoPrefetch;
   uint32_t max_prefetch = 0;
   uint32_t ring_mb = 0;
+  // Once every sample of the epoch in progress is handed out, workers start the epoch expected
+  // next (epoch + 1, or the same epoch again if the last StartEpoch repeated one) in the ring's
+  // free slots, so it does not begin with an empty ring. StartEpoch of that epoch from its
+  // start keeps those batches; any other StartEpoch discards them (as it cancels the epoch in
+  // progress). It takes no slot the epoch in progress needs and never changes what is
+  // delivered. Costs at most one ring of decoding that is thrown away, after the last epoch.
+  bool run_ahead = true;
   TransformOptions transform;
   bool skip_errors = false;  // a sample that fails to decode becomes zeros with label -1
   WorkerMode mode = WorkerMode::kThreads;
@@ -135,7 +143,10 @@ struct EpochStats {
   int prefetch = 0;         // ring slots in use at the end of the epoch (auto: the tuned depth)
   uint64_t ring_bytes = 0;  // ring memory committed (pinned) at the end of the epoch
   double ring_full_seconds = 0;  // worker time spent idle because every ring slot was taken
-  std::string tuning;            // workers or prefetch "auto": the last decision and its reason
+  // run_ahead: batches of the epoch expected next that workers began while this one ran, and
+  // batches of this epoch begun before it started that StartEpoch kept.
+  uint64_t run_ahead_batches = 0, ahead_kept = 0;
+  std::string tuning;  // workers or prefetch "auto": the last decision and its reason
   // Fraction of the consumer's time spent waiting for data.
   double wait_fraction() const {
     double t = wait_seconds + consumer_seconds;
