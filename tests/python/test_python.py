@@ -2,6 +2,7 @@
 import multiprocessing as mp
 import os
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -119,6 +120,27 @@ def test_state_dict_resume_reproduces_the_batches(archive_path):
     # The loader moves on to the next epoch by itself.
     s = resumed.state_dict()
     assert (s["epoch"], s["position"], s["seed"], s["consumed"]) == (2, 0, 11, 0)
+
+
+def test_epochs_run_into_each_other_without_changing_a_batch(archive_path):
+    # run_ahead (the default): once an epoch's samples are all handed out, the workers begin
+    # the next one; the next iteration keeps those batches. What is delivered is exactly what
+    # run_ahead=False delivers, epoch after epoch.
+    opts = dict(batch_size=4, size=32, crop="random", flip=True, shuffle=True, seed=11,
+                prefetch=3)
+    on = shardfeed.Loader(archive_path, **opts)
+    off = shardfeed.Loader(archive_path, run_ahead=False, **opts)
+    for e in range(3):
+        got, want = epoch(on), epoch(off)
+        assert len(got) == len(want) == 9
+        for (gi, gl, gx), (wi, wl, wx) in zip(got, want):
+            assert np.array_equal(gi, wi) and np.array_equal(gl, wl) and np.array_equal(gx, wx)
+        assert on.stats()["ahead_kept"] == (3 if e else 0), on.stats()
+        deadline = time.monotonic() + 60  # the workers fill the ring with the next epoch
+        while on.stats()["run_ahead_batches"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert on.stats()["run_ahead_batches"] == 3, on.stats()
+    assert off.stats()["run_ahead_batches"] == 0 and off.stats()["ahead_kept"] == 0
 
 
 def _child_reads(archive, conn):
