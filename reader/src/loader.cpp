@@ -97,10 +97,17 @@ bool Loader::Impl::Claim(size_t worker, Task* task) {
       continue;
     }
     // Work is left but every slot is taken: back-pressure, time the ring's depth costs.
-    const auto idle = Clock::now();
+    AccrueRingFull(Clock::now());
+    ++ring_full_waiters;
     cv_work.wait(lock);
-    stats.ring_full_seconds += Seconds(Clock::now() - idle);
+    AccrueRingFull(Clock::now());
+    --ring_full_waiters;
   }
+}
+
+void Loader::Impl::AccrueRingFull(Clock::time_point now) {
+  stats.ring_full_seconds += ring_full_waiters * Seconds(now - ring_full_mark);
+  ring_full_mark = now;
 }
 
 bool Loader::Impl::ClaimFrom(EpochPlan& from, uint64_t& from_task, std::vector<int>& from_filling,
@@ -164,6 +171,7 @@ bool Loader::Impl::Live(uint64_t gen) const {
 
 void Loader::Impl::Tune(Clock::time_point now, uint32_t lead) {
   if (!auto_workers && !auto_prefetch) return;
+  AccrueRingFull(now);  // idle time up to now belongs to this window, not the one it ends in
   const double busy = stats.read + stats.decode + stats.collate;
   TuneWindow& w = tune;
   auto restart = [&] {
@@ -190,7 +198,11 @@ void Loader::Impl::Tune(Clock::time_point now, uint32_t lead) {
       "kept " + std::to_string(active_workers) + " workers, " + std::to_string(depth) + " slots";
   if (fraction > options.wait_target) {
     calm_windows = 0;
-    if (can_grow && (ring_bound || (!can_wake && full > 0))) {
+    // Starved for most of the window, the decode rate is short, not the depth: a deeper ring
+    // absorbs uneven steps but cannot make up a deficit, so a worker that can wake comes first
+    // (the next window grows the ring if waiting and idling on a full ring persist).
+    const bool rate_short = can_wake && fraction > 0.5;
+    if (can_grow && !rate_short && (ring_bound || (!can_wake && full > 0))) {
       ++depth;
       did = "the ring grew to " + std::to_string(depth) + " slots";
       if (shrunk) shrink_after = std::min<uint32_t>(2 * shrink_after, 64);
@@ -685,6 +697,7 @@ Status Loader::StartEpoch(uint64_t epoch, uint64_t start_batch, uint64_t start_p
     p.next_deliver = start_batch;
     p.batches = p.plan.batches;
     p.stats = EpochStats();
+    p.ring_full_mark = Clock::now();  // idle time before this belonged to the old epoch
     p.stats.epoch = epoch;
     p.stats.workers = p.active_workers;
     p.stats.prefetch = static_cast<int>(p.depth);

@@ -166,6 +166,13 @@ struct Loader::Impl {
   uint64_t claims = 0, completions = 0;
   uint64_t epoch = 0, generation = 0, next_task = 0, next_deliver = 0, batches = 0;
   EpochStats stats;
+  // Workers idle on a full ring now, and when stats.ring_full_seconds last took in their time:
+  // it is accrued whenever the count changes and when the tuner reads it, so idle time lands
+  // in the tuning window it happened in (a long idle spell that ends in a new, data-bound
+  // phase is not that phase's evidence).
+  int ring_full_waiters = 0;
+  std::chrono::steady_clock::time_point ring_full_mark;
+  void AccrueRingFull(std::chrono::steady_clock::time_point now);
   // workers="auto" (LoaderOptions): workers >= active_workers sleep in Claim(); Tune() moves
   // the bound after every kTuneWindow delivered batches from the window's wait fraction and
   // worker busy time.
