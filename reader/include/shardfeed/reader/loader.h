@@ -90,7 +90,8 @@ struct LoaderOptions {
   // Ring slots: batches decoded ahead (memory = prefetch x batch). kAutoPrefetch (0, "auto"):
   // tuned online. The ring starts at 2 slots and grows by one when, over a tuning window, the
   // consumer waited more than wait_target while workers stood idle because every slot was
-  // full (EpochStats::ring_full_seconds), or at once when the consumer holds every slot; it
+  // full (EpochStats::ring_full_seconds) (a worker that can wake comes first while the consumer
+  // waits more than half its time), or at once when the consumer holds every slot; it
   // gives one back after a calm spell (no waiting, a ready batch always to spare), a spell
   // that doubles each time a shrink had to be undone. At most max_prefetch slots (0: 16) and
   // ring_mb MiB (0: 1/8 of the memory this process may use, at most 4 GiB; always room for
