@@ -436,7 +436,7 @@ Status Loader::Impl::OnTimeout(double waited) {
     if (!children.empty()) msg << " (process " << children[slowest].pid << ")";
     const uint64_t k = holding[slowest].load(std::memory_order_relaxed);
     const uint64_t gen = progress[slowest].generation;
-    if (gen == generation || (ahead.on && gen == generation + 1)) {
+    if (Live(gen)) {
       msg << " has held sample " << sampler->At(gen == generation ? plan : ahead.plan, k);
     } else {
       msg << " has held position " << k << " of an abandoned epoch";

@@ -10,10 +10,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "../../reader/src/failpoint.h"
 #include "constant_archive.h"
@@ -234,6 +236,44 @@ TEST_CASE("an exception in a decoder is its sample's error, never the process's 
   }
   ::unsetenv("SHARDFEED_FAILPOINTS");
   Failpoints::Get().Reload();
+}
+
+TEST_CASE("a worker stuck on a sample run ahead times out in the epoch that keeps it") {
+  // Epoch 0 resumed at batch 5 never decodes sample 0; the run-ahead of epoch 1 does, and
+  // hangs there. StartEpoch(1) keeps that batch, so its Next() times out naming sample 0, the
+  // stuck process is killed and reaped, and nothing is left behind.
+  TempDir dir;
+  auto archive = MakeArchive(dir / "a", 40);
+  ::setenv("SHARDFEED_FAILPOINTS", "decode_hang=0", 1);
+  LoaderOptions o = Options(WorkerMode::kProcesses);
+  o.batch_size = 4;
+  o.shuffle = false;
+  o.timeout = 1;
+  const size_t fds = OpenFds();
+  {
+    auto loader = Loader::Create(archive, o);
+    ::unsetenv("SHARDFEED_FAILPOINTS");
+    REQUIRE(loader.ok());
+    Loader& l = **loader;
+    REQUIRE(l.StartEpoch(0, 5).ok());
+    for (;;) {
+      auto b = l.Next();
+      REQUIRE(b.ok());
+      if (!*b) break;
+    }
+    for (int i = 0; i < 60000 && l.Stats().run_ahead_batches < 3; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    REQUIRE(l.Stats().run_ahead_batches == 3);
+    REQUIRE(l.StartEpoch(1).ok());
+    CHECK(l.Stats().ahead_kept == 3);
+    auto b = l.Next();
+    REQUIRE(b.status().code() == StatusCode::kTimeout);
+    CHECK(b.status().message().find("has held sample 0 all that time") != std::string::npos);
+    CHECK(b.status().message().find("killed") != std::string::npos);
+  }
+  CHECK(Children().empty());
+  CHECK(OpenFds() == fds);
 }
 
 TEST_CASE("a stuck or stopped worker process times out naming it, and is killed and reaped") {
