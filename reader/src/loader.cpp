@@ -83,12 +83,10 @@ bool Loader::Impl::Claim(size_t worker, Task* task) {
       continue;
     }
     bool work_left = true;
-    if (next_task < plan.samples) {
-      if (ClaimFrom(plan, next_task, filling, generation, worker, task)) return true;
+    if (current.next_task < current.plan.samples) {
+      if (ClaimFrom(current, generation, worker, task)) return true;
     } else if (RunAhead() && ahead.next_task < ahead.plan.samples) {
-      if (ClaimFrom(ahead.plan, ahead.next_task, ahead.filling, generation + 1, worker, task)) {
-        return true;
-      }
+      if (ClaimFrom(ahead, generation + 1, worker, task)) return true;
     } else {
       work_left = false;
     }
@@ -110,10 +108,9 @@ void Loader::Impl::AccrueRingFull(Clock::time_point now) {
   ring_full_mark = now;
 }
 
-bool Loader::Impl::ClaimFrom(EpochPlan& from, uint64_t& from_task, std::vector<int>& from_filling,
-                             uint64_t gen, size_t worker, Task* task) {
-  const uint64_t b = from_task / options.batch_size;
-  int s = SlotOf(from_filling, gen, b);
+bool Loader::Impl::ClaimFrom(EpochWork& from, uint64_t gen, size_t worker, Task* task) {
+  const uint64_t b = from.next_task / options.batch_size;
+  int s = SlotOf(from.filling, gen, b);
   if (s < 0) {
     if (free_slots.empty()) return false;
     s = free_slots.back();
@@ -124,33 +121,33 @@ bool Loader::Impl::ClaimFrom(EpochPlan& from, uint64_t& from_task, std::vector<i
     slot.state = SlotState::kFilling;
     const uint64_t first = b * options.batch_size;
     slot.count =
-        static_cast<uint32_t>(std::min<uint64_t>(options.batch_size, from.samples - first));
+        static_cast<uint32_t>(std::min<uint64_t>(options.batch_size, from.plan.samples - first));
     slot.remaining = slot.count;
     slot.in_flight = 0;
     slot.skipped = 0;
     slot.error = Status::OK();
-    from_filling[b % from_filling.size()] = s;
+    from.filling[b % from.filling.size()] = s;
     if (gen != generation) ++stats.run_ahead_batches;
     // A batch just started: have the kernel read the next one's records meanwhile.
-    task->prefetch_begin = std::min<uint64_t>(from.samples, first + options.batch_size);
+    task->prefetch_begin = std::min<uint64_t>(from.plan.samples, first + options.batch_size);
     task->prefetch_end =
-        std::min<uint64_t>(from.samples, task->prefetch_begin + options.batch_size);
+        std::min<uint64_t>(from.plan.samples, task->prefetch_begin + options.batch_size);
   }
   if (task->plan_generation != gen) {  // once per epoch per worker
-    task->plan = from;
+    task->plan = from.plan;
     task->plan_generation = gen;
   }
-  const uint64_t batch_end = std::min<uint64_t>(from.samples, (b + 1) * options.batch_size);
-  const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(RunLength(), batch_end - from_task));
+  const uint64_t batch_end = std::min<uint64_t>(from.plan.samples, (b + 1) * options.batch_size);
+  const uint32_t n =
+      static_cast<uint32_t>(std::min<uint64_t>(RunLength(), batch_end - from.next_task));
   task->slot = s;
-  task->position = static_cast<uint32_t>(from_task % options.batch_size);
+  task->position = static_cast<uint32_t>(from.next_task % options.batch_size);
   task->count = n;
-  task->k = from_task;
-  task->generation = gen;
+  task->k = from.next_task;
   slots[s].in_flight += n;
   progress[worker] = WorkerProgress{true, claims++, gen};
-  holding[worker].store(from_task, std::memory_order_relaxed);
-  from_task += n;
+  holding[worker].store(from.next_task, std::memory_order_relaxed);
+  from.next_task += n;
   return true;
 }
 
@@ -257,7 +254,7 @@ int Loader::Impl::SlotOf(const std::vector<int>& map, uint64_t gen, uint64_t b) 
   return -1;
 }
 
-int Loader::Impl::batch_slot(uint64_t b) const { return SlotOf(filling, generation, b); }
+int Loader::Impl::batch_slot(uint64_t b) const { return SlotOf(current.filling, generation, b); }
 
 void Loader::Impl::FreeSlot(int s) {
   slots[s].in_flight = 0;
@@ -437,7 +434,7 @@ Status Loader::Impl::OnTimeout(double waited) {
     const uint64_t k = holding[slowest].load(std::memory_order_relaxed);
     const uint64_t gen = progress[slowest].generation;
     if (Live(gen)) {
-      msg << " has held sample " << sampler->At(gen == generation ? plan : ahead.plan, k);
+      msg << " has held sample " << sampler->At(gen == generation ? current.plan : ahead.plan, k);
     } else {
       msg << " has held position " << k << " of an abandoned epoch";
     }
@@ -604,7 +601,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
   }
   impl->slots.resize(capacity);
   impl->ring_cap = capacity;
-  impl->filling.assign(capacity, -1);
+  impl->current.filling.assign(capacity, -1);
   impl->ahead.filling.assign(capacity, -1);
   if (options.device) {
     impl->device_slots.resize(capacity);
@@ -682,20 +679,20 @@ Status Loader::StartEpoch(uint64_t epoch, uint64_t start_batch, uint64_t start_p
       }
     }
     if (adopt) {
-      p.filling.swap(p.ahead.filling);
-      p.next_task = p.ahead.next_task;
+      p.current.filling.swap(p.ahead.filling);
+      p.current.next_task = p.ahead.next_task;
     } else {
-      p.next_task = std::min<uint64_t>(plan.samples, start_batch * p.options.batch_size);
+      p.current.next_task = std::min<uint64_t>(plan.samples, start_batch * p.options.batch_size);
     }
     std::fill(p.ahead.filling.begin(), p.ahead.filling.end(), -1);
     p.ahead.on = false;
     if (p.started) {  // what comes next is guessed from this step: repeated, or the next one
       p.epoch_step = epoch == p.epoch ? 0 : 1;
     }
-    p.plan = std::move(plan);
+    p.current.plan = std::move(plan);
     p.epoch = epoch;
     p.next_deliver = start_batch;
-    p.batches = p.plan.batches;
+    p.batches = p.current.plan.batches;
     p.stats = EpochStats();
     p.ring_full_mark = Clock::now();  // idle time before this belonged to the old epoch
     p.stats.epoch = epoch;
@@ -856,8 +853,8 @@ LoaderState Loader::State() const {
   s.epoch = p.epoch;
   s.position = p.next_deliver;
   s.seed = p.options.seed;
-  s.plan_start = p.plan.start;
-  s.consumed = p.sampler->Consumed(p.plan, p.next_deliver);
+  s.plan_start = p.current.plan.start;
+  s.consumed = p.sampler->Consumed(p.current.plan, p.next_deliver);
   s.world_size = p.options.world_size;
   return s;
 }

@@ -29,7 +29,6 @@ struct Task {
   uint64_t k = 0;         // position in the epoch (this rank's plan)
   uint64_t index = 0;     // archive sample index (Resolve)
   uint64_t seed = 0;      // augmentation seed (Resolve)
-  uint64_t generation = 0;
   // Positions [prefetch_begin, prefetch_end) of `plan` are the next batch, to madvise before
   // decoding.
   uint64_t prefetch_begin = 0, prefetch_end = 0;
@@ -62,8 +61,8 @@ struct Loader::Impl {
   bool Claim(size_t worker, Task* task);
   // mu held: hands `worker` the next run of `from` (generation `gen`), taking a free slot for a
   // new batch; false when that needs a slot and none is free.
-  bool ClaimFrom(EpochPlan& from, uint64_t& from_task, std::vector<int>& from_filling, uint64_t gen,
-                 size_t worker, Task* task);
+  struct EpochWork;
+  bool ClaimFrom(EpochWork& from, uint64_t gen, size_t worker, Task* task);
   bool RunAhead();                 // mu held: start (or go on with) the epoch expected next
   bool Live(uint64_t gen) const;   // mu held: `gen` is the epoch in progress or run ahead
   void Resolve(Task* task) const;  // index and seed of a claimed task (no lock needed)
@@ -144,27 +143,30 @@ struct Loader::Impl {
   Status fatal;  // the loader cannot go on (a worker died): every later call reports it
   std::vector<Slot> slots;
   std::vector<int> free_slots;
-  std::vector<int> filling;  // batch % capacity -> slot
-  uint32_t depth = 0;        // slots the ring may use now: prefetch, or the tuned depth
-  size_t ring_cap = 0;       // the most it may grow to (lowered if committing a slot failed)
-  uint32_t usable = 0;       // committed slots, retiring ones aside
+  uint32_t depth = 0;   // slots the ring may use now: prefetch, or the tuned depth
+  size_t ring_cap = 0;  // the most it may grow to (lowered if committing a slot failed)
+  uint32_t usable = 0;  // committed slots, retiring ones aside
   std::vector<int> retiring;
-  EpochPlan plan;  // the epoch being delivered: positions [0, plan.samples) on this rank
-  // run_ahead: once every sample of `plan` is handed out, workers go on with `ahead.plan`, the
-  // epoch StartEpoch is expected to ask for next, as generation `generation + 1`, in free
-  // slots. StartEpoch of that epoch from its start adopts it; any other skips past it.
-  struct Ahead {
-    bool on = false;
+  // An epoch's work as handed out: its plan (positions [0, plan.samples) on this rank), the
+  // next position to hand out, and the slot of each batch begun (batch % capacity -> slot).
+  struct EpochWork {
     EpochPlan plan;
     uint64_t next_task = 0;
     std::vector<int> filling;
+  };
+  EpochWork current;  // the epoch being delivered, as generation `generation`
+  // run_ahead: once every sample of `current` is handed out, workers go on with `ahead`, the
+  // epoch StartEpoch is expected to ask for next, as generation `generation + 1`, in free
+  // slots. StartEpoch of that epoch from its start adopts it; any other skips past it.
+  struct Ahead : EpochWork {
+    bool on = false;
   } ahead;
   uint64_t epoch_step = 1;  // the epoch expected next is epoch + epoch_step (1, or 0: repeated)
   std::vector<WorkerProgress> progress;
   // The epoch position each worker is decoding now (written by the worker, per sample).
   std::unique_ptr<std::atomic<uint64_t>[]> holding;
   uint64_t claims = 0, completions = 0;
-  uint64_t epoch = 0, generation = 0, next_task = 0, next_deliver = 0, batches = 0;
+  uint64_t epoch = 0, generation = 0, next_deliver = 0, batches = 0;
   EpochStats stats;
   // Workers idle on a full ring now, and when stats.ring_full_seconds last took in their time:
   // it is accrued whenever the count changes and when the tuner reads it, so idle time lands

@@ -10,15 +10,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include "../../reader/src/failpoint.h"
 #include "constant_archive.h"
+#include "loader_util.h"
 #include "shardfeed/reader/loader.h"
 #include "test_util.h"
 
@@ -261,10 +260,7 @@ TEST_CASE("a worker stuck on a sample run ahead times out in the epoch that keep
       REQUIRE(b.ok());
       if (!*b) break;
     }
-    for (int i = 0; i < 60000 && l.Stats().run_ahead_batches < 3; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    REQUIRE(l.Stats().run_ahead_batches == 3);
+    testing::AwaitRunAhead(l, 3);
     REQUIRE(l.StartEpoch(1).ok());
     CHECK(l.Stats().ahead_kept == 3);
     auto b = l.Next();

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "constant_archive.h"
+#include "loader_util.h"
 #include "shardfeed/converter/pack.h"
 #include "test_util.h"
 
@@ -405,15 +406,6 @@ TEST_CASE("prefetch=auto delivers what a fixed ring does, in threads and process
   }
 }
 
-// Polls (no sleep-and-hope) until the workers have begun `want` batches of the epoch expected
-// next: they do, as soon as the epoch in progress has every sample handed out.
-void AwaitRunAhead(Loader& loader, uint64_t want) {
-  for (int i = 0; i < 60000 && loader.Stats().run_ahead_batches < want; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  REQUIRE(loader.Stats().run_ahead_batches == want);
-}
-
 TEST_CASE(
     "run_ahead: the epoch expected next begins in free slots and is kept; others discard it") {
   TempDir dir;
@@ -441,7 +433,7 @@ TEST_CASE(
     bool first = true;
     for (const Step& step : steps) {
       CAPTURE(step.epoch, step.start);
-      if (!first) AwaitRunAhead(**a, 3);  // prefetch 3: the whole ring
+      if (!first) testing::AwaitRunAhead(**a, 3);  // prefetch 3: the whole ring
       first = false;
       const Delivered got = ReadEpoch(**a, step.epoch, step.start);
       CHECK((*a)->Stats().ahead_kept == (step.kept ? 3u : 0u));
