@@ -46,6 +46,7 @@ std::string Tuner::Decide(const TuneWindowFigures& w, uint32_t ring_cap, int* ac
       << (w.wall > 0 ? w.ring_full / w.wall : 0) << ", " << *depth << " slots";
   std::string did =
       "kept " + std::to_string(active) + " workers, " + std::to_string(*depth) + " slots";
+  if (since_sleep_ != ~0u) ++since_sleep_;
   if (fraction > config_.wait_target) {
     calm_windows_ = 0;
     // Starved for most of the window, the decode rate is short, not the depth: a deeper ring
@@ -63,11 +64,18 @@ std::string Tuner::Decide(const TuneWindowFigures& w, uint32_t ring_cap, int* ac
       const int wake = fraction > 0.5 ? active : 1;
       active = std::min(config_.max_workers, active + wake);
       did = wake == 1 ? "woke a worker" : "woke " + std::to_string(wake) + " workers";
+      if (since_sleep_ <= kUndoWindows) {  // the last sleep was one too many
+        sleep_load_ = std::max(kSleepLoadMin, sleep_load_ - kSleepLoadStep);
+        since_sleep_ = ~0u;
+      }
     }
   } else if (fraction <= config_.wait_target / 2) {
     ++calm_windows_;
-    if (config_.auto_workers && active > 1 && w.busy < (active - 1) * w.wall * kSleepLoad) {
-      --active;  // the others carry the load with room to spare
+    // The fewest workers that keep up: one fewer would carry the window's work busy at most
+    // sleep_load of the time (spare cores belong to the training process).
+    if (config_.auto_workers && active > 1 && w.busy < (active - 1) * w.wall * sleep_load_) {
+      --active;
+      since_sleep_ = 0;
       did = "one worker sleeps";
     } else if (config_.auto_prefetch && *depth > 2 && w.lead_min >= 1 &&
                calm_windows_ >= shrink_after_) {

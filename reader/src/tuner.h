@@ -43,8 +43,12 @@ class Tuner {
  public:
   static constexpr uint64_t kWindow = 4;  // delivered batches per decision
   // A worker sleeps when the others would be busy at most this fraction of the time carrying
-  // the load it measured.
-  static constexpr double kSleepLoad = 0.7;
+  // the load measured over the window (the fewest workers that keep up, with a tenth to spare
+  // for uneven steps). Each time a sleep has to be undone (the consumer waited within
+  // kUndoWindows windows of it) the bar drops by kSleepLoadStep, down to kSleepLoadMin, so the
+  // count settles instead of swinging.
+  static constexpr double kSleepLoad = 0.9, kSleepLoadStep = 0.1, kSleepLoadMin = 0.5;
+  static constexpr uint32_t kUndoWindows = 3;
 
   using Config = TunerConfig;
   explicit Tuner(const Config& config = Config()) : config_(config) {}
@@ -63,6 +67,7 @@ class Tuner {
   // (2..ring_cap) by at most one step, and returns what it did and why (EpochStats::tuning).
   std::string Decide(const TuneWindowFigures& w, uint32_t ring_cap, int* active_workers,
                      uint32_t* depth);
+  double sleep_load() const { return sleep_load_; }
 
  private:
   Config config_;
@@ -74,6 +79,9 @@ class Tuner {
   // prefetch="auto": calm windows in a row, and how many it takes to give a slot back.
   uint32_t calm_windows_ = 0, shrink_after_ = 4;
   bool shrunk_ = false;  // the ring has given a slot back since it last grew
+  // workers="auto": the load under which a worker may sleep, and windows since the last sleep.
+  double sleep_load_ = kSleepLoad;
+  uint32_t since_sleep_ = ~0u;
 };
 
 }  // namespace shardfeed::reader
