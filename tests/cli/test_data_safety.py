@@ -105,19 +105,63 @@ def test_overwrite_swaps_atomically(tmp_path, archive):
     assert run("verify", archive).returncode == 0
 
 
+def snapshot(root):
+    return {f: open(os.path.join(root, f), "rb").read() for f in files_under(root)}
+
+
 def test_a_crash_mid_swap_is_recovered(tmp_path, archive):
-    # A writer killed between moving the old archive aside and moving the new one in.
+    # A writer killed between moving the old archive aside (after marking it) and moving the new
+    # one in: the old one carries the marker naming its replacement.
     old = tmp_path / "a.old"
     os.rename(archive, old)
+    (old / ".shardfeed-replaced").write_text("replaced-by 1 2\n")
     p = run("pack", GOOD, archive, "--encoding", "raw", "--size", "8")
     assert p.returncode == 2 and "already exists" in p.stderr, p.stderr  # the old one is back
     assert not old.exists()
+    assert not (archive / ".shardfeed-replaced").exists()
     info = json.loads(run("inspect", archive, "--json").stdout)
     assert info["encoding"] == "jpeg" and info["samples"] == 36
-    # Both there: the stale copy goes, the archive stays.
+    # Killed after the new archive was in place: the marked old copy goes, the archive stays.
     shutil.copytree(archive, old)
+    st = os.stat(archive)
+    (old / ".shardfeed-replaced").write_text(f"replaced-by {st.st_dev} {st.st_ino}\n")
     assert run("pack", GOOD, archive, "--overwrite").returncode == 0
     assert not old.exists() and run("verify", archive).returncode == 0
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+@pytest.mark.parametrize("existing_out", [False, True])
+@pytest.mark.parametrize("backup", ["archive", "notes"])
+def test_a_users_old_folder_is_never_touched(tmp_path, archive, overwrite, existing_out,
+                                              backup):
+    # "a.old" is a natural name for a user's own backup: neither an archive nor any other
+    # folder of that name is ours to restore or remove.
+    old = tmp_path / "a.old"
+    if backup == "archive":
+        shutil.copytree(archive, old)
+    else:
+        old.mkdir()
+        (old / "notes.txt").write_text("mine")
+    before = snapshot(old)
+    if not existing_out:
+        shutil.rmtree(archive)
+    p = run("pack", GOOD, archive, *(["--overwrite"] if overwrite else []))
+    if existing_out and not overwrite:
+        assert p.returncode == 2 and "already exists" in p.stderr, p.stderr
+    else:
+        assert p.returncode == 0, p.stderr
+        assert run("verify", archive).returncode == 0
+    assert snapshot(old) == before
+
+
+def test_an_archive_named_like_our_partial_is_never_removed(tmp_path, archive):
+    # A finished archive at a.partial without our marker is someone's, whatever it holds.
+    partial = tmp_path / "b.partial"
+    shutil.copytree(archive, partial)
+    before = snapshot(partial)
+    p = run("pack", GOOD, tmp_path / "b")
+    assert p.returncode == 2 and "b.partial" in p.stderr, p.stderr
+    assert snapshot(partial) == before
 
 
 def test_a_partial_folder_that_is_not_ours_is_never_removed(tmp_path):
