@@ -12,6 +12,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "shard_internal.h"
 #include "shardfeed/format/archive.h"
@@ -99,6 +100,49 @@ bool IsOurPartial(const std::string& path) {
 // renameat2 with flags; ENOSYS/EINVAL where the kernel or the filesystem lacks them.
 int Rename2(const std::string& from, const std::string& to, unsigned flags) {
   return ::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), flags);
+}
+
+std::string SystemError(int err) {
+  return err == ENOSPC ? "no space left on device" : std::strerror(err);
+}
+
+// Copies a file's bytes to a new file `to` (created, never replaced) and syncs it; errors name the
+// system's reason (std::filesystem::copy_file reports a full disk as an I/O error).
+Status CopyFileData(const std::string& from, const std::string& to) {
+  int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) return Status::IOError(from, ": ", SystemError(errno));
+  int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (out < 0) {
+    const int err = errno;
+    ::close(in);
+    return Status::IOError(to, ": ", SystemError(err));
+  }
+  std::vector<char> buf(size_t{1} << 20);
+  Status status;
+  for (;;) {
+    ssize_t n = ::read(in, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      status = Status::IOError(from, ": read: ", SystemError(errno));
+      break;
+    }
+    if (n == 0) break;
+    for (ssize_t done = 0; done < n;) {
+      ssize_t w = ::write(out, buf.data() + done, static_cast<size_t>(n - done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) {
+        status = Status::IOError(to, ": ", SystemError(errno));
+        break;
+      }
+      done += w;
+    }
+    if (!status.ok()) break;
+  }
+  if (status.ok() && ::fsync(out) != 0) status = Status::IOError(to, ": ", SystemError(errno));
+  if (::close(out) != 0 && status.ok()) status = Status::IOError(to, ": ", SystemError(errno));
+  ::close(in);
+  if (!status.ok()) ::unlink(to.c_str());
+  return status;
 }
 
 bool FlagsUnsupported(int err) { return err == EINVAL || err == ENOSYS || err == EOPNOTSUPP; }
@@ -350,10 +394,7 @@ Status ArchiveWriter::LinkShard(const std::string& file, const ShardInfo& source
     if (errno != EXDEV && errno != EPERM) {
       return Status::IOError(file, ": cannot link into ", dst, ": ", std::strerror(errno));
     }
-    std::error_code ec;
-    fs::copy_file(file, dst, ec);
-    if (ec) return Status::IOError(file, ": cannot copy to ", dst, ": ", ec.message());
-    SF_RETURN_IF_ERROR(SyncPath(dst, false));
+    SF_RETURN_IF_ERROR(CopyFileData(file, dst));
     was_copied = true;
   }
   if (copied) *copied = was_copied;
@@ -436,10 +477,14 @@ Status ArchiveWriter::Finish(Manifest manifest) {
   }
   std::string manifest_file = (fs::path(partial_path_) / kManifestFileName).string();
   {
+    errno = 0;
     std::ofstream out(manifest_file, std::ios::binary | std::ios::trunc);
     out << manifest_text;
     out.flush();
-    if (!out) return Status::IOError(manifest_file, ": write failed");
+    if (!out) {
+      return Status::IOError(manifest_file, ": write failed",
+                             errno ? ": " + SystemError(errno) : std::string());
+    }
   }
   SF_RETURN_IF_ERROR(SyncPath(manifest_file, false));
   SF_RETURN_IF_ERROR(SyncPath(partial_path_, true));

@@ -346,3 +346,46 @@ def test_a_progressive_jpeg_with_too_many_scans_is_refused_at_pack(tmp_path):
     skipped = json.loads((tmp_path / "r.json").read_text())["skipped"]
     assert [(os.path.basename(s["path"]), s["reason"]) for s in skipped] == [
         ("bomb.jpg", "progressive JPEG with more than 500 scans")]
+
+
+# ---- a full disk --------------------------------------------------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 256 KiB tmpfs (needs root and mount(8)); the test is skipped where it cannot be made."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here: " + p.stderr.strip())
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=True)
+
+
+def full_disk_left_clean(p, mnt):
+    assert p.returncode == 3, (p.returncode, p.stderr)  # CLI.md: 3, any other error
+    assert "no space left on device" in p.stderr, p.stderr
+    assert os.listdir(mnt) == [], os.listdir(mnt)  # nothing half-written, no partial, no lock
+
+
+@pytest.mark.parametrize("backend", ["lmdb", "hdf5"])
+def test_a_full_disk_while_packing_says_so_and_leaves_nothing(small_disk, backend):
+    p = run("pack", GOOD, small_disk / "a", "--backend", backend, "--encoding", "raw")
+    full_disk_left_clean(p, small_disk)
+
+
+def test_a_full_disk_while_converting_to_hdf5_says_so_and_leaves_nothing(tmp_path, small_disk):
+    assert run("pack", GOOD, tmp_path / "a", "--encoding", "raw").returncode == 0
+    p = run("convert", tmp_path / "a", small_disk / "c", "--backend", "hdf5")
+    full_disk_left_clean(p, small_disk)
+
+
+def test_a_full_disk_while_merging_hdf5_parts_says_so_and_leaves_nothing(tmp_path, small_disk):
+    parts = []
+    for i in range(2):
+        assert run("pack", GOOD, tmp_path / "a", "--backend", "hdf5", "--encoding", "raw",
+                   "--part", f"{i}/2").returncode == 0
+        parts.append(tmp_path / "a.parts" / f"part-{i:05d}-of-00002")
+    p = run("merge", *parts, small_disk / "m")
+    full_disk_left_clean(p, small_disk)
