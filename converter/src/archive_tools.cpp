@@ -77,6 +77,7 @@ VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options
   report.archive = archive.path();
   report.samples = archive.size();
   archive.Advise(format::Archive::Access::kSequential);
+  if (Status d = archive.VerifyDerived(); !d.ok()) report.bad_shards.push_back(d.message());
   for (size_t s = 0; s < archive.manifest().shards.size(); ++s) {
     Status st = archive.VerifyShard(s);
     if (!st.ok()) report.bad_shards.push_back(st.message());
@@ -94,7 +95,8 @@ VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options
       for (uint64_t i = begin; i < end; ++i) {
         Status st = archive.VerifyRecord(i);
         if (st.ok() && options.decode) {
-          st = CheckDecodes(archive.Get(i), ctx, options.max_pixels);
+          auto r = archive.At(i);
+          st = r.ok() ? CheckDecodes(*r, ctx, options.max_pixels) : r.status();
           if (!st.ok()) st = st.WithContext("sample " + std::to_string(i));
         }
         if (!st.ok()) {
@@ -284,7 +286,7 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir)
   std::vector<uint8_t> file;
   const int digits = std::max<int>(8, static_cast<int>(std::to_string(archive.size()).size()));
   for (uint64_t i = 0; i < archive.size(); ++i) {
-    format::RecordView r = archive.Get(i);
+    SF_ASSIGN_OR_RETURN(format::RecordView r, archive.At(i));
     SF_RETURN_IF_ERROR(archive.VerifyRecord(i));
     const format::IndexEntry& e = *r.entry;
     SF_ASSIGN_OR_RETURN(const codec::Codec* c, codec::CodecFor(e));
@@ -334,7 +336,7 @@ Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
       SF_RETURN_IF_ERROR(writer->NextShard());
     }
     SF_RETURN_IF_ERROR(archive.VerifyRecord(i));  // never copy damage into a fresh checksum
-    format::RecordView r = archive.Get(i);
+    SF_ASSIGN_OR_RETURN(format::RecordView r, archive.At(i));
     SF_RETURN_IF_ERROR(writer->Append(*r.entry, r.data, r.size));
   }
   format::Manifest copy = format::SameRecordsAs(m);

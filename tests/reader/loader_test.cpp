@@ -607,7 +607,7 @@ TEST_CASE("a sample that fails to decode is named in the consumer, or skipped on
   std::vector<uint8_t> record;
   {
     auto a = Archive::Open(dir / "a");
-    auto r = (*a)->Get(target);
+    auto r = (*a)->At(target).ValueOrDie();
     record.assign(r.data, r.data + r.size);
   }
   std::string shard = dir / "a/shard-00000.mdb";
