@@ -237,8 +237,10 @@ Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path, IndexChe
   std::string manifest_file = (fs::path(path) / kManifestFileName).string();
   auto read = ReadBoundedFile(manifest_file, kMaxManifestBytes);
   if (read.status().code() == StatusCode::kNotFound) {
-    return Status::Corrupt(path, ": no ", kManifestFileName,
-                           " (not an archive, or one whose packing never finished)");
+    // An image folder given where an archive is expected (a pack that never finished leaves
+    // only <path>.partial, never a <path> without its manifest).
+    return Status::InvalidArgument(path, ": not a shardfeed archive (no ", kManifestFileName,
+                                   "); did you mean `shardfeed pack`?");
   }
   SF_ASSIGN_OR_RETURN(std::string text, std::move(read));
   SF_RETURN_IF_ERROR(CheckShardCount(path, text, manifest_file));

@@ -5,7 +5,8 @@
 #include <map>
 #include <set>
 
-#include "shardfeed/converter/archive_tools.h"
+#include "shardfeed/validate/extract.h"
+#include "shardfeed/validate/verify.h"
 #include "test_util.h"
 
 namespace shardfeed::converter {
@@ -16,6 +17,10 @@ using format::Encoding;
 using testing::ReadBytes;
 using testing::SampleDir;
 using testing::TempDir;
+using validate::Extract;
+using validate::Verify;
+using validate::VerifyOptions;
+using validate::VerifyReport;
 namespace fs = std::filesystem;
 
 std::shared_ptr<Archive> PackOrDie(const SourceList& src, const std::string& out,

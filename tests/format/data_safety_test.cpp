@@ -9,9 +9,9 @@
 
 #include <cstring>
 
-#include "shardfeed/converter/archive_tools.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/reader/transform.h"
+#include "shardfeed/validate/verify.h"
 #include "test_util.h"
 
 namespace shardfeed {
@@ -59,9 +59,9 @@ TEST_CASE("a record declaring 20000x20000 pixels is refused at read, never alloc
   CHECK(s.message().find("sample 0") != std::string::npos);
   CHECK(s.message().find("max_pixels") != std::string::npos);
 
-  converter::VerifyOptions vo;
+  validate::VerifyOptions vo;
   vo.decode = true;
-  auto report = converter::Verify(**archive, vo);
+  auto report = validate::Verify(**archive, vo);
   REQUIRE(report.bad_samples.size() == 1);
   CHECK(report.bad_samples[0].reason.find("above the limit") != std::string::npos);
 }

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "shardfeed/converter/archive_tools.h"
+#include "shardfeed/validate/verify.h"
 #include "shardfeed/format/archive.h"
 #include "test_util.h"
 
@@ -87,7 +87,7 @@ TEST_CASE("a manifest whose derived counts disagree with the shards fails verify
     INFO(s.ToString());
     CHECK(s.code() == StatusCode::kCorrupt);
     CHECK(s.message().find(field) != std::string::npos);
-    converter::VerifyReport report = converter::Verify(**a, {});
+    validate::VerifyReport report = validate::Verify(**a, {});
     CHECK(!report.ok());
   }
 }

@@ -4,10 +4,11 @@
 #include <filesystem>
 #include <thread>
 
-#include "shardfeed/converter/archive_tools.h"
+#include "shardfeed/converter/convert.h"
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/reader/loader.h"
+#include "shardfeed/validate/verify.h"
 #include "test_util.h"
 
 namespace shardfeed::format {
@@ -83,9 +84,9 @@ TEST_CASE("LMDB and HDF5 archives of one folder give the same samples through th
       REQUIRE(hdf5->VerifyRecord(i).ok());
     }
     CHECK(Epoch(lmdb) == Epoch(hdf5));
-    converter::VerifyOptions vo;
+    validate::VerifyOptions vo;
     vo.decode = true;
-    CHECK(converter::Verify(*hdf5, vo).ok());
+    CHECK(validate::Verify(*hdf5, vo).ok());
   }
 }
 
@@ -134,7 +135,7 @@ TEST_CASE("a flipped byte in an HDF5 chunk is caught by verify") {
   testing::WriteBytes(shard, bytes);
   auto a = Archive::Open(dir / "a");
   REQUIRE(a.ok());
-  converter::VerifyReport report = converter::Verify(**a, {});
+  validate::VerifyReport report = validate::Verify(**a, {});
   REQUIRE(report.bad_samples.size() == 1);
   CHECK(report.bad_samples[0].index == 20);
   CHECK(report.bad_shards.size() == 1);
