@@ -88,9 +88,10 @@ class Archive:
 
 
 class Batch(tuple):
-    """(images, labels) plus the archive indices of the samples. The arrays point into the
-    loader's ring slot; the slot is reused only after every array (and tensor made from them)
-    is gone."""
+    """(images, labels) plus the archive indices of the samples, the epoch and the batch's
+    number in it. `images` points into the loader's ring slot; the slot is reused only after
+    every view of it (and tensor made from it) is gone. `labels` and `indices` are arrays of
+    their own: keeping them holds nothing."""
 
     def __new__(cls, images, labels, indices, epoch, number):
         b = super().__new__(cls, (images, labels))
@@ -129,8 +130,8 @@ class Loader:
     time) and any later use raises shardfeed.Error; after os.fork() the child's copy builds its
     own workers on first use and never touches the parent's.
 
-    Iterating yields Batch objects ((images, labels) numpy arrays) that are views into the
-    loader's ring: each one kept alive holds a slot. With prefetch='auto' the ring grows for
+    Iterating yields Batch objects ((images, labels) numpy arrays): images are views into the
+    loader's ring, and each image array kept alive holds a slot (labels and indices are copies). With prefetch='auto' the ring grows for
     them up to its budget; a fixed ring (or a spent budget) with every slot held raises
     shardfeed.Error rather than wait. Copy what you keep. Each iteration runs one
     epoch: `set_epoch(e)` chooses it (else epochs count up from 0). `state_dict()` /

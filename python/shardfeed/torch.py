@@ -67,8 +67,10 @@ class Loader:
                     images = torch.from_numpy(images)
                 yield images, torch.from_numpy(batch.labels)
             else:
+                # Labels are the caller's own (a few bytes, cloned on the current stream, after
+                # the batch's copy): keeping them holds no ring slot.
                 yield (torch.utils.dlpack.from_dlpack(batch.images),
-                       torch.utils.dlpack.from_dlpack(batch.labels))
+                       torch.utils.dlpack.from_dlpack(batch.labels).clone())
 
 
 class Dataset(torch.utils.data.Dataset):

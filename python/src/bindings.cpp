@@ -1,8 +1,9 @@
 // shardfeed._native: the C++ library as Python sees it. Thin: public headers only.
 //
-// Zero-copy: a batch's images and labels reach Python as numpy arrays pointing into the loader's
-// ring slot; their base object holds the slot's lease, so the slot returns to the ring only when
-// the last array (or a torch tensor made from it) is gone. Errors become exceptions.
+// Zero-copy: a batch's images reach Python as a numpy array pointing into the loader's ring
+// slot; its base object holds the slot's lease, so the slot returns to the ring only when the
+// last array (or a torch tensor made from it) is gone. Labels and indices are copied (a few
+// bytes) so that keeping them holds no slot. Errors become exceptions.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -381,9 +382,10 @@ PYBIND11_MODULE(_native, m) {
             const std::vector<int64_t> batch_shape = b.shape();
             std::vector<ssize_t> shape(batch_shape.begin(), batch_shape.end());
             auto images = ViewAs(b.images(), b.dtype(), shape, b.lease());
-            auto labels = View<int64_t>(const_cast<int64_t*>(b.labels()), {b.size()}, b.lease());
-            auto indices =
-                View<uint64_t>(const_cast<uint64_t*>(b.indices()), {b.size()}, b.lease());
+            // Labels and indices are the caller's own arrays (a few bytes, copied): code that
+            // keeps them (targets collected for metrics) must not hold a ring slot.
+            py::array_t<int64_t> labels(static_cast<ssize_t>(b.size()), b.labels());
+            py::array_t<uint64_t> indices(static_cast<ssize_t>(b.size()), b.indices());
             if (!l.get().on_device()) return py::make_tuple(images, labels, indices);
             // The consumer's stream waits for this batch's copy; the host does not block.
             Check(b.Wait(reinterpret_cast<void*>(consumer_stream)));
