@@ -12,7 +12,11 @@
 
 `shardfeed.torch` has the PyTorch-facing loader and a map-style Dataset.
 """
+import collections.abc
+import difflib
+import operator
 import os
+import weakref
 
 from . import _native
 from ._native import (DataError, Error, Timeout, WorkerError, cuda_available,
@@ -99,6 +103,75 @@ class Batch(tuple):
         return b
 
 
+_STATE_KEYS = ("epoch", "position", "seed", "plan_start", "consumed", "world_size", "batch_size")
+
+
+def _whole(value, what, minimum=0):
+    """A whole number >= minimum (ints, numpy ints, 0-d tensors), else ValueError naming `what`."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        v = operator.index(value)
+    except TypeError:
+        raise ValueError("%s must be a whole number, not %r" % (what, value)) from None
+    if v < minimum:
+        raise ValueError("%s must be at least %d, not %d" % (what, minimum, v))
+    return v
+
+
+def _checked_state(state):
+    if not isinstance(state, collections.abc.Mapping):
+        raise ValueError("load_state_dict takes the dict Loader.state_dict() returned, not %s"
+                         % type(state).__name__)
+    unknown = sorted(str(k) for k in state if k not in _STATE_KEYS)
+    if unknown:
+        raise ValueError("load_state_dict: unexpected key(s) %s: it takes the dict "
+                         "Loader.state_dict() returned (keys %s)"
+                         % (", ".join(map(repr, unknown)), ", ".join(_STATE_KEYS)))
+    missing = [k for k in ("epoch", "position") if k not in state]
+    if missing:
+        raise ValueError("load_state_dict: the state has no %s" % " or ".join(map(repr, missing)))
+    return {k: _whole(v, "load_state_dict: %r" % k,
+                      1 if k in ("world_size", "batch_size") else 0) for k, v in state.items()}
+
+
+def _checked_options(options):
+    return dict(options)
+
+
+class _Pass:
+    """The iterator of one pass over a Loader (see Loader.__iter__)."""
+
+    def __init__(self, loader, native, epoch, number, stream):
+        self._loader, self._native, self._epoch = loader, native, epoch
+        self._number, self._stream = number, stream
+        self.done = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.done:
+            raise StopIteration
+        try:
+            if self._loader._closed:
+                raise Error("this Loader is closed")
+            out = self._native.next(self._stream)
+        except BaseException:
+            self.done = True  # as a generator that raised: a new iter() continues the epoch
+            raise
+        if out is None:
+            self.done = True
+            self._loader._finished(self._native, self._epoch)
+            raise StopIteration
+        if self._native.on_device:
+            batch = Batch(out[3], out[4], out[2], self._epoch, self._number)
+        else:
+            batch = Batch(out[0], out[1], out[2], self._epoch, self._number)
+        self._number += 1
+        return batch
+
+
 class Loader:
     """Shuffled, fixed-shape batches from an archive: uint8, or normalised floats.
 
@@ -140,10 +213,11 @@ class Loader:
 
     def __init__(self, archive, **options):
         self.archive = archive if isinstance(archive, Archive) else Archive(archive)
-        self.options = dict(options)
-        self._epoch = 0             # the epoch the next iteration runs
+        self.options = _checked_options(options)
+        self._epoch = 0             # the epoch the next pass runs (or the one in progress)
         self._resume = None         # a state to resume from (load_state_dict), else None
-        self._active = False        # an iteration is under way
+        self._in_epoch = False      # the native loader is inside self._epoch (a pass broke off)
+        self._live = None           # weak reference to the pass that may still be iterated
         self._native = None
         self._pid = None
         self._closed = False
@@ -153,8 +227,10 @@ class Loader:
         if self._closed:
             raise Error("this Loader is closed")
         if self._native is None or self._pid != os.getpid():
+            # After fork() the child's copy builds its own workers; its passes start afresh.
             self._native = _native.Loader(self.archive._handle(), **self.options)
             self._pid = os.getpid()
+            self._in_epoch, self._live = False, None
         return self._native
 
     def __getstate__(self):
@@ -168,72 +244,115 @@ class Loader:
         """Batches per epoch on this rank."""
         return len(self._handle())
 
-    def set_epoch(self, epoch):
-        self._epoch = int(epoch)
-        self._resume = None
+    @property
+    def batch_size(self):
+        return self._handle().batch_size
 
     @property
     def epoch(self):
+        """The epoch the next batch comes from."""
         return self._epoch
 
+    def set_epoch(self, epoch):
+        """Chooses the epoch the next pass reads, from its first batch. The epoch already in
+        progress (a pass left early) or restored by load_state_dict() keeps its position: calling
+        set_epoch(e) at the top of every epoch, as with DistributedSampler, never throws a
+        resumed position away."""
+        self._handle()  # a closed loader raises
+        epoch = _whole(epoch, "set_epoch: epoch")
+        pending = self._resume["epoch"] if self._resume is not None else None
+        if epoch == pending or (self._in_epoch and epoch == self._epoch):
+            return
+        self._epoch, self._resume, self._in_epoch = epoch, None, False
+
     def __iter__(self):
+        """One pass: the rest of the epoch in progress (after a break, an exception or
+        load_state_dict()), else the epoch set_epoch() chose, else the one after the last
+        finished. One pass at a time: a second iter() while an earlier iterator is still
+        referenced and unfinished raises RuntimeError."""
         native = self._handle()
-        epoch = self._epoch
+        live = self._live() if self._live is not None else None
+        if live is not None and not live.done:
+            raise RuntimeError(
+                "another iteration over this Loader is still going (an iterator from an earlier "
+                "iter() is unfinished and still referenced): a Loader delivers one stream of "
+                "batches; finish that iterator or drop it (del) first, or make a second Loader "
+                "for an independent pass")
+        self._note_epoch_end(native)
         if self._resume is not None:
-            native.resume(self._resume)
-        else:
-            native.start_epoch(epoch)
-        self._resume = None
-        self._active = True
+            self._start_resume(native, self._resume)
+        elif not self._in_epoch:
+            native.start_epoch(self._epoch)
+        self._resume, self._in_epoch = None, True
         stream = 0
         if native.on_device:
             import torch
 
             stream = torch.cuda.current_stream().cuda_stream
-        number = native.state()["position"]
-        while True:
-            out = native.next(stream)
-            if out is None:
-                break
-            if native.on_device:
-                batch = Batch(out[3], out[4], out[2], epoch, number)
-            else:
-                batch = Batch(out[0], out[1], out[2], epoch, number)
-            number += 1
-            # Hold no reference across the next native.next(): the consumer's is the only one,
-            # so its slot can return to the ring as soon as the consumer lets go.
-            del out
-            yield batch
-            del batch
-        # Exhausted: the next iteration runs the next epoch unless set_epoch() says otherwise.
-        self._active = False
-        if self._epoch == epoch:
-            self._epoch = epoch + 1
+        p = _Pass(self, native, self._epoch, native.state()["position"], stream)
+        self._live = weakref.ref(p)
+        return p
+
+    def _finished(self, native, epoch):
+        # A pass reached the end of its epoch: the next one runs the next epoch unless
+        # set_epoch() already chose another.
+        if native is self._native and self._in_epoch and self._epoch == epoch:
+            self._in_epoch, self._epoch = False, epoch + 1
+
+    def _note_epoch_end(self, native):
+        # A pass left right after the epoch's last batch: that epoch is over (no empty pass).
+        if self._in_epoch and self._resume is None:
+            st = native.state()
+            if st["plan_start"] == 0 and st["position"] >= len(native):
+                self._finished(native, self._epoch)
+
+    def _start_resume(self, native, state):
+        if state.get("batch_size", self.batch_size) != self.batch_size:
+            # Another batch size: the rest of the epoch's global order from the samples consumed
+            # (as a resume at another world size does).
+            native.start_epoch(state["epoch"], 0, state["consumed"])
+        else:
+            native.resume(state)
 
     def state_dict(self):
         """Where iteration stands: {'epoch', 'position', 'seed', 'plan_start', 'consumed',
-        'world_size'}. load_state_dict() on a loader with the same options continues with
-        exactly the next batch; on one with another world size (rank count), with exactly the
-        rest of the epoch's global order spread over the new ranks (elastic resume: save the
+        'world_size', 'batch_size'}; the next pass (or a loader given it by load_state_dict())
+        starts exactly there. load_state_dict() on a loader with the same options continues with
+        exactly the next batch; with another world size (rank count) or batch size, with exactly
+        the rest of the epoch's global order from the samples consumed (elastic resume: save the
         state when every rank has delivered the same number of batches, as a synchronous
         training step does)."""
-        if self._active:
-            return dict(self._handle().state())
+        native = self._handle()
         if self._resume is not None:
             return dict(self._resume)
-        seed = int(self.options.get("seed", 0))
-        world = int(self._handle().state()["world_size"])
-        return {"epoch": self._epoch, "position": 0, "seed": seed, "plan_start": 0,
-                "consumed": 0, "world_size": world}
+        self._note_epoch_end(native)
+        s = dict(native.state())
+        if not self._in_epoch:
+            s.update(epoch=self._epoch, position=0, plan_start=0, consumed=0)
+        s["batch_size"] = native.batch_size
+        return s
 
     def load_state_dict(self, state):
-        seed = int(self.options.get("seed", 0))
-        if int(state.get("seed", seed)) != seed:
-            raise ValueError("state was saved with seed %s, this loader has seed %s"
-                             % (state.get("seed"), seed))
-        self._epoch = int(state["epoch"])
-        self._resume = {k: int(v) for k, v in state.items()}
-        self._resume.setdefault("seed", seed)
+        """Makes the next pass start where `state` (from state_dict()) stood. A malformed state
+        raises ValueError naming the problem; so does one saved with another seed."""
+        native = self._handle()
+        state = _checked_state(state)
+        seed = native.state()["seed"]
+        if state.setdefault("seed", seed) != seed:
+            raise ValueError("load_state_dict: the state was saved with seed %d, this loader has "
+                             "seed %d" % (state["seed"], seed))
+        same_geometry = (state.get("batch_size", native.batch_size) == native.batch_size and
+                         state.get("world_size", native.state()["world_size"]) ==
+                         native.state()["world_size"])
+        if same_geometry and state["position"] > len(native):
+            raise ValueError("load_state_dict: position %d is past the end of the epoch (%d "
+                             "batches)" % (state["position"], len(native)))
+        if not same_geometry and "consumed" not in state:
+            raise ValueError("load_state_dict: the state has another batch or world size and no "
+                             "'consumed' to resume from")
+        self._epoch = state["epoch"]
+        self._resume = state
+        self._in_epoch = False
 
     def stats(self):
         """The current epoch's timing: wait vs consumer time, per-stage worker seconds."""

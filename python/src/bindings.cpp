@@ -415,6 +415,8 @@ PYBIND11_MODULE(_native, m) {
            })
       .def("stats", [](const PyLoader& l) { return StatsDict(l.get().Stats()); })
       .def("__len__", [](const PyLoader& l) { return l.get().batches_per_epoch(); })
+      .def_property_readonly("batch_size",
+                             [](const PyLoader& l) { return l.get().options().batch_size; })
       .def_property_readonly("samples_per_epoch",
                              [](const PyLoader& l) { return l.get().samples_per_epoch(); })
       .def_property_readonly("out_size",

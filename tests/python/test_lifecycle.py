@@ -79,15 +79,24 @@ def all_indices(l):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_break_after_k_batches_repeatedly(archive_path, mode):
+    # Each new pass continues the epoch where the last one broke off (no set_epoch between):
+    # 12 passes of up to 4 batches are epochs 0 and 1 whole and part of epoch 2, none repeated.
     before = fds()
     l = loader(archive_path, mode)
+    seen = {}
     for repeat in range(3):
         for k in range(0, 2 + 2):  # 0 .. prefetch + 1
             for n, b in enumerate(l):
+                seen.setdefault(b.epoch, []).extend(int(i) for i in b.indices)
                 if n == k:
                     break
-            del b  # a batch kept across epochs holds its slot (prefetch is 2 here)
-    assert all_indices(l) == list(range(180))
+            b = None  # a batch kept across passes holds its slot (prefetch is 2 here)
+    assert sorted(seen) == [0, 1, 2] and 0 < l.state_dict()["position"] < 12
+    for b in l:  # the rest of epoch 2
+        seen[b.epoch].extend(int(i) for i in b.indices)
+    b = None
+    assert all(sorted(v) == list(range(180)) for v in seen.values())
+    assert l.epoch == 3 and all_indices(l) == list(range(180))
     l.close()
     assert children() == []
     assert fds() == before
@@ -112,14 +121,18 @@ def test_set_epoch_and_load_state_dict_mid_epoch(archive_path, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_an_exception_in_the_training_loop_then_the_next_epoch(archive_path, mode):
+def test_an_exception_in_the_training_loop_then_the_rest_of_the_epoch(archive_path, mode):
     l = loader(archive_path, mode)
+    got = []
     with pytest.raises(ZeroDivisionError):
         for n, b in enumerate(l):
+            got += [int(i) for i in b.indices]
             if n == 2:
                 1 / 0
     del b
-    assert all_indices(l) == list(range(180))
+    got += [int(i) for b in l for i in b.indices]  # the next pass: the rest of epoch 0
+    assert sorted(got) == list(range(180))
+    assert l.epoch == 1 and all_indices(l) == list(range(180))
 
 
 @pytest.mark.parametrize("mode", MODES)
