@@ -135,8 +135,66 @@ def _checked_state(state):
                       1 if k in ("world_size", "batch_size") else 0) for k, v in state.items()}
 
 
+# DataLoader's names, for a hint when one is given to shardfeed.Loader.
+_DATALOADER_NAMES = {"num_workers": "workers", "prefetch_factor": "prefetch",
+                     "pin_memory": None, "persistent_workers": None, "collate_fn": None,
+                     "sampler": None, "batch_sampler": None, "worker_init_fn": None,
+                     "generator": None, "multiprocessing_context": None}
+
+
+def _suggestion(name, names):
+    """' (did you mean 'x'?)' for the closest of `names`, or ''."""
+    if name in _DATALOADER_NAMES:
+        same = _DATALOADER_NAMES[name]
+        return (" (that is DataLoader's name%s; shardfeed.torch.Loader takes it)"
+                % (": here it is %r" % same if same else ""))
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    return " (did you mean %r?)" % close[0] if close else ""
+
+
+def _channels(value, name):
+    """mean/std as a list of 1 or 3 floats, from a number or any sequence (numpy arrays and
+    tensors included)."""
+    if isinstance(value, (str, bytes)):
+        return value  # the option's own text form ("0.5,0.5,0.5"), parsed natively
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if not isinstance(value, collections.abc.Iterable):
+        value = [value]
+    try:
+        out = [float(v) for v in value]
+    except (TypeError, ValueError):
+        raise ValueError("%s must be one number or three (R, G, B), not %r" % (name, value)) from None
+    return out
+
+
 def _checked_options(options):
-    return dict(options)
+    """The keyword options as the native loader takes them: unknown names raise TypeError with
+    the closest name; workers=0 is refused (DataLoader's num_workers=0 means something else);
+    mean/std may be any sequence, in 0..1 units or, when some mean is above 1, 0..255 units."""
+    names = [o["name"] for o in _native.loader_options()]
+    for name in options:
+        if name not in names:
+            raise TypeError("unexpected loader option %r%s" % (name, _suggestion(name, names)))
+    options = dict(options)
+    workers = options.get("workers")
+    if not isinstance(workers, (str, bool)) and workers is not None and workers == 0:
+        raise ValueError(
+            "workers=0 is ambiguous: DataLoader's num_workers=0 loads in the main process, "
+            "shardfeed's --workers 0 means every CPU. Say workers='auto' (tuned, the default), "
+            "a number of workers, or workers=os.cpu_count()")
+    for name in ("mean", "std"):
+        if options.get(name) is not None:
+            options[name] = _channels(options[name], name)
+    mean = options.get("mean")
+    if isinstance(mean, list) and any(m > 1 for m in mean):
+        # 0..255 units (mmcv/timm configs): a mean of 0..1 data is never above 1.
+        if not isinstance(options.get("std"), list):
+            raise ValueError("mean=%r is in 0..255 units: give std in the same units too "
+                             "(e.g. std=(58.4, 57.1, 57.4))" % (mean,))
+        options["mean"] = [m / 255 for m in mean]
+        options["std"] = [v / 255 for v in options["std"]]
+    return options
 
 
 class _Pass:
@@ -179,7 +237,8 @@ class Loader:
     shuffle_window=8 (a locality-friendly block shuffle for archives larger than RAM; 0 keeps
     the true global shuffle), workers='auto' (tuned online from the consumer's wait: see
     max_workers=0, i.e. the CPUs this process may use, wait_target=0.02, and stats()'s
-    'workers' and 'tuning'; a number fixes it, 0 meaning those CPUs), prefetch='auto' (ring
+    'workers' and 'tuning'; a number fixes it; workers=0 is refused: DataLoader's
+    num_workers=0 means something else, see shardfeed.torch.Loader), prefetch='auto' (ring
     slots, tuned online from 2 up to max_prefetch=0, i.e. 16, within ring_mb=0, i.e. 1/8 of
     the memory this process may use, at most 4096; a number fixes it; stats() has 'prefetch',
     'ring_bytes' and 'ring_full_seconds'), run_ahead=True (workers begin the next epoch once
@@ -189,26 +248,32 @@ class Loader:
     ratio not kept), size=0 (224 for center, random and squash; the stored shape for 'none'),
     flip=False, layout='nhwc'|'nchw',
     dtype='uint8'|'float32'|'float16'|'bfloat16' (or the torch dtype), mean=(0, 0, 0) and
-    std=(1, 1, 1) per RGB channel in 0..1 units, as torchvision's Normalize after ToTensor: float
+    std=(1, 1, 1) per RGB channel (numbers, or any sequence such as a numpy array) in 0..1
+    units, as torchvision's Normalize after ToTensor; a mean above 1 means both are in 0..255
+    units (mmcv/timm configs: mean=(123.675, 116.28, 103.53), std=(58.395, 57.12, 57.375)) and
+    they are divided by 255; std below 0.001 (0..1 units) is refused: float
     outputs are (x / 255 - mean) / std, computed by the workers into the batch (numpy has no
     bfloat16: its bits come as uint16 here, as torch.bfloat16 from shardfeed.torch.Loader),
     normalize_on_device=False (with device='cuda' and a float dtype: copy uint8 and normalise
     with a CUDA kernel on the GPU; the host images stay uint8 NHWC),
     rank=0, world_size=1, mode='threads'|'processes', device='cpu'|'cuda'|'cuda:N',
-    skip_errors=False, verify_checksums=False, timeout=120 (seconds with no sample completed
-    before shardfeed.Timeout is raised; 0 or None waits forever).
+    skip_errors=False (True: a sample that cannot be decoded becomes a zero image labelled -1,
+    so train with F.cross_entropy(..., ignore_index=-1)), verify_checksums=False, timeout=120
+    (seconds with no sample completed before shardfeed.Timeout is raised; 0 or None waits
+    forever). An unknown option raises TypeError naming the closest one.
 
     Lifecycle: leaving an iteration early (break, an exception) and starting another is always
-    safe; Ctrl-C while waiting raises KeyboardInterrupt; `close()` stops the workers (bounded
+    safe: the next pass continues that epoch (README, "The training loop"); Ctrl-C while waiting raises KeyboardInterrupt; `close()` stops the workers (bounded
     time) and any later use raises shardfeed.Error; after os.fork() the child's copy builds its
     own workers on first use and never touches the parent's.
 
     Iterating yields Batch objects ((images, labels) numpy arrays): images are views into the
     loader's ring, and each image array kept alive holds a slot (labels and indices are copies). With prefetch='auto' the ring grows for
     them up to its budget; a fixed ring (or a spent budget) with every slot held raises
-    shardfeed.Error rather than wait. Copy what you keep. Each iteration runs one
-    epoch: `set_epoch(e)` chooses it (else epochs count up from 0). `state_dict()` /
-    `load_state_dict()` resume mid-epoch on exactly the next batch.
+    shardfeed.Error rather than wait. Copy what you keep. Each iteration runs (the rest of)
+    one epoch: `set_epoch(e)` chooses it (else epochs count up from 0); one iteration at a
+    time (a second live iterator raises RuntimeError). `state_dict()` / `load_state_dict()`
+    resume mid-epoch on exactly the next batch.
     """
 
     def __init__(self, archive, **options):
@@ -360,7 +425,19 @@ class Loader:
 
     @property
     def pinned(self):
+        """What memory the ring is in: 'cudaHostRegister' or 'mlock' (page-locked), else
+        'pageable (mlock refused)'."""
         return self._handle().pinned
+
+    @property
+    def samples_per_epoch(self):
+        """Samples this rank reads per epoch (padding included, drop_last applied)."""
+        return self._handle().samples_per_epoch
+
+    @property
+    def out_size(self):
+        """(height, width) of every image in a batch."""
+        return tuple(self._handle().out_size)
 
     @property
     def worker_pids(self):

@@ -202,11 +202,24 @@ reader::LoaderOptions ParseLoaderOptions(const py::dict& kw) {
     if (!option || name.find('-') != std::string::npos) {  // as Python: an unknown keyword
       throw py::type_error("unexpected loader option '" + name + "'");
     }
-    Check(option->set(&o, OptionText(item.second)));
+    Status set = option->set(&o, OptionText(item.second));
+    if (!set.ok() && item.second.is_none()) {  // name Python's None, not its text form
+      std::string message = set.message();
+      if (auto at = message.rfind("'none'"); at != std::string::npos) {
+        message.replace(at, 6, "None");
+      }
+      set = Status(set.code(), message);
+    }
+    Check(set);
   }
   Check(reader::ValidateLoaderOptions(o));
   return o;
 }
+
+// Appended to a damaged sample's error from the loader (issue 20 item 11).
+constexpr const char* kSkipErrorsHint =
+    " (skip_errors=True trains on: bad samples become zero images labelled -1, to be ignored "
+    "with F.cross_entropy(..., ignore_index=-1))";
 
 struct PyLoader {
   std::unique_ptr<reader::Loader> loader;
@@ -377,6 +390,10 @@ PYBIND11_MODULE(_native, m) {
               });
             }
             if (interrupted) throw py::error_already_set();
+            if (!r.ok() && (r.status().code() == StatusCode::kCorrupt ||
+                            r.status().code() == StatusCode::kChecksumMismatch)) {
+              Raise(Status(r.status().code(), r.status().message() + kSkipErrorsHint));
+            }
             reader::Batch b = Check(std::move(r));
             if (!b) return py::none();
             const std::vector<int64_t> batch_shape = b.shape();
