@@ -195,9 +195,27 @@ def test_a_stopped_worker_times_out(archive_path):
     assert children() == []
 
 
+# Sends Ctrl-C once the main thread waits inside the loader: its Python frame is at the native
+# next() call and has let go of the GIL (polled every 10 ms, for at most 30 s). No sleep decides
+# the order: the signal can only arrive while next() runs.
+INTERRUPT_WHEN_WAITING = """
+def _interrupt_when_waiting():
+    main = threading.main_thread().ident
+    for _ in range(3000):
+        f = sys._current_frames().get(main)
+        if (f is not None and f.f_code.co_name == "__next__" and
+                "self._native.next(" in linecache.getline(f.f_code.co_filename, f.f_lineno)):
+            break
+        time.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGINT)
+threading.Thread(target=_interrupt_when_waiting, daemon=True).start()
+"""
+
+
 def run_script(body, timeout=60):
     env = dict(os.environ)
-    code = "import os, signal, sys, threading, time\nimport shardfeed\n" + textwrap.dedent(body)
+    code = ("import linecache, os, signal, sys, threading, time\nimport shardfeed\n" +
+            textwrap.dedent(body))
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=timeout)
 
@@ -211,7 +229,7 @@ def test_ctrl_c_while_a_stopped_worker_process_holds_the_batch(archive_path):
         pids = l.worker_pids
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
-        threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        %s
         try:
             next(it)
             print("no interrupt")
@@ -220,7 +238,7 @@ def test_ctrl_c_while_a_stopped_worker_process_holds_the_batch(archive_path):
         l.close()
         alive = [p for p in pids if os.path.exists("/proc/%%d" %% p)]
         print("closed, alive", alive, flush=True)
-    """ % archive_path)
+    """ % (archive_path, textwrap.indent(INTERRUPT_WHEN_WAITING, " " * 8).strip()))
     assert "interrupted" in r.stdout and "closed, alive []" in r.stdout, r.stdout + r.stderr
 
 
@@ -229,16 +247,16 @@ def test_ctrl_c_while_a_worker_thread_hangs(archive_path):
     # still ends on Ctrl-C.
     env = dict(os.environ, SHARDFEED_FAILPOINTS="decode_hang=1")
     code = textwrap.dedent("""
-        import os, signal, threading, shardfeed
+        import linecache, os, signal, sys, threading, time, shardfeed
         l = shardfeed.Loader(%r, batch_size=200, size=32, workers=1, timeout=0)
-        threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        %s
         try:
             next(iter(l))
             print("no interrupt", flush=True)
         except KeyboardInterrupt:
             print("interrupted", flush=True)
         os._exit(0)  # the hung thread cannot be joined
-    """ % archive_path)
+    """ % (archive_path, textwrap.indent(INTERRUPT_WHEN_WAITING, " " * 8).strip()))
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        timeout=60)
     assert "interrupted" in r.stdout, r.stdout + r.stderr
@@ -304,12 +322,13 @@ def test_workers_exit_when_the_parent_process_is_killed(archive_path):
         l = shardfeed.Loader(%r, batch_size=16, size=32, workers=2, mode="processes")
         next(iter(l))
         print(" ".join(map(str, l.worker_pids)), flush=True)
-        time.sleep(60)
-    """ % archive_path)], stdout=subprocess.PIPE, text=True)
+        sys.stdin.read()  # until killed (or the test's end of the pipe closes)
+    """ % archive_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     pids = [int(p) for p in r.stdout.readline().split()]
     assert len(pids) == 2
     os.kill(r.pid, signal.SIGKILL)
     r.wait()
+    r.stdin.close()
     deadline = time.time() + 10
     while time.time() < deadline and any(os.path.exists("/proc/%d" % p) and
                                          "Z" not in open("/proc/%d/stat" % p).read().split()[2]
@@ -324,10 +343,20 @@ def test_a_loader_made_in_a_thread_that_exits_keeps_its_workers(archive_path):
     # PR_SET_PDEATHSIG would have killed the workers when the creating thread ended.
     import threading
     made = {}
-    t = threading.Thread(target=lambda: made.setdefault(
-        "l", loader(archive_path, "processes", shuffle=False)))
+
+    def make():
+        made["tid"] = threading.get_native_id()
+        made["l"] = loader(archive_path, "processes", shuffle=False)
+
+    t = threading.Thread(target=make)
     t.start()
     t.join()
-    time.sleep(0.3)
+    # The kernel sends a parent-death signal as the thread's task is released, which may come
+    # after join() returns: wait (bounded) until the task is gone from /proc.
+    task = "/proc/self/task/%d" % made["tid"]
+    deadline = time.monotonic() + 30
+    while os.path.exists(task) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not os.path.exists(task)
     assert all_indices(made["l"]) == list(range(180))
     made["l"].close()
