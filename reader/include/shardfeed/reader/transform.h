@@ -67,8 +67,11 @@ struct TransformOptions {
   std::array<float, 3> std{1.f, 1.f, 1.f};
 };
 
+// The smallest std accepted (0..1 units): below it outputs grow towards infinity.
+inline constexpr float kMinStd = 1e-3f;
 // Checks the options on their own (not against an archive): ratios and scales in range, std
-// finite and non-zero, mean finite, mean/std only with a float dtype.
+// finite and at least kMinStd, mean finite and at most 1 (0..1 units), mean/std only with a
+// float dtype.
 Status ValidateTransform(const TransformOptions& options);
 
 // A crop rectangle in displayed (upright) pixel coordinates (codec/codec.h).
