@@ -82,6 +82,10 @@ struct Loader::Impl {
   void ThreadWorker(size_t worker);
   Status ThreadWorkerLoop(size_t worker, SampleDecoder* decoder);
   Status StartThreads();
+  // Thread mode (stopping set): waits up to kShutdownGrace for every worker thread to end and
+  // joins them; a thread still decoding then is detached, and it keeps this Impl alive (and with
+  // it the archive and the ring it writes into) until its sample is done.
+  void StopThreads();
   void IssuePrefetch(Task* task, StageTimes* times);  // madvise the next batch (no lock held)
   void SetFatal(const Status& status);
   // A consumer waited `timeout` with no sample completed: the error naming the slowest worker.
@@ -137,7 +141,8 @@ struct Loader::Impl {
 
   // Everything below is guarded by mu.
   mutable std::mutex mu;
-  std::condition_variable cv_work, cv_ready;
+  std::condition_variable cv_work, cv_ready, cv_exit;
+  int threads_running = 0;  // thread mode: worker threads not yet at their end (cv_exit)
   bool stopping = false, started = false;
   Status fatal;  // the loader cannot go on (a worker died): every later call reports it
   std::vector<Slot> slots;

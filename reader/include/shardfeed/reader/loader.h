@@ -30,9 +30,15 @@
 // - A worker process that dies (a crash, SIGKILL, killed after a timeout) fails the loader:
 //   Next() and StartEpoch() return the error naming the worker and the sample, for good. Make a
 //   new Loader to go on.
-// - Destruction is bounded: worker processes are asked to exit, killed after a grace period
-//   (kShutdownGrace) and reaped; worker threads finish the one sample they hold. Nothing is left
-//   behind: no process, no shared memory, no descriptor.
+// - Destruction is bounded by kShutdownGrace: worker processes are asked to exit, killed after
+//   the grace period and reaped. Worker threads finish the one sample they hold and are joined;
+//   a thread still decoding after the grace period (a stuck read, a huge image) is detached and
+//   ends on its own once that sample is done, keeping the archive's mapping and the ring alive
+//   until then (a thread cannot be killed). Nothing is left behind: no process, no shared
+//   memory, no descriptor (a detached thread's, once it ends).
+// - Worker processes reopen the archive by its path and check it is the one the loader opened
+//   (its manifest, which names every shard's content hash): an archive replaced on disk, or a
+//   relative path after a chdir, makes Create() fail naming the path, never read another one.
 // - fork(): a child's copy of a Loader is inert. Destroying it neither joins, signals nor waits
 //   for the parent's workers, and leaks its memory rather than touching state a parent thread
 //   may have held at fork time; calling Next()/StartEpoch() on it returns an error. The child
