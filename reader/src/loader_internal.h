@@ -66,6 +66,10 @@ struct Loader::Impl {
   int batch_slot(uint64_t batch) const;  // slot filling or holding `batch`, or -1 (mu held)
   // The slot of `batch` of generation `gen` in `map` (batch % capacity -> slot), or -1.
   int SlotOf(const std::vector<int>& map, uint64_t gen, uint64_t batch) const;
+  // The consumer holds every slot: asks for one beyond the ring (mu held by `lock`, released
+  // while it is committed). An error naming kept_mb when the cap is reached.
+  Status AddKeptSlot(std::unique_lock<std::mutex>& lock);
+  uint32_t kept() const { return usable > depth ? usable - depth : 0; }  // mu held
   // Sizes the ring for `options` (capacity, starting depth, budget) and reserves it.
   Status SizeRing(const LoaderOptions& options);
   // The lease of a delivered slot: a token whose deleter returns the slot to the ring.
@@ -150,6 +154,11 @@ struct Loader::Impl {
   uint32_t depth = 0;   // slots the ring may use now: prefetch, or the tuned depth
   size_t ring_cap = 0;  // the most it may grow to (lowered if committing a slot failed)
   uint32_t usable = 0;  // committed slots, retiring ones aside
+  size_t slot_end = 0;  // slots [slot_end, slots.size()) have never been committed
+  // Kept batches (LoaderOptions::kept_mb): slots past the ring's capacity, up to kept_cap of
+  // them committed beyond `depth`; kept_request asks MaintainRing for that many more now.
+  uint32_t kept_cap = 0, kept_request = 0;
+  bool kept_warned = false;
   std::vector<int> retiring;
   EpochWork current;  // the epoch being delivered, as generation `generation`
   struct Ahead : EpochWork {

@@ -267,7 +267,7 @@ TEST_CASE("workers=auto delivers what a fixed count does; sleeping workers end c
   CHECK(first->images()[0] == first->indices()[0] % 251);  // the lease outlives the loader
 }
 
-TEST_CASE("a held batch keeps its memory; holding every slot is an error, not a hang") {
+TEST_CASE("a held batch keeps its memory; a consumer holding every slot gets slots beyond") {
   TempDir dir;
   auto archive = MakeRawArchive(dir / "a", 60);
   LoaderOptions o = CopyOptions(4, 2);
@@ -284,12 +284,72 @@ TEST_CASE("a held batch keeps its memory; holding every slot is an error, not a 
     REQUIRE(b->images() != held->images());
   }
   CHECK(std::equal(copy.begin(), copy.end(), held->images()));
+  CHECK((*loader)->Stats().kept_slots == 0);  // one batch held: the ring's other slot serves
+  // Holding both slots: regression, this was an error ("all 2 prefetch slots are held").
   auto second = (*loader)->Next();
   REQUIRE(second.ok());
-  auto starved = (*loader)->Next();
-  CHECK(starved.status().code() == StatusCode::kResourceExhausted);
+  auto third = (*loader)->Next();
+  REQUIRE(third.ok());
+  CHECK(third->number() == 12);
+  CHECK((*loader)->Stats().kept_slots == 1);
+  CHECK(std::equal(copy.begin(), copy.end(), held->images()));
+  // Released, the slot beyond the ring gives its memory back.
+  const uint64_t grown = (*loader)->Stats().ring_bytes;
+  held->Release();
   second->Release();
-  CHECK((*loader)->Next().ok());
+  third->Release();
+  REQUIRE((*loader)->Next().ok());  // gives back retired slots
+  CHECK((*loader)->Stats().ring_bytes < grown);
+}
+
+TEST_CASE("batches kept over several epochs never make iteration fail; past kept_mb, an error") {
+  // A training loop that keeps every batch (for metrics, a list(loader), a view of one image):
+  // DataLoader allows it, and so must the ring, with default options.
+  TempDir dir;
+  auto archive = MakeRawArchive(dir / "a", 60);  // 15 batches of 4 an epoch
+  for (WorkerMode mode : {WorkerMode::kThreads, WorkerMode::kProcesses}) {
+    CAPTURE(int(mode));
+    LoaderOptions o = CopyOptions(4, LoaderOptions::kAutoWorkers);
+    o.prefetch = LoaderOptions::kAutoPrefetch;
+    o.mode = mode;
+    auto loader = Loader::Create(archive, o);
+    REQUIRE(loader.ok());
+    std::vector<Batch> kept;
+    for (uint64_t epoch = 0; epoch < 4; ++epoch) {
+      REQUIRE((*loader)->StartEpoch(epoch).ok());
+      for (;;) {
+        auto b = (*loader)->Next();
+        REQUIRE(b.ok());
+        if (!*b) break;
+        kept.push_back(*b);
+      }
+    }
+    REQUIRE(kept.size() == 60);
+    for (const Batch& h : kept) {
+      for (uint32_t j = 0; j < h.size(); ++j) CHECK(h.images()[j * 108] == h.indices()[j] % 251);
+    }
+    CHECK((*loader)->Stats().kept_slots > 0);
+  }
+  // A cap of 1 MiB: slots of 4 x 512 x 512 x 3 bytes (3 MiB) cannot be kept beyond the ring.
+  LoaderOptions o = CopyOptions(4, 2);
+  o.transform.crop = Crop::kSquash;
+  o.transform.size = 512;
+  o.prefetch = 2;
+  o.kept_mb = 1;
+  auto loader = Loader::Create(archive, o);
+  REQUIRE(loader.ok());
+  auto a = (*loader)->Next();
+  auto b = (*loader)->Next();
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  auto refused = (*loader)->Next();
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == StatusCode::kResourceExhausted);
+  CHECK(refused.status().message().find("kept_mb=1") != std::string::npos);
+  b->Release();
+  auto next = (*loader)->Next();  // the batch the refusal did not consume
+  REQUIRE(next.ok());
+  CHECK(next->number() == 2);
 }
 
 TEST_CASE("prefetch=auto: two slots at first, a slot more while the consumer holds them all") {
@@ -324,13 +384,17 @@ TEST_CASE("prefetch=auto: two slots at first, a slot more while the consumer hol
     CHECK(std::equal(copies[i].begin(), copies[i].end(), held[i].images()));
     CHECK(held[i].number() == i);
   }
-  auto starved = l.Next();  // the budget is spent: the same clear error as a fixed ring's
-  CHECK(starved.status().code() == StatusCode::kResourceExhausted);
-  CHECK(starved.status().message().find("all 5 prefetch slots") != std::string::npos);
+  auto beyond = l.Next();  // the budget is spent: a slot beyond the ring (kept_mb)
+  REQUIRE(beyond.ok());
+  CHECK(beyond->number() == 5);
+  st = l.Stats();
+  CHECK(st.prefetch == 5);
+  CHECK(st.kept_slots == 1);
+  CHECK(st.ring_bytes == 6 * slot);
   held.clear();
-  auto next = l.Next();  // the batch the refusal did not consume
+  auto next = l.Next();
   REQUIRE(next.ok());
-  CHECK(next->number() == 5);
+  CHECK(next->number() == 6);
 }
 
 TEST_CASE("prefetch=auto grows by exactly what a consumer holding every batch needs") {

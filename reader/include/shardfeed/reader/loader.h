@@ -72,6 +72,8 @@ inline constexpr double kShutdownGrace = 2.0;  // seconds
 // Create() refuses output images above this many pixels, and rings above this many bytes.
 inline constexpr uint64_t kMaxOutputPixels = uint64_t{1} << 28;
 inline constexpr uint64_t kMaxRingBytes = uint64_t{1} << 36;
+// The most batches LoaderOptions::kept_mb lets the consumer keep beyond the ring.
+inline constexpr uint32_t kMaxKeptBatches = 4096;
 
 struct LoaderOptions {
   uint32_t batch_size = 64;
@@ -106,6 +108,14 @@ struct LoaderOptions {
   uint32_t prefetch = kAutoPrefetch;
   uint32_t max_prefetch = 0;
   uint32_t ring_mb = 0;
+  // Batches the consumer keeps (a list of batches, a view of one image kept past the loop)
+  // never make iteration fail: when the consumer holds every ring slot, Next() commits a slot
+  // beyond the ring for the next batch, and gives its memory back once that batch is released.
+  // At most kept_mb MiB of such slots (0: a quarter of the memory this process may use) and
+  // kMaxKeptBatches of them; past that, Next() returns kResourceExhausted naming kept_mb.
+  // EpochStats::kept_slots counts them; the first one also prints a warning on stderr (each
+  // kept batch costs a slot of pinned memory; copy what you keep, e.g. labels).
+  uint32_t kept_mb = 0;
   // Once every sample of the epoch in progress is handed out, workers start the epoch expected
   // next (epoch + 1, or the same epoch again if the last StartEpoch repeated one) in the ring's
   // free slots, so it does not begin with an empty ring. StartEpoch of that epoch from its
@@ -154,6 +164,9 @@ struct EpochStats {
   // batches of this epoch begun before it started that StartEpoch kept.
   uint64_t run_ahead_batches = 0, ahead_kept = 0;
   std::string tuning;  // workers or prefetch "auto": the last decision and its reason
+  // Slots committed beyond the ring for batches the consumer kept (the most at once, this
+  // epoch; LoaderOptions::kept_mb).
+  uint64_t kept_slots = 0;
   // Fraction of the consumer's time spent waiting for data.
   double wait_fraction() const {
     double t = wait_seconds + consumer_seconds;
