@@ -308,7 +308,8 @@ std::vector<LoaderOption> MakeTable() {
        "(full scale), full (whole image, then crop)",
        SetDecode, GetDecode},
       SF_BOOL(verify_checksums, transform.verify_checksums,
-              "check each record's XXH3 before decoding it"),
+              "check each record's XXH3 before decoding it (default true; false is unsafe: "
+              "a damaged record is then decoded and trained on)"),
       SF_COUNT(max_pixels, transform.max_pixels, 1,
                "a record declaring more pixels is that sample's error"),
   };

@@ -147,6 +147,7 @@ struct LoaderState {
   uint64_t plan_start = 0;  // global position the current plan started at (0: a whole epoch)
   uint64_t consumed = 0;    // global positions consumed, once every rank is at `position`
   uint32_t world_size = 1;  // of the run that saved it
+  uint32_t batch_size = 0;  // of the run that saved it (0: not recorded, taken as this loader's)
 };
 
 struct EpochStats {
@@ -236,9 +237,12 @@ class Loader {
   // `start_position` (0: the whole epoch; see sampler.h), abandoning any epoch in progress (see
   // the lifecycle notes above). Fails if the loader has failed or this is a forked copy.
   Status StartEpoch(uint64_t epoch, uint64_t start_batch = 0, uint64_t start_position = 0);
-  // Resumes from a saved State(): exactly the next batch when `state.world_size` is this
-  // loader's, else (elastic) the rest of the epoch's global order spread over this world size,
-  // so the interrupted epoch is covered exactly once across ranks (padding aside).
+  // Resumes from a saved State(): exactly the next batch when `state.world_size` and
+  // `state.batch_size` are this loader's, else by samples consumed (elastic): the rest of the
+  // epoch's global order spread over this world size and batch size, so the interrupted epoch
+  // is covered exactly once across ranks (padding aside), no sample repeated or skipped.
+  // To continue the current epoch where it stands after leaving it early (a `break`), call
+  // StartEpoch(State().epoch, State().position): only StartEpoch moves the plan.
   Status Resume(const LoaderState& state);
 
   // Called about every kWaitPollSeconds while Next() waits; a non-OK Status ends the wait and
@@ -247,14 +251,24 @@ class Loader {
   using WaitHook = std::function<Status()>;
   static constexpr double kWaitPollSeconds = 0.05;
 
-  // The next batch, in order. Returns an empty Batch at the end of the epoch. An error from a
-  // worker (decode failure naming the sample, dead worker process, timeout) is returned here.
+  // The next batch, in order. Returns an empty Batch at the end of the epoch (and again on
+  // every later call, until StartEpoch). Before the first StartEpoch, Next() starts epoch 0
+  // from its start, as StartEpoch(0) would. An error from a worker (decode failure naming the
+  // sample, dead worker process, timeout) is returned here; the batch it concerns is consumed
+  // (the next call delivers the one after), except a wait that ends without a batch (the
+  // hook's error, kTimeout, kResourceExhausted for kept_mb), after which the next call waits
+  // for the same batch again.
   Result<Batch> Next(const WaitHook& hook = {});
 
   LoaderState State() const;  // to resume: Resume(state)
   EpochStats Stats() const;   // of the current (or just finished) epoch
   uint64_t batches_per_epoch() const;
   uint64_t samples_per_epoch() const;  // on this rank
+  // The options as the loader runs them, resolved: `workers` (auto or 0) is the number of
+  // worker threads or processes started (auto: the most that may wake; Stats().workers says
+  // how many claim work now), `device_index` the device used, and with normalize_on_device the
+  // workers' transform (uint8 NHWC, mean 0, std 1; Batch::device_dtype() is the target).
+  // `prefetch` stays 0 for auto (Stats().prefetch is the depth now). Valid for the Loader's life.
   const LoaderOptions& options() const;
   uint32_t out_height() const;
   uint32_t out_width() const;
