@@ -211,6 +211,9 @@ std::vector<LoaderOption> MakeTable() {
       SF_COUNT(ring_mb, ring_mb, 0,
                "prefetch=auto: the ring's memory budget in MiB (0: 1/8 of the memory this "
                "process may use, at most 4096)"),
+      SF_COUNT(kept_mb, kept_mb, 0,
+               "memory in MiB for batches the consumer keeps beyond the ring (0: a quarter of "
+               "the memory this process may use); past it Next() fails naming this option"),
       SF_BOOL(run_ahead, run_ahead,
               "once an epoch's samples are all handed out, start the next epoch in the free "
               "ring slots (kept if it is the epoch asked for next, from its start)"),
@@ -305,7 +308,8 @@ std::vector<LoaderOption> MakeTable() {
        "(full scale), full (whole image, then crop)",
        SetDecode, GetDecode},
       SF_BOOL(verify_checksums, transform.verify_checksums,
-              "check each record's XXH3 before decoding it"),
+              "check each record's XXH3 before decoding it (default true; false is unsafe: "
+              "a damaged record is then decoded and trained on)"),
       SF_COUNT(max_pixels, transform.max_pixels, 1,
                "a record declaring more pixels is that sample's error"),
   };
