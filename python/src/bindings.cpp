@@ -160,15 +160,14 @@ py::tuple GetItem(const PyArchive& a, int64_t i) {
 
 // An option table as a list of dicts (see loader_options / pack_options below).
 template <typename Table, typename Options, typename Extra>
-py::list OptionList(const Table& table, const Options& defaults,
-                    std::initializer_list<const char*> kinds, Extra extra) {
-  const std::vector<const char*> kind_names(kinds);
+py::list OptionList(const Table& table, const Options& defaults, Extra extra) {
   py::list out;
   for (const auto& o : table) {
     py::dict d;
     d["name"] = o.name;
     d["flag"] = OptionFlag(o.name);
-    d["kind"] = kind_names.at(static_cast<size_t>(o.kind));
+    d["kind"] = OptionKindName(o.kind);
+    d["range"] = o.range;
     d["choices"] = o.choices ? py::cast(std::string(o.choices)) : py::none();
     d["default"] = o.get(defaults);
     d["help"] = o.help;
@@ -179,10 +178,11 @@ py::list OptionList(const Table& table, const Options& defaults,
 }
 
 // A keyword argument's text form, as the CLI would receive it (reader/options.h parses both):
-// bools true/false, numbers as Python prints them, sequences comma-separated, None "none",
+// bools true/false, numbers as Python prints them, sequences comma-separated, None "None" (as
+// Python spells it, so a refusal quotes what the caller wrote; timeout takes it),
 // torch dtypes and devices by name.
 std::string OptionText(const py::handle& v) {
-  if (v.is_none()) return "none";
+  if (v.is_none()) return "None";
   if (py::isinstance<py::bool_>(v)) return v.cast<bool>() ? "true" : "false";
   if (py::isinstance<py::str>(v)) return v.cast<std::string>();
   if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
@@ -199,7 +199,7 @@ reader::LoaderOptions ParseLoaderOptions(const py::dict& kw) {
     const std::string name = py::str(item.first);
     const reader::LoaderOption* option = reader::FindLoaderOption(name);
     if (!option || name.find('-') != std::string::npos) {  // as Python: an unknown keyword
-      throw py::type_error("unexpected loader option '" + name + "'");
+      throw py::type_error(reader::LoaderOptionTable().Unknown(name).message());
     }
     Check(option->set(&o, OptionText(item.second)));
   }
@@ -436,13 +436,11 @@ PYBIND11_MODULE(_native, m) {
   // both read them: name, flag, kind, choices, default, help.
   m.def("loader_options", [] {
     return OptionList(reader::LoaderOptionTable(), reader::LoaderOptions(),
-                      {"bool", "count", "number", "choice", "list", "text"},
                       [](const reader::LoaderOption&, py::dict&) {});
   });
   m.def("pack_options", [] {
     return OptionList(
         converter::PackOptionTable(), converter::PackOptions(),
-        {"bool", "count", "choice", "bytes", "text"},
         [](const converter::PackOption& o, py::dict& d) { d["recorded"] = o.recorded; });
   });
   m.def("cuda_unavailable_reason", &reader::CudaUnavailableReason);
@@ -462,7 +460,7 @@ PYBIND11_MODULE(_native, m) {
                      option && k.find('-') == std::string::npos) {
             Check(option->set(&o, OptionText(item.second)));
           } else {
-            throw py::type_error("unexpected pack option '" + k + "'");
+            throw py::type_error(converter::PackOptionTable().Unknown(k).message());
           }
         }
         Check(converter::ValidatePackOptions(o));
