@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
+#include <cctype>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -45,8 +46,22 @@ int Fail(const Status& s) {
 int ParseArgs(int argc, char** argv, po::options_description& desc,
               po::positional_options_description& pos, po::variables_map& vm, const char* usage) {
   desc.add_options()("help,h", "show this help");
+  // A negative number after a flag is that flag's value ("--epochs -1" is "--epochs=-1", refused
+  // by its range), not a short option "-1" that boost would report as something else.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const bool negative = a.size() > 1 && a[0] == '-' &&
+                          (std::isdigit(static_cast<unsigned char>(a[1])) || a[1] == '.');
+    std::string& flag = args[i - 1];
+    if (negative && flag.rfind("--", 0) == 0 && flag.size() > 2 &&
+        flag.find('=') == std::string::npos) {
+      flag += "=" + a;
+      args.erase(args.begin() + static_cast<std::ptrdiff_t>(i--));
+    }
+  }
   try {
-    po::store(po::command_line_parser(argc, argv).options(desc).positional(pos).run(), vm);
+    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
     if (vm.count("help")) {
       std::cout << "usage: " << usage << "\n\n" << desc << "\n";
       return 0;
