@@ -19,11 +19,13 @@ bool ParseBoolText(std::string_view t, bool* out) {
 }
 
 bool ParseCountText(std::string_view t, uint64_t* out) {
-  if (t.empty() || t.size() > 19) return false;
+  if (t.empty() || t.size() > 20) return false;
   uint64_t v = 0;
   for (char c : t) {
     if (c < '0' || c > '9') return false;
-    v = v * 10 + uint64_t(c - '0');
+    const uint64_t digit = uint64_t(c - '0');
+    if (v > (UINT64_MAX - digit) / 10) return false;  // past 2^64-1
+    v = v * 10 + digit;
   }
   *out = v;
   return true;

@@ -20,7 +20,10 @@ TEST_CASE("numbers are read strictly: no space, sign, hex, inf or nan") {
     CHECK_FALSE(ParseNumberText(bad, &d));
   }
   uint64_t v = 0;
-  for (const char* bad : {" 5", "-1", "+1", "99999999999999999999", "", "1.0"}) {
+  CHECK(ParseCountText("18446744073709551615", &v));
+  CHECK(v == UINT64_MAX);
+  for (const char* bad : {" 5", "-1", "+1", "18446744073709551616", "99999999999999999999", "",
+                          "1.0", "000000000000000000001"}) {
     CHECK_FALSE(ParseCountText(bad, &v));
   }
   CHECK(ParseByteSize("1M", &v));

@@ -13,7 +13,7 @@ namespace shardfeed {
 
 // true|false, 1|0, yes|no, on|off (and Python's True|False).
 bool ParseBoolText(std::string_view text, bool* out);
-// A whole number >= 0: ASCII digits only (no sign, no space), at most 19 of them.
+// A whole number in 0..2^64-1: ASCII digits only (no sign, no space).
 bool ParseCountText(std::string_view text, uint64_t* out);
 // A finite decimal number: an optional '-', then a digit or '.' ("1", "-0.5", ".5", "1e3");
 // no leading space, no '+', no hex, no inf/nan.
