@@ -13,13 +13,15 @@
 
 #include "dlpack_export.h"
 #include "shardfeed/codec/codec.h"
-#include "shardfeed/converter/archive_tools.h"
+#include "shardfeed/converter/convert.h"
 #include "shardfeed/converter/options.h"
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/imaging/image.h"
 #include "shardfeed/reader/loader.h"
 #include "shardfeed/reader/options.h"
+#include "shardfeed/validate/inspect.h"
+#include "shardfeed/validate/verify.h"
 
 namespace py = pybind11;
 using namespace shardfeed;
@@ -488,17 +490,18 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "verify",
       [](const std::string& path, bool decode, int workers, uint64_t max_pixels) {
-        auto archive = Check(format::Archive::Open(path, format::IndexCheck::kFull));
-        converter::VerifyOptions o;
+        // Damage of any kind is a report with ok False; only a path that is not there or not
+        // an archive at all raises.
+        validate::VerifyOptions o;
         o.decode = decode;
         o.workers = workers;
         if (max_pixels) o.max_pixels = max_pixels;
-        std::string json;
+        Result<validate::VerifyReport> report = Status::Internal("unset");
         {
           py::gil_scoped_release release;
-          json = converter::Verify(*archive, o).ToJson();
+          report = validate::VerifyPath(path, o);
         }
-        return FromJson(json);
+        return FromJson(Check(std::move(report)).ToJson());
       },
       py::arg("path"), py::arg("decode") = false, py::arg("workers") = 0,
       py::arg("max_pixels") = 0);
@@ -543,7 +546,7 @@ PYBIND11_MODULE(_native, m) {
       "inspect",
       [](const std::string& path) {
         auto archive = Check(format::Archive::Open(path, format::IndexCheck::kFull));
-        return FromJson(converter::InspectJson(*archive));
+        return FromJson(validate::InspectJson(*archive));
       },
       py::arg("path"));
 }

@@ -97,7 +97,7 @@ def test_wrong_arguments_are_usage_errors(tmp_path):
     assert run("pack", GOOD, tmp_path / "a", "--max-side").returncode == 2
     assert run("frobnicate").returncode == 2
     p = run("verify", tmp_path / "missing")
-    assert p.returncode == 3 and "missing" in p.stderr
+    assert p.returncode == 2 and "missing" in p.stderr
     p = run("pack", tmp_path / "nope", tmp_path / "a")
     assert p.returncode == 3 and "nope" in p.stderr
     run("pack", GOOD, tmp_path / "a", check=0)
@@ -299,7 +299,7 @@ def test_inspect_grid_writes_a_contact_sheet_of_each_class(tmp_path):
     sheet = tmp_path / "sheet.png"
     run("inspect", out, "--grid", sheet, "--per-class", "4", "--size", "32", check=0)
     img = np.asarray(Image.open(sheet).convert("RGB")).astype(np.int32)
-    # Layout (converter/archive_tools.h): a label column as wide as the longest "N name" plus
+    # Layout (validate/inspect.h): a label column as wide as the longest "N name" plus
     # padding, then 4 tiles of 32 px with 6 px gaps; rows of 32 + 15 (caption) + 6 px.
     pad, tile, row_h = 6, 32, 32 + 15 + 6
     label_w = len("0 zebra") * 6 + 2 * pad
@@ -395,6 +395,7 @@ def command_line(command, archive, tmp):
     return {"pack": ["pack", GOOD, tmp / "out", "-q"],
             "verify": ["verify", archive],
             "inspect": ["inspect", archive],
+            "extract": ["extract", archive, tmp / "x"],
             "bench": ["bench", archive, "--epochs=1"],
             "tune": ["tune", archive, "--step-ms=0", "--batches=1"]}[command]
 
@@ -410,6 +411,7 @@ def test_every_numeric_option_of_every_command_refuses_hostile_values(tmp_path, 
                        "shard-size", "workers", "part"},
               "verify": {"workers", "max-pixels"},
               "inspect": {"per-class", "size"},
+              "extract": {"max-pixels"},
               "bench": {"batch-size", "seed", "max-workers", "workers", "prefetch", "epochs",
                         "step-ms", "timeout", "size", "rank", "world-size", "ring-mb"},
               "tune": {"step-ms", "batches", "max-workers", "batch-size", "wait-target"}}
@@ -440,7 +442,7 @@ def test_every_numeric_option_of_every_command_refuses_hostile_values(tmp_path, 
 
 
 def test_every_numeric_option_states_its_range_in_help():
-    for command in ["pack", "verify", "inspect", "bench", "tune"]:
+    for command in ["pack", "verify", "inspect", "extract", "bench", "tune"]:
         numeric = numeric_options(command)
         for flag, (takes, default, text) in help_entries(command).items():
             if takes and default is not None and re.fullmatch(r"-?[\d.]+", default):
