@@ -57,7 +57,7 @@ reader::LoaderOptions ParseLoaderOptions(const py::dict& kw) {
     const std::string name = py::str(item.first);
     const reader::LoaderOption* option = reader::FindLoaderOption(name);
     if (!option || name.find('-') != std::string::npos) {  // as Python: an unknown keyword
-      throw py::type_error("unexpected loader option '" + name + "'");
+      throw py::type_error(reader::LoaderOptionTable().Unknown(name).message());
     }
     Status set = option->set(&o, OptionText(item.second));
     if (!set.ok() && item.second.is_none()) {  // name Python's None, not its text form
