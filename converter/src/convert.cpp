@@ -41,7 +41,7 @@ Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
       SF_RETURN_IF_ERROR(writer->NextShard());
     }
     SF_RETURN_IF_ERROR(archive.VerifyRecord(i));  // never copy damage into a fresh checksum
-    format::RecordView r = archive.Get(i);
+    SF_ASSIGN_OR_RETURN(format::RecordView r, archive.At(i));
     SF_RETURN_IF_ERROR(writer->Append(*r.entry, r.data, r.size));
   }
   format::Manifest copy = format::SameRecordsAs(m);

@@ -229,6 +229,7 @@ Status SampleDecoder::DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst, 
   Failpoints& fp = Failpoints::Get();
   if (index == fp.decode_throw) throw std::runtime_error("failpoint decode_throw");
   if (index == fp.decode_hang) std::this_thread::sleep_for(std::chrono::hours(1));
+  if (index == fp.decode_gate) fp.WaitAtGate();
   auto t0 = Clock::now();
   if (options_.verify_checksums) SF_RETURN_IF_ERROR(archive_->VerifyRecord(index));
   SF_ASSIGN_OR_RETURN(const format::RecordView r, archive_->At(index));

@@ -105,19 +105,63 @@ def test_overwrite_swaps_atomically(tmp_path, archive):
     assert run("verify", archive).returncode == 0
 
 
+def snapshot(root):
+    return {f: open(os.path.join(root, f), "rb").read() for f in files_under(root)}
+
+
 def test_a_crash_mid_swap_is_recovered(tmp_path, archive):
-    # A writer killed between moving the old archive aside and moving the new one in.
+    # A writer killed between moving the old archive aside (after marking it) and moving the new
+    # one in: the old one carries the marker naming its replacement.
     old = tmp_path / "a.old"
     os.rename(archive, old)
+    (old / ".shardfeed-replaced").write_text("replaced-by 1 2\n")
     p = run("pack", GOOD, archive, "--encoding", "raw", "--size", "8")
     assert p.returncode == 2 and "already exists" in p.stderr, p.stderr  # the old one is back
     assert not old.exists()
+    assert not (archive / ".shardfeed-replaced").exists()
     info = json.loads(run("inspect", archive, "--json").stdout)
     assert info["encoding"] == "jpeg" and info["samples"] == 36
-    # Both there: the stale copy goes, the archive stays.
+    # Killed after the new archive was in place: the marked old copy goes, the archive stays.
     shutil.copytree(archive, old)
+    st = os.stat(archive)
+    (old / ".shardfeed-replaced").write_text(f"replaced-by {st.st_dev} {st.st_ino}\n")
     assert run("pack", GOOD, archive, "--overwrite").returncode == 0
     assert not old.exists() and run("verify", archive).returncode == 0
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+@pytest.mark.parametrize("existing_out", [False, True])
+@pytest.mark.parametrize("backup", ["archive", "notes"])
+def test_a_users_old_folder_is_never_touched(tmp_path, archive, overwrite, existing_out,
+                                              backup):
+    # "a.old" is a natural name for a user's own backup: neither an archive nor any other
+    # folder of that name is ours to restore or remove.
+    old = tmp_path / "a.old"
+    if backup == "archive":
+        shutil.copytree(archive, old)
+    else:
+        old.mkdir()
+        (old / "notes.txt").write_text("mine")
+    before = snapshot(old)
+    if not existing_out:
+        shutil.rmtree(archive)
+    p = run("pack", GOOD, archive, *(["--overwrite"] if overwrite else []))
+    if existing_out and not overwrite:
+        assert p.returncode == 2 and "already exists" in p.stderr, p.stderr
+    else:
+        assert p.returncode == 0, p.stderr
+        assert run("verify", archive).returncode == 0
+    assert snapshot(old) == before
+
+
+def test_an_archive_named_like_our_partial_is_never_removed(tmp_path, archive):
+    # A finished archive at a.partial without our marker is someone's, whatever it holds.
+    partial = tmp_path / "b.partial"
+    shutil.copytree(archive, partial)
+    before = snapshot(partial)
+    p = run("pack", GOOD, tmp_path / "b")
+    assert p.returncode == 2 and "b.partial" in p.stderr, p.stderr
+    assert snapshot(partial) == before
 
 
 def test_a_partial_folder_that_is_not_ours_is_never_removed(tmp_path):
@@ -277,9 +321,11 @@ def test_verify_reports_an_archive_too_damaged_to_open_with_exit_1(archive, dama
             f.truncate(100)
     p = run("verify", archive)
     assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
-    assert "shard-00000.mdb" in p.stderr and "FAILED" in p.stdout, (p.stdout, p.stderr)
+    # the reason names the shard file (or, for a missing one, the count the manifest lists)
+    named = "shard-00000.mdb" if damage != "missing-shard" else "lists 1 shards"
+    assert named in p.stderr and "FAILED" in p.stdout, (p.stdout, p.stderr)
     v = json.loads(run("verify", archive, "--json").stdout)
-    assert v["ok"] is False and "shard-00000.mdb" in v["error"], v
+    assert v["ok"] is False and named in v["error"], v
     code = ("import json, sys, shardfeed; r = shardfeed.verify(sys.argv[1]); "
             "print(json.dumps(r))")
     env = dict(os.environ, PYTHONPATH=os.environ.get("SHARDFEED_PYTHONPATH", ""))
@@ -288,7 +334,7 @@ def test_verify_reports_an_archive_too_damaged_to_open_with_exit_1(archive, dama
                             text=True, env=env, timeout=60)
         assert py.returncode == 0, py.stderr  # a report, not an exception
         r = json.loads(py.stdout)
-        assert r["ok"] is False and "shard-00000.mdb" in r["error"], r
+        assert r["ok"] is False and named in r["error"], r
 
 
 def test_verify_of_what_is_not_an_archive_is_a_usage_error(tmp_path):
@@ -439,3 +485,46 @@ def test_a_progressive_jpeg_with_too_many_scans_is_refused_at_pack(tmp_path):
     skipped = json.loads((tmp_path / "r.json").read_text())["skipped"]
     assert [(os.path.basename(s["path"]), s["reason"]) for s in skipped] == [
         ("bomb.jpg", "progressive JPEG with more than 500 scans")]
+
+
+# ---- a full disk --------------------------------------------------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 256 KiB tmpfs (needs root and mount(8)); the test is skipped where it cannot be made."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here: " + p.stderr.strip())
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=True)
+
+
+def full_disk_left_clean(p, mnt):
+    assert p.returncode == 3, (p.returncode, p.stderr)  # CLI.md: 3, any other error
+    assert "no space left on device" in p.stderr, p.stderr
+    assert os.listdir(mnt) == [], os.listdir(mnt)  # nothing half-written, no partial, no lock
+
+
+@pytest.mark.parametrize("backend", ["lmdb", "hdf5"])
+def test_a_full_disk_while_packing_says_so_and_leaves_nothing(small_disk, backend):
+    p = run("pack", GOOD, small_disk / "a", "--backend", backend, "--encoding", "raw")
+    full_disk_left_clean(p, small_disk)
+
+
+def test_a_full_disk_while_converting_to_hdf5_says_so_and_leaves_nothing(tmp_path, small_disk):
+    assert run("pack", GOOD, tmp_path / "a", "--encoding", "raw").returncode == 0
+    p = run("convert", tmp_path / "a", small_disk / "c", "--backend", "hdf5")
+    full_disk_left_clean(p, small_disk)
+
+
+def test_a_full_disk_while_merging_hdf5_parts_says_so_and_leaves_nothing(tmp_path, small_disk):
+    parts = []
+    for i in range(2):
+        assert run("pack", GOOD, tmp_path / "a", "--backend", "hdf5", "--encoding", "raw",
+                   "--part", f"{i}/2").returncode == 0
+        parts.append(tmp_path / "a.parts" / f"part-{i:05d}-of-00002")
+    p = run("merge", *parts, small_disk / "m")
+    full_disk_left_clean(p, small_disk)

@@ -40,7 +40,7 @@ TEST_CASE("a codec's whole decode, crop decode, check and extract agree on its r
     std::vector<uint8_t> file;
     for (uint64_t i = 0; i < (*archive)->size(); ++i) {
       INFO(format::EncodingName(enc) << " sample " << i);
-      const format::RecordView r = (*archive)->Get(i);
+      const format::RecordView r = (*archive)->At(i).ValueOrDie();
       REQUIRE(codec.Check(ctx, r, {}).ok());
       REQUIRE(codec.Decode(ctx, r, {}, true, &whole).ok());
       const bool swap = r.entry->orientation >= 5;
