@@ -83,13 +83,41 @@ struct ChunkIndex {
 }  // namespace
 
 uint64_t PerceptualHash(const uint8_t* rgb, uint32_t width, uint32_t height, size_t stride) {
-  uint8_t small[32 * 32 * 3];
-  imaging::ResizeInto(rgb, width, height, stride, 3, small, 32, 32);
-  double luma[32][32];
-  for (int y = 0; y < 32; ++y) {
-    for (int x = 0; x < 32; ++x) {
-      const uint8_t* p = small + (y * 32 + x) * 3;
-      luma[y][x] = 0.299 * p[0] + 0.587 * p[1] + 0.114 * p[2];
+  if (stride == 0) stride = size_t{width} * 3;
+  std::vector<float> luma(size_t{width} * height);
+  for (uint32_t y = 0; y < height; ++y) {
+    const uint8_t* row = rgb + y * stride;
+    for (uint32_t x = 0; x < width; ++x) {
+      luma[size_t{y} * width + x] =
+          0.299f * row[3 * x] + 0.587f * row[3 * x + 1] + 0.114f * row[3 * x + 2];
+    }
+  }
+  return LumaHash(luma.data(), width, height);
+}
+
+uint64_t LumaHash(const float* image, uint32_t width, uint32_t height) {
+  // Area averages over 32 x 32 cells (a cell is at least one pixel: small images repeat).
+  double luma[32][32] = {};
+  if (width >= 32 && height >= 32) {
+    for (uint32_t y = 0; y < height; ++y) {
+      auto& cells = luma[uint64_t{y} * 32 / height];
+      const float* row = image + size_t{y} * width;
+      for (uint32_t x = 0; x < width; ++x) cells[uint64_t{x} * 32 / width] += row[x];
+    }
+    for (int cy = 0; cy < 32; ++cy) {
+      const uint64_t rows =
+          (uint64_t(cy + 1) * height + 31) / 32 - (uint64_t(cy) * height + 31) / 32;
+      for (int cx = 0; cx < 32; ++cx) {
+        const uint64_t cols =
+            (uint64_t(cx + 1) * width + 31) / 32 - (uint64_t(cx) * width + 31) / 32;
+        luma[cy][cx] /= double(std::max<uint64_t>(1, rows * cols));
+      }
+    }
+  } else {
+    for (int cy = 0; cy < 32; ++cy) {
+      for (int cx = 0; cx < 32; ++cx) {
+        luma[cy][cx] = image[size_t{cy * height / 32} * width + cx * width / 32];
+      }
     }
   }
   const auto& c = CosTable();
