@@ -29,6 +29,7 @@ int Fail(const Status& s);  // prints the error, returns its exit code
 std::string FormatDuration(double seconds);
 int CmdBench(int argc, char** argv);
 int CmdTune(int argc, char** argv);
+int CmdStats(int argc, char** argv);  // stats_cmd.cpp
 double CpuSeconds();  // user + system CPU of this process so far
 // Parses a subcommand's options (adding --help). Returns -1 to go on, else the exit code: 0
 // after printing help, 2 after printing the error and `usage`.

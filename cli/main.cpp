@@ -118,6 +118,7 @@ void PrintUsage() {
       "  verify ARCHIVE      check every record checksum and shard hash (--decode: decode too)\n"
       "  inspect ARCHIVE     samples, classes, encoding, shapes, sizes\n"
       "  extract ARCHIVE DIR write the samples back as an image folder\n"
+      "  stats ARCHIVE       mean/std, labels, sizes, duplicates, leaks, quality flags\n"
       "  bench ARCHIVE       read epochs as training would and report images/s\n"
       "  tune ARCHIVE        the workers and prefetch a step of --step-ms T needs here\n"
       "  convert ARCHIVE OUT rewrite an archive into the other backend (LMDB <-> HDF5)\n"
@@ -447,6 +448,7 @@ int Dispatch(int argc, char** argv) {
   if (cmd == "verify") return CmdVerify(argc - 1, argv + 1);
   if (cmd == "inspect") return CmdInspect(argc - 1, argv + 1);
   if (cmd == "extract") return CmdExtract(argc - 1, argv + 1);
+  if (cmd == "stats") return cli::CmdStats(argc - 1, argv + 1);
   if (cmd == "bench") return cli::CmdBench(argc - 1, argv + 1);
   if (cmd == "tune") return cli::CmdTune(argc - 1, argv + 1);
   if (cmd == "convert") return CmdConvert(argc - 1, argv + 1);

@@ -22,7 +22,7 @@ from . import _native
 from ._native import (DataError, Error, Timeout, WorkerError, cuda_available,
                       cuda_kernels_built, cuda_unavailable_reason)
 
-__all__ = ["Archive", "Loader", "Batch", "pack", "merge", "convert", "verify", "inspect", "Error",
+__all__ = ["Archive", "Loader", "Batch", "pack", "merge", "convert", "verify", "inspect", "stats", "Error",
            "DataError",
            "WorkerError", "Timeout", "cuda_available", "cuda_unavailable_reason",
            "cuda_kernels_built"]
@@ -490,6 +490,19 @@ def verify(path, decode=False, workers=0, max_pixels=0):
     declaring more than max_pixels pixels (0: the packer's limit) are reported instead of
     decoded."""
     return _native.verify(os.fspath(path), decode, workers, max_pixels)
+
+
+def stats(path, against=(), size=0, workers=0, near_threshold=10, dark=25.0, bright=230.0,
+          uniform=4.0, blurry=50.0, extreme_aspect=4.0, tiny=32):
+    """One decoding pass over an archive: the dict `shardfeed stats --json` writes (docs/CLI.md,
+    "stats"): per-channel `mean`/`std` (0-1 units; `mean_255`/`std_255`), `labels`, `sizes`,
+    `flags`, `duplicates`, `near_duplicates`, `cross_label_duplicates` (lists of groups of
+    sample indices) and `leaks` ({"index", "other", "other_index", "kind"}) into the archives
+    in `against`. Thresholds as the command's options of the same names."""
+    if isinstance(against, (str, os.PathLike)):
+        against = [against]
+    return _native.stats(os.fspath(path), [os.fspath(a) for a in against], size, workers,
+                         near_threshold, dark, bright, uniform, blurry, extreme_aspect, tiny)
 
 
 def inspect(path):

@@ -1,11 +1,13 @@
 // validate/: verify, inspect and extract at the library level. The commands' side is in
 // tests/cli/test_data_safety.py and tests/cli/test_stats.py.
 #include <filesystem>
+#include <random>
 
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/validate/extract.h"
 #include "shardfeed/validate/inspect.h"
+#include "shardfeed/validate/stats.h"
 #include "shardfeed/validate/verify.h"
 #include "test_util.h"
 
@@ -124,6 +126,52 @@ TEST_CASE("Printable escapes control and bidirectional-override characters") {
   CHECK(Printable("\xe2\x81\xa6x\xe2\x81\xa9") == "\\xe2\\x81\\xa6x\\xe2\\x81\\xa9");  // U+2066/9
   CHECK(Printable("\xe2\x80\x8f") == "\\xe2\\x80\\x8f");                               // U+200F
   CHECK(Printable("\xff") == "\\xff");
+}
+
+TEST_CASE("the multi-index search finds exactly the pairs an all-pairs scan finds") {
+  std::mt19937_64 rng(7);
+  std::vector<uint64_t> hashes;
+  for (int i = 0; i < 3000; ++i) hashes.push_back(rng());
+  // Clusters: copies of a few hashes with 0..16 bits flipped, so every distance is exercised.
+  for (int i = 0; i < 1500; ++i) {
+    uint64_t h = hashes[rng() % 50];
+    const int flips = int(rng() % 17);
+    for (int k = 0; k < flips; ++k) h ^= uint64_t{1} << (rng() % 64);
+    hashes.push_back(h);
+  }
+  std::vector<bool> skip(hashes.size());
+  for (size_t i = 0; i < skip.size(); i += 37) skip[i] = true;
+  for (int threshold : {0, 3, 8, 10, 16}) {
+    std::vector<std::pair<uint32_t, uint32_t>> want;
+    for (uint32_t i = 0; i < hashes.size(); ++i) {
+      for (uint32_t j = i + 1; j < hashes.size(); ++j) {
+        if (!skip[i] && !skip[j] && __builtin_popcountll(hashes[i] ^ hashes[j]) <= threshold) {
+          want.emplace_back(i, j);
+        }
+      }
+    }
+    INFO("threshold " << threshold);
+    CHECK(NearPairs(hashes, threshold, skip) == want);
+    CHECK(!want.empty());
+  }
+}
+
+TEST_CASE("the perceptual hash of an image and of a uniform image") {
+  imaging::Image img;
+  img.Resize(100, 80, 3);
+  for (uint32_t y = 0; y < img.height; ++y) {
+    for (uint32_t x = 0; x < img.width; ++x) {
+      uint8_t* p = img.pixels.data() + (size_t{y} * img.width + x) * 3;
+      p[0] = uint8_t(x * 2), p[1] = uint8_t(y * 3), p[2] = uint8_t((x * y) % 256);
+    }
+  }
+  const uint64_t h = PerceptualHash(img.pixels.data(), img.width, img.height, 0);
+  CHECK(h == PerceptualHash(img.pixels.data(), img.width, img.height, 0));  // deterministic
+  // Brighter by a constant: the AC coefficients and their median move together.
+  imaging::Image brighter = img;
+  for (auto& v : brighter.pixels) v = uint8_t(std::min(255, v + 10));
+  CHECK(__builtin_popcountll(h ^ PerceptualHash(brighter.pixels.data(), 100, 80, 0)) <= 10);
+  CHECK(__builtin_popcountll(h) > 8);  // not degenerate
 }
 
 }  // namespace

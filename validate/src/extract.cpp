@@ -115,8 +115,8 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
   const int digits = std::max<int>(8, static_cast<int>(std::to_string(archive.size()).size()));
   for (uint64_t i = 0; i < archive.size(); ++i) {
     auto extract_one = [&]() -> Status {
-      SF_RETURN_IF_ERROR(archive.VerifyRecord(i));
       SF_ASSIGN_OR_RETURN(const format::RecordView r, archive.At(i));
+      SF_RETURN_IF_ERROR(archive.VerifyRecord(i));
       const format::IndexEntry& e = *r.entry;
       // Before anything is decompressed: a crafted record cannot make extract allocate more
       // than verify --decode or the loader would.
