@@ -20,10 +20,10 @@
 
 #include "cli_internal.h"
 #include "plot_source.h"
-#include "shardfeed/converter/archive_tools.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/reader/loader.h"
 #include "shardfeed/reader/options.h"
+#include "shardfeed/validate/extract.h"
 
 namespace po = boost::program_options;
 
@@ -133,7 +133,7 @@ int RunSweep(const std::string& path, const reader::LoaderOptions& base,
   const std::string data = plot + ".json";
   const std::string text = out.dump(2) + "\n";
   if (Status s =
-          converter::WriteNewFile(data, reinterpret_cast<const uint8_t*>(text.data()), text.size());
+          validate::WriteNewFile(data, reinterpret_cast<const uint8_t*>(text.data()), text.size());
       !s.ok()) {
     return Fail(s);
   }

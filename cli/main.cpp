@@ -15,10 +15,13 @@
 #include <string>
 
 #include "cli_internal.h"
-#include "shardfeed/converter/archive_tools.h"
+#include "shardfeed/converter/convert.h"
 #include "shardfeed/converter/options.h"
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/format/archive.h"
+#include "shardfeed/validate/extract.h"
+#include "shardfeed/validate/inspect.h"
+#include "shardfeed/validate/verify.h"
 
 namespace po = boost::program_options;
 using namespace shardfeed;
@@ -204,7 +207,7 @@ int CmdPack(int argc, char** argv) {
 int CmdVerify(int argc, char** argv) {
   po::options_description desc("verify options");
   std::string path;
-  converter::VerifyOptions opt;
+  validate::VerifyOptions opt;
   desc.add_options()("archive", po::value(&path)->required(), "archive to check")(
       "decode", po::bool_switch(&opt.decode), "also decode every record")(
       "workers", po::value(&opt.workers)->default_value(0), "threads (0: all cores)")(
@@ -217,18 +220,6 @@ int CmdVerify(int argc, char** argv) {
   int rc = ParseArgs(argc, argv, desc, pos, vm, "shardfeed verify ARCHIVE [--decode] [--json]");
   if (rc >= 0) return rc;
   const bool json = vm.count("json") > 0;
-  auto archive = format::Archive::Open(path, format::IndexCheck::kFull);
-  if (!archive.ok()) {
-    if (json) {
-      nlohmann::json j = {{"archive", path}, {"ok", false}, {"error", archive.status().ToString()}};
-      std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-    }
-    // A damaged or edited archive is bad data, what verify is for: exit 1, as for bad records.
-    const StatusCode code = archive.status().code();
-    const bool damaged = code == StatusCode::kCorrupt || code == StatusCode::kChecksumMismatch;
-    const int exit_code = Fail(archive.status());
-    return damaged ? 1 : exit_code;
-  }
   const bool tty = !json && ::isatty(STDERR_FILENO);
   auto progress = [tty](uint64_t done, uint64_t total) {
     if (!tty) return;
@@ -237,19 +228,32 @@ int CmdVerify(int argc, char** argv) {
                  total ? 100.0 * done / total : 100.0);
     std::fflush(stderr);
   };
-  converter::VerifyReport report = converter::Verify(**archive, opt, progress);
+  // Damage of any kind (an archive too damaged to open, a shard file missing, a bad record) is
+  // a report and exit 1; only a path that is not there or not an archive at all is exit 2.
+  auto result = validate::VerifyPath(path, opt, progress);
+  if (!result.ok()) {
+    Fail(result.status());
+    return 2;
+  }
+  const validate::VerifyReport& report = *result;
   if (tty) std::fprintf(stderr, "\n");
   if (json) {
     std::printf("%s", report.ToJson().c_str());
   } else {
+    if (!report.error.empty()) {
+      std::fprintf(stderr, "shardfeed: error: %s\n", report.error.c_str());
+      std::printf("BAD archive: %s\n", report.error.c_str());
+    }
+    for (const auto& s : report.bad_manifest) std::printf("BAD manifest: %s\n", s.c_str());
     for (const auto& s : report.bad_shards) std::printf("BAD shard: %s\n", s.c_str());
     for (const auto& b : report.bad_samples) {
-      std::printf("BAD sample %llu: %s\n", static_cast<unsigned long long>(b.index),
-                  b.reason.c_str());
+      std::printf("BAD %s\n", b.reason.c_str());  // the reason names the sample
     }
-    std::printf("%s: %llu samples checked%s, %zu bad samples, %zu bad shards: %s\n", path.c_str(),
+    std::printf("%s: %llu samples checked%s, %zu bad samples, %zu bad shards%s: %s\n", path.c_str(),
                 static_cast<unsigned long long>(report.checked), opt.decode ? " and decoded" : "",
-                report.bad_samples.size(), report.bad_shards.size(), report.ok() ? "OK" : "FAILED");
+                report.bad_samples.size(), report.bad_shards.size(),
+                report.bad_manifest.empty() ? "" : ", manifest disagrees",
+                report.ok() ? "OK" : "FAILED");
   }
   return report.ok() ? 0 : 1;
 }
@@ -257,7 +261,7 @@ int CmdVerify(int argc, char** argv) {
 int CmdInspect(int argc, char** argv) {
   po::options_description desc("inspect options");
   std::string path, grid;
-  converter::ContactSheetOptions sheet;
+  validate::ContactSheetOptions sheet;
   desc.add_options()("archive", po::value(&path)->required(), "archive")("json", "print JSON")(
       "grid", po::value(&grid),
       "also write a contact sheet (PNG) here: a row per class, its first samples as thumbnails "
@@ -274,25 +278,28 @@ int CmdInspect(int argc, char** argv) {
   auto archive = format::Archive::Open(path, format::IndexCheck::kFull);
   if (!archive.ok()) return Fail(archive.status());
   if (!grid.empty()) {
-    auto image = converter::ContactSheet(**archive, sheet);
+    auto image = validate::ContactSheet(**archive, sheet);
     if (!image.ok()) return Fail(image.status());
     auto png = imaging::EncodePng(*image);
     if (!png.ok()) return Fail(png.status());
-    if (Status s = converter::WriteNewFile(grid, png->data(), png->size()); !s.ok()) {
+    if (Status s = validate::WriteNewFile(grid, png->data(), png->size()); !s.ok()) {
       return Fail(s);
     }
     std::fprintf(stderr, "contact sheet: %s (%ux%u)\n", grid.c_str(), image->width, image->height);
   }
-  std::printf("%s", vm.count("json") ? converter::InspectJson(**archive).c_str()
-                                     : converter::InspectText(**archive).c_str());
+  std::printf("%s", vm.count("json") ? validate::InspectJson(**archive).c_str()
+                                     : validate::InspectText(**archive).c_str());
   return 0;
 }
 
 int CmdExtract(int argc, char** argv) {
   po::options_description desc("extract options");
   std::string path, dir;
+  validate::ExtractOptions opt;
   desc.add_options()("archive", po::value(&path)->required(), "archive")(
-      "dir", po::value(&dir)->required(), "output folder (created; must be empty)");
+      "dir", po::value(&dir)->required(), "output folder (created; must be empty)")(
+      "max-pixels", po::value(&opt.max_pixels)->default_value(opt.max_pixels),
+      "refuse records declaring more pixels than this (as verify --decode and the loader)");
   po::positional_options_description pos;
   pos.add("archive", 1).add("dir", 1);
   po::variables_map vm;
@@ -300,7 +307,7 @@ int CmdExtract(int argc, char** argv) {
   if (rc >= 0) return rc;
   auto archive = format::Archive::Open(path, format::IndexCheck::kFull);
   if (!archive.ok()) return Fail(archive.status());
-  auto n = converter::Extract(**archive, dir);
+  auto n = validate::Extract(**archive, dir, opt);
   if (!n.ok()) return Fail(n.status());
   std::printf("extracted %llu samples to %s\n", static_cast<unsigned long long>(*n), dir.c_str());
   return 0;

@@ -2,9 +2,9 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "shardfeed/converter/archive_tools.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/imaging/image.h"
+#include "shardfeed/validate/inspect.h"
 
 namespace shardfeed_py {
 namespace {
@@ -31,7 +31,7 @@ py::tuple GetItem(const PyArchive& a, int64_t index) {
   Status s;
   {
     py::gil_scoped_release release;
-    s = converter::DecodeSample(*a.archive, i, image.get());
+    s = validate::DecodeSample(*a.archive, i, image.get());
     // A shard truncated under the mapping read as zeros: that, not the image, is the reason.
     if (!s.ok()) {
       if (Status changed = a.archive->CheckUnchanged(i); !changed.ok()) s = changed;

@@ -2,12 +2,14 @@
 // option tables, and what CUDA this build and machine offer.
 #include "common.h"
 #include "shardfeed/base/option_text.h"
-#include "shardfeed/converter/archive_tools.h"
+#include "shardfeed/converter/convert.h"
 #include "shardfeed/converter/options.h"
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/reader/options.h"
 #include "shardfeed/reader/pinned.h"
+#include "shardfeed/validate/inspect.h"
+#include "shardfeed/validate/verify.h"
 
 namespace shardfeed_py {
 namespace {
@@ -69,18 +71,19 @@ py::object Pack(const std::string& src, const std::string& out, const py::kwargs
   return FromJson(converter::PackReportJson(result, src));
 }
 
+// Damage of any kind is a report with ok False; only a path that is not there or not an
+// archive at all raises.
 py::object Verify(const std::string& path, bool decode, int workers, uint64_t max_pixels) {
-  auto archive = Check(format::Archive::Open(path, format::IndexCheck::kFull));
-  converter::VerifyOptions o;
+  validate::VerifyOptions o;
   o.decode = decode;
   o.workers = workers;
   if (max_pixels) o.max_pixels = max_pixels;
-  std::string json;
+  Result<validate::VerifyReport> report = Status::Internal("unset");
   {
     py::gil_scoped_release release;
-    json = converter::Verify(*archive, o).ToJson();
+    report = validate::VerifyPath(path, o);
   }
-  return FromJson(json);
+  return FromJson(Check(std::move(report)).ToJson());
 }
 
 uint64_t Convert(const std::string& path, const std::string& out, const std::string& backend,
@@ -141,7 +144,7 @@ void BindTools(py::module_& m) {
       "inspect",
       [](const std::string& path) {
         auto archive = Check(format::Archive::Open(path, format::IndexCheck::kFull));
-        return FromJson(converter::InspectJson(*archive));
+        return FromJson(validate::InspectJson(*archive));
       },
       py::arg("path"));
 }

@@ -181,7 +181,7 @@ Result<int> HighCopy(int fd) {
 }  // namespace
 
 Status Loader::Impl::StartProcesses() {
-  const size_t bytes = slot_bytes * slots.size();
+  const size_t bytes = layout.slot_bytes * slots.size();
   int memfd = ::memfd_create("shardfeed-ring", MFD_CLOEXEC);
   if (memfd < 0) return Status::IOError("memfd_create: ", std::strerror(errno));
   struct FdCloser {
@@ -195,7 +195,7 @@ Status Loader::Impl::StartProcesses() {
                            " bytes): ", std::strerror(errno));
   }
   // Reserved, not touched: the loader commits slots (MaintainRing) as its depth needs them.
-  SF_ASSIGN_OR_RETURN(ring, RingMemory::Reserve(slot_bytes, slots.size(), memfd));
+  SF_ASSIGN_OR_RETURN(ring, RingMemory::Reserve(layout.slot_bytes, slots.size(), memfd));
   ring_base = ring.data();
   SF_ASSIGN_OR_RETURN(std::string program, WorkerProgram());
   SF_ASSIGN_OR_RETURN(int ring_copy, HighCopy(memfd));
@@ -238,7 +238,7 @@ Status Loader::Impl::StartProcesses() {
                    static_cast<uint32_t>(sizeof(TransformOptions)),
                    static_cast<uint32_t>(build.size()),
                    bytes,
-                   sample_bytes,
+                   layout.sample_bytes,
                    archive->size(),
                    static_cast<int32_t>(::getpid()),
                    static_cast<uint32_t>(path.size())};
@@ -297,7 +297,7 @@ void Loader::Impl::DispatchTo(size_t c) {
         Resolve(&t);
         WireTask wt{t.slot, t.position, t.index, t.seed,
                     static_cast<uint64_t>(SlotImages(t.slot) - ring_base) +
-                        uint64_t{t.position} * sample_bytes};
+                        uint64_t{t.position} * layout.sample_bytes};
         WireResult r{};
         bool alive = SendAll(child.fd, &wt, sizeof(wt)) && RecvAll(child.fd, &r, sizeof(r));
         if (alive) {

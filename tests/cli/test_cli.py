@@ -96,7 +96,7 @@ def test_wrong_arguments_are_usage_errors(tmp_path):
     assert run("pack", GOOD, tmp_path / "a", "--max-side").returncode == 2
     assert run("frobnicate").returncode == 2
     p = run("verify", tmp_path / "missing")
-    assert p.returncode == 3 and "missing" in p.stderr
+    assert p.returncode == 2 and "missing" in p.stderr
     p = run("pack", tmp_path / "nope", tmp_path / "a")
     assert p.returncode == 3 and "nope" in p.stderr
     run("pack", GOOD, tmp_path / "a", check=0)
@@ -298,7 +298,7 @@ def test_inspect_grid_writes_a_contact_sheet_of_each_class(tmp_path):
     sheet = tmp_path / "sheet.png"
     run("inspect", out, "--grid", sheet, "--per-class", "4", "--size", "32", check=0)
     img = np.asarray(Image.open(sheet).convert("RGB")).astype(np.int32)
-    # Layout (converter/archive_tools.h): a label column as wide as the longest "N name" plus
+    # Layout (validate/inspect.h): a label column as wide as the longest "N name" plus
     # padding, then 4 tiles of 32 px with 6 px gaps; rows of 32 + 15 (caption) + 6 px.
     pad, tile, row_h = 6, 32, 32 + 15 + 6
     label_w = len("0 zebra") * 6 + 2 * pad
