@@ -153,6 +153,8 @@ def test_dataloader_attributes_and_per_sample_losses(archive_path):
         per_sample.update(zip(batch.indices.tolist(), loss.tolist()))
         assert torch.equal(y, labels[batch.indices]) and batch.epoch == 0
     assert sorted(per_sample) == list(range(36)) and loader.epoch == 1
+    loader.sampler.set_epoch(4)  # DDP code's habit
+    assert loader.epoch == 4 and len(loader.sampler) == 36
 
 
 def test_the_pytorch_example_trains_through_public_names_only(archive_path):
