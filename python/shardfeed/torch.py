@@ -80,6 +80,17 @@ def _dataloader_options(options):
     return o
 
 
+class _Sampler:
+    def __init__(self, loader):
+        self._loader = loader
+
+    def set_epoch(self, epoch):
+        self._loader.set_epoch(epoch)
+
+    def __len__(self):
+        return self._loader.samples_per_epoch
+
+
 class Loader:
     """In place of torch.utils.data.DataLoader over a shardfeed archive.
 
@@ -94,7 +105,7 @@ class Loader:
 
     Yields Batch tuples (images, labels) with `.indices`, `.epoch` and `.number`. Attributes as
     DataLoader users reach for them: `dataset` (the Archive), `batch_size`, `drop_last`, `epoch`,
-    and `pinned`, `worker_pids`, `samples_per_epoch`, `out_size`, `stats()`.
+    `sampler.set_epoch()`, and `pinned`, `worker_pids`, `samples_per_epoch`, `out_size`, `stats()`.
     """
 
     def __init__(self, archive, **options):
@@ -130,6 +141,12 @@ class Loader:
     @property
     def batch_size(self):
         return self._loader.batch_size
+
+    @property
+    def sampler(self):
+        """For DDP code that calls `loader.sampler.set_epoch(epoch)`: set_epoch() and len()
+        (samples per epoch on this rank) of this loader's own order."""
+        return _Sampler(self)
 
     @property
     def drop_last(self):

@@ -2,9 +2,9 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "shardfeed/validate/inspect.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/imaging/image.h"
+#include "shardfeed/validate/inspect.h"
 
 namespace shardfeed_py {
 namespace {

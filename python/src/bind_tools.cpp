@@ -3,14 +3,14 @@
 #include "common.h"
 #include "shardfeed/base/option_text.h"
 #include "shardfeed/converter/convert.h"
-#include "shardfeed/validate/inspect.h"
-#include "shardfeed/validate/stats.h"
-#include "shardfeed/validate/verify.h"
 #include "shardfeed/converter/options.h"
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/reader/options.h"
 #include "shardfeed/reader/pinned.h"
+#include "shardfeed/validate/inspect.h"
+#include "shardfeed/validate/stats.h"
+#include "shardfeed/validate/verify.h"
 
 namespace shardfeed_py {
 namespace {
@@ -71,9 +71,9 @@ py::object Pack(const std::string& src, const std::string& out, const py::kwargs
   return FromJson(converter::PackReportJson(result, src));
 }
 
+// Damage of any kind is a report with ok False; only a path that is not there or not an
+// archive at all raises.
 py::object Verify(const std::string& path, bool decode, int workers, uint64_t max_pixels) {
-  // Damage of any kind is a report with ok False; only a path that is not there or not an
-  // archive at all raises.
   validate::VerifyOptions o;
   o.decode = decode;
   o.workers = workers;
