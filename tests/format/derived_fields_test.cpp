@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "shardfeed/format/archive.h"
 #include "shardfeed/validate/verify.h"
+#include "shardfeed/format/archive.h"
 #include "test_util.h"
 
 namespace shardfeed::format {
