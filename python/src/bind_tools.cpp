@@ -18,15 +18,14 @@ using namespace shardfeed;
 
 // An option table as a list of dicts: name, flag, kind, choices, default, help (+ `extra`).
 template <typename Table, typename Options, typename Extra>
-py::list OptionList(const Table& table, const Options& defaults,
-                    std::initializer_list<const char*> kinds, Extra extra) {
-  const std::vector<const char*> kind_names(kinds);
+py::list OptionList(const Table& table, const Options& defaults, Extra extra) {
   py::list out;
   for (const auto& o : table) {
     py::dict d;
     d["name"] = o.name;
     d["flag"] = OptionFlag(o.name);
-    d["kind"] = kind_names.at(static_cast<size_t>(o.kind));
+    d["kind"] = OptionKindName(o.kind);
+    d["range"] = o.range;
     d["choices"] = o.choices ? py::cast(std::string(o.choices)) : py::none();
     d["default"] = o.get(defaults);
     d["help"] = o.help;
@@ -49,7 +48,7 @@ py::object Pack(const std::string& src, const std::string& out, const py::kwargs
                option && k.find('-') == std::string::npos) {
       Check(option->set(&o, OptionText(item.second)));
     } else {
-      throw py::type_error("unexpected pack option '" + k + "'");
+      throw py::type_error(converter::PackOptionTable().Unknown(k).message());
     }
   }
   Check(converter::ValidatePackOptions(o));
@@ -125,13 +124,11 @@ void BindTools(py::module_& m) {
   // both read them.
   m.def("loader_options", [] {
     return OptionList(reader::LoaderOptionTable(), reader::LoaderOptions(),
-                      {"bool", "count", "number", "choice", "list", "text"},
                       [](const reader::LoaderOption&, py::dict&) {});
   });
   m.def("pack_options", [] {
     return OptionList(
         converter::PackOptionTable(), converter::PackOptions(),
-        {"bool", "count", "choice", "bytes", "text"},
         [](const converter::PackOption& o, py::dict& d) { d["recorded"] = o.recorded; });
   });
   m.def("pack", &Pack, py::arg("src"), py::arg("out"));

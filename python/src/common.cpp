@@ -68,7 +68,7 @@ py::capsule Keeper(std::shared_ptr<void> owner) {
 }
 
 std::string OptionText(const py::handle& v) {
-  if (v.is_none()) return "none";
+  if (v.is_none()) return "None";
   if (py::isinstance<py::bool_>(v)) return v.cast<bool>() ? "true" : "false";
   if (py::isinstance<py::str>(v)) return v.cast<std::string>();
   if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {

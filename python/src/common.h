@@ -55,7 +55,8 @@ py::array_t<T> View(T* data, std::vector<ssize_t> shape, std::shared_ptr<void> o
 }
 
 // A keyword argument's text form, as the CLI would receive it (the option tables parse both):
-// bools true/false, numbers as Python prints them, sequences comma-separated, None "none",
+// bools true/false, numbers as Python prints them, sequences comma-separated, None "None" (as
+// Python spells it, so a refusal quotes what the caller wrote; timeout takes it),
 // torch dtypes and devices by name.
 std::string OptionText(const py::handle& v);
 
