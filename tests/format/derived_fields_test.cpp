@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "shardfeed/format/archive.h"
+#include "shardfeed/validate/verify.h"
 #include "test_util.h"
 
 namespace shardfeed::format {
