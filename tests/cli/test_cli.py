@@ -243,6 +243,7 @@ def test_packing_into_the_image_folder_never_packs_the_archive(tmp_path):
     # again next to them takes neither the archive nor the partial for a class.
     os.makedirs(src / "again.sf.partial")
     shutil.copy(out / "manifest.json", src / "again.sf.partial" / "manifest.json")
+    (src / "again.sf.partial" / ".shardfeed-partial").write_text("")  # a killed pack's marker
     run("pack", src, src / "again.sf", "--report", tmp_path / "r.json", check=0)
     info = json.loads(run("inspect", src / "again.sf", "--json", check=0).stdout)
     assert [c["name"] for c in info["classes"]] == ["cat", "dog", "zebra"]
