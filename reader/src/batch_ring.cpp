@@ -3,6 +3,7 @@
 #include "batch_ring.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "loader_internal.h"
 #include "shardfeed/base/cpus.h"
@@ -53,12 +54,17 @@ Status Loader::Impl::SizeRing(const LoaderOptions& o) {
                                    " x prefetch ", capacity, " is beyond the ring's limit of ",
                                    kMaxRingBytes >> 30, " GiB");
   }
-  slots.resize(capacity);
+  // Room for kept batches past the ring (committed only when the consumer holds every slot).
+  const uint64_t kept_budget = o.kept_mb > 0 ? uint64_t{o.kept_mb} << 20
+                                             : AvailableMemoryBytes() / 4;
+  kept_cap = static_cast<uint32_t>(std::min<uint64_t>(
+      {kept_budget / slot_bytes, kMaxKeptBatches, kMaxRingBytes / slot_bytes - capacity}));
+  slots.resize(capacity + kept_cap);
   ring_cap = capacity;
   current.filling.assign(capacity, -1);
   ahead.filling.assign(capacity, -1);
   if (o.device) {
-    device_slots.resize(capacity);
+    device_slots.resize(slots.size());
     // Slots may be added later, from the consumer's thread: fix the device now.
     if (options.device_index < 0) options.device_index = CurrentCudaDevice();
   }
@@ -90,16 +96,21 @@ void Loader::Impl::FreeSlot(int s) {
 }
 
 bool Loader::Impl::RingStarved() const {
-  return free_slots.empty() && std::none_of(slots.begin(), slots.end(), [](const Slot& x) {
+  return free_slots.empty() &&
+         std::none_of(slots.begin(), slots.begin() + slot_end, [](const Slot& x) {
            return x.state == SlotState::kFilling || x.state == SlotState::kReady;
          });
 }
 
 Status Loader::Impl::MaintainRing() {
   std::vector<int> release, commit;
+  bool for_kept;
   {
     std::lock_guard<std::mutex> lock(mu);
-    while (usable < depth && !retiring.empty()) {  // grown again before it was given back
+    for_kept = kept_request > 0;
+    const uint32_t target = std::max(depth, usable + kept_request);
+    kept_request = 0;
+    while (usable < target && !retiring.empty()) {  // grown again before it was given back
       const int s = retiring.back();
       retiring.pop_back();
       slots[s].state = SlotState::kFree;
@@ -107,7 +118,7 @@ Status Loader::Impl::MaintainRing() {
       ++usable;
     }
     release.swap(retiring);
-    for (size_t s = 0; s < slots.size() && usable + commit.size() < depth; ++s) {
+    for (size_t s = 0; s < slots.size() && usable + commit.size() < target; ++s) {
       if (slots[s].state == SlotState::kAbsent) commit.push_back(static_cast<int>(s));
     }
   }
@@ -138,14 +149,16 @@ Status Loader::Impl::MaintainRing() {
     for (int s : ready) {
       slots[s].state = SlotState::kFree;
       free_slots.push_back(s);
+      slot_end = std::max(slot_end, size_t(s) + 1);
       ++usable;
     }
-    if (!status.ok()) {
+    if (!status.ok() && !for_kept) {
       depth = ring_cap = usable;  // stop growing here
       stats.tuning = "the ring stays at " + std::to_string(depth) + " slots: " + status.ToString();
     }
     stats.prefetch = static_cast<int>(depth);
     stats.ring_bytes = ring.committed_bytes();
+    stats.kept_slots = std::max<uint64_t>(stats.kept_slots, kept());
   }
   if (!ready.empty()) cv_work.notify_all();
   return status;
@@ -160,6 +173,38 @@ void Loader::Impl::ReleaseSlot(int s) {
   }
   // Workers only: the consumer learns of the freed slot when a batch completes into it.
   cv_work.notify_all();
+}
+
+Status Loader::Impl::AddKeptSlot(std::unique_lock<std::mutex>& lock) {
+  const uint64_t kib = layout.slot_bytes >> 10;
+  if (kept() >= kept_cap) {
+    return Status::ResourceExhausted(
+        "the consumer holds all ", usable, " slots: the ring's ", depth, " and ", kept(),
+        " kept beyond it, the most kept_mb=", options.kept_mb, " allows (",
+        options.kept_mb ? "" : "the default, a quarter of memory; ", "at most ",
+        kMaxKeptBatches, " batches of ", kib, " KiB): release batches (copy what you keep), "
+        "or raise kept_mb");
+  }
+  ++kept_request;
+  if (!kept_warned) {
+    kept_warned = true;
+    std::fprintf(stderr,
+                 "shardfeed: the consumer keeps every one of the ring's %u batches; the loader "
+                 "adds a slot (%llu KiB) for each batch kept beyond them, up to kept_mb. Copy "
+                 "what you keep (labels, single images) to let the ring reuse its memory.\n",
+                 usable, static_cast<unsigned long long>(layout.slot_bytes >> 10));
+  }
+  stats.tuning = "the consumer holds all " + std::to_string(usable) +
+                 " slots: a slot beyond the ring for a kept batch";
+  lock.unlock();
+  Status status = MaintainRing();
+  lock.lock();
+  if (!status.ok()) {
+    return Status::ResourceExhausted("the consumer holds all ", usable,
+                                     " slots and no slot could be added for a kept batch: ",
+                                     status.ToString());
+  }
+  return Status::OK();
 }
 
 std::shared_ptr<void> Loader::Impl::Lease(int s) {

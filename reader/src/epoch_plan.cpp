@@ -188,6 +188,7 @@ LoaderState Loader::State() const {
   s.plan_start = p.current.plan.start;
   s.consumed = p.sampler->Consumed(p.current.plan, p.next_deliver);
   s.world_size = p.options.world_size;
+  s.batch_size = p.options.batch_size;
   return s;
 }
 
@@ -196,10 +197,13 @@ Status Loader::Resume(const LoaderState& state) {
     return Status::InvalidArgument("state was saved with seed ", state.seed,
                                    ", this loader has seed ", impl_->options.seed);
   }
-  if (state.world_size == impl_->options.world_size) {
+  const bool same_batches = state.batch_size == 0 || state.batch_size == impl_->options.batch_size;
+  if (state.world_size == impl_->options.world_size && same_batches) {
     return StartEpoch(state.epoch, state.position, state.plan_start);  // exact, padding included
   }
-  return StartEpoch(state.epoch, 0, state.consumed);  // elastic: the rest of the global order
+  // Elastic (another world size or batch size): the rest of the global order, by samples
+  // consumed. A position counts batches of the saving run's size: never this loader's.
+  return StartEpoch(state.epoch, 0, state.consumed);
 }
 
 }  // namespace shardfeed::reader

@@ -185,8 +185,13 @@ Status Loader::Impl::WaitForBatch(std::unique_lock<std::mutex>& lock, uint64_t b
   auto progressed = enter;  // when a sample last completed, as far as this wait knows
   for (;;) {
     if (ready()) {
-      if (!*starved || !auto_prefetch || depth >= ring_cap || !fatal.ok()) break;
-      // The consumer holds every slot: a deeper ring is the only way on (within the budget).
+      if (!*starved || !fatal.ok() || stopping) break;
+      if (!auto_prefetch || depth >= ring_cap) {
+        // The consumer keeps every slot, the ring at its depth: a slot beyond it (kept_mb).
+        SF_RETURN_IF_ERROR(AddKeptSlot(lock));
+        continue;
+      }
+      // The consumer holds every slot: a deeper ring comes first (within its budget).
       ++depth;
       stats.tuning = "the consumer holds all " + std::to_string(usable) +
                      " slots: the ring grew to " + std::to_string(depth);
@@ -213,11 +218,6 @@ Status Loader::Impl::WaitForBatch(std::unique_lock<std::mutex>& lock, uint64_t b
     }
   }
   if (!fatal.ok()) return fatal;
-  if (*starved) {
-    return Status::ResourceExhausted(
-        "all ", usable, " prefetch slots are held by the consumer: release batches (or raise ",
-        auto_prefetch ? "max_prefetch or ring_mb" : "prefetch", ") before asking for more");
-  }
   if (stopping) return Status::Cancelled("loader is shutting down");
   return Status::OK();
 }
@@ -291,7 +291,7 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
   p.stats.skipped += slot.skipped;
   uint32_t lead = 0;  // ready batches to spare (only the ring's tuner reads it)
   if (p.auto_prefetch) {
-    for (const Slot& x : p.slots) lead += x.state == SlotState::kReady;
+    for (size_t x = 0; x < p.slot_end; ++x) lead += p.slots[x].state == SlotState::kReady;
   }
   const uint32_t depth_before = p.depth;
   p.Tune(now, lead);

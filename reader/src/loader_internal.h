@@ -66,6 +66,10 @@ struct Loader::Impl {
   int batch_slot(uint64_t batch) const;  // slot filling or holding `batch`, or -1 (mu held)
   // The slot of `batch` of generation `gen` in `map` (batch % capacity -> slot), or -1.
   int SlotOf(const std::vector<int>& map, uint64_t gen, uint64_t batch) const;
+  // The consumer holds every slot: asks for one beyond the ring (mu held by `lock`, released
+  // while it is committed). An error naming kept_mb when the cap is reached.
+  Status AddKeptSlot(std::unique_lock<std::mutex>& lock);
+  uint32_t kept() const { return usable > depth ? usable - depth : 0; }  // mu held
   // Sizes the ring for `options` (capacity, starting depth, budget) and reserves it.
   Status SizeRing(const LoaderOptions& options);
   // The lease of a delivered slot: a token whose deleter returns the slot to the ring.
@@ -82,6 +86,10 @@ struct Loader::Impl {
   void ThreadWorker(size_t worker);
   Status ThreadWorkerLoop(size_t worker, SampleDecoder* decoder);
   Status StartThreads();
+  // Thread mode (stopping set): waits up to kShutdownGrace for every worker thread to end and
+  // joins them; a thread still decoding then is detached, and it keeps this Impl alive (and with
+  // it the archive and the ring it writes into) until its sample is done.
+  void StopThreads();
   void IssuePrefetch(Task* task, StageTimes* times);  // madvise the next batch (no lock held)
   void SetFatal(const Status& status);
   // A consumer waited `timeout` with no sample completed: the error naming the slowest worker.
@@ -137,7 +145,8 @@ struct Loader::Impl {
 
   // Everything below is guarded by mu.
   mutable std::mutex mu;
-  std::condition_variable cv_work, cv_ready;
+  std::condition_variable cv_work, cv_ready, cv_exit;
+  int threads_running = 0;  // thread mode: worker threads not yet at their end (cv_exit)
   bool stopping = false, started = false;
   Status fatal;  // the loader cannot go on (a worker died): every later call reports it
   std::vector<Slot> slots;
@@ -145,6 +154,11 @@ struct Loader::Impl {
   uint32_t depth = 0;   // slots the ring may use now: prefetch, or the tuned depth
   size_t ring_cap = 0;  // the most it may grow to (lowered if committing a slot failed)
   uint32_t usable = 0;  // committed slots, retiring ones aside
+  size_t slot_end = 0;  // slots [slot_end, slots.size()) have never been committed
+  // Kept batches (LoaderOptions::kept_mb): slots past the ring's capacity, up to kept_cap of
+  // them committed beyond `depth`; kept_request asks MaintainRing for that many more now.
+  uint32_t kept_cap = 0, kept_request = 0;
+  bool kept_warned = false;
   std::vector<int> retiring;
   EpochWork current;  // the epoch being delivered, as generation `generation`
   struct Ahead : EpochWork {

@@ -191,6 +191,11 @@ std::vector<LoaderOption> MakeTable() {
                      "prefetch=auto: the ring's memory budget in MiB (0: 1/8 of the memory this "
                      "process may use, at most 4096)",
                      &O::ring_mb),
+      CountOption<O>("kept_mb", 0, 1 << 20,
+                     "memory in MiB for batches the consumer keeps beyond the ring (0: a quarter "
+                     "of the memory this process may use); past it Next() fails naming this "
+                     "option",
+                     &O::kept_mb),
       BoolOption<O>("run_ahead",
                     "once an epoch's samples are all handed out, start the next epoch in the free "
                     "ring slots (kept if it is the epoch asked for next, from its start)",
@@ -277,7 +282,9 @@ std::vector<LoaderOption> MakeTable() {
        "scaled-any (also 3/8, 5/8, 6/8, 7/8: no SIMD, slower with libjpeg-turbo 2.x), cropped "
        "(full scale), full (whole image, then crop)",
        SetDecode, GetDecode},
-      BoolOption<O>("verify_checksums", "check each record's XXH3 before decoding it",
+      BoolOption<O>("verify_checksums",
+                    "check each record's XXH3 before decoding it (default true; false is unsafe: "
+                    "a damaged record is then decoded and trained on)",
                     SF_T(verify_checksums)),
       CountOption<O>("max_pixels", 1, kAny, "a record declaring more pixels is that sample's error",
                      SF_T(max_pixels)),

@@ -94,8 +94,16 @@ Status ValidateTransform(const TransformOptions& o) {
   }
   for (int c = 0; c < 3; ++c) {
     if (!std::isfinite(o.mean[c])) return Status::InvalidArgument("mean must be finite");
-    if (!std::isfinite(o.std[c]) || o.std[c] == 0.f) {
-      return Status::InvalidArgument("std must be finite and non-zero");
+    if (o.mean[c] > 1.f) {  // the mean of 0..1 values never is: 0..255 units
+      return Status::InvalidArgument(
+          "mean must be in 0..1 units (as torchvision's Normalize "
+          "after ToTensor), not ",
+          o.mean[c], ": divide 0..255 values of mean and std by 255");
+    }
+    if (!(std::isfinite(o.std[c]) && o.std[c] >= kMinStd)) {
+      return Status::InvalidArgument("std must be finite and at least ", kMinStd,
+                                     " (0..1 units; smaller values give infinite outputs), not ",
+                                     o.std[c]);
     }
   }
   return Status::OK();

@@ -195,15 +195,41 @@ void Loader::Impl::ThreadWorker(size_t worker) {
     s = Status::Internal("loader worker ", worker, ": unknown exception");
   }
   if (!s.ok()) SetFatal(s);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    --threads_running;
+  }
+  cv_exit.notify_all();
 }
 
 Status Loader::Impl::StartThreads() {
   progress.resize(static_cast<size_t>(options.workers));
   holding.reset(new std::atomic<uint64_t>[progress.size()]());
+  threads_running = options.workers;
   for (int w = 0; w < options.workers; ++w) {
-    threads.emplace_back([this, w] { ThreadWorker(static_cast<size_t>(w)); });
+    // Each thread keeps the loader's state alive (the archive's mapping, the ring, the lock):
+    // one that is still decoding when the loader is destroyed is left to finish (StopThreads).
+    threads.emplace_back([keep = self.lock(), w] { keep->ThreadWorker(static_cast<size_t>(w)); });
   }
   return Status::OK();
+}
+
+void Loader::Impl::StopThreads() {
+  bool ended;
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ended = cv_exit.wait_for(lock, std::chrono::duration<double>(kShutdownGrace),
+                             [&] { return threads_running == 0; });
+  }
+  for (auto& t : threads) {
+    if (!t.joinable()) continue;
+    if (ended) {
+      t.join();
+    } else {
+      t.detach();  // stuck in a decode (a slow read, a huge image): it ends on its own
+    }
+  }
+  threads.clear();
 }
 
 }  // namespace shardfeed::reader

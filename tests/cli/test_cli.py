@@ -239,11 +239,17 @@ def test_packing_into_the_image_folder_never_packs_the_archive(tmp_path):
     # --overwrite never deletes anything inside the source folder, even an archive of ours.
     p = run("pack", src, out, "--overwrite", check=2)
     assert "inside the source" in p.stderr
-    # A stale partial output of another archive from a killed run sits in the tree too; packing
-    # again next to them takes neither the archive nor the partial for a class.
+    # A partial output of another archive sits in the tree too, without our marker: it may be
+    # the user's (a copy of an archive), so packing to that name refuses and leaves it alone.
     os.makedirs(src / "again.sf.partial")
     shutil.copy(out / "manifest.json", src / "again.sf.partial" / "manifest.json")
-    (src / "again.sf.partial" / ".shardfeed-partial").write_text("")  # a killed pack's marker
+    p = run("pack", src, src / "again.sf", check=2)
+    assert "again.sf.partial" in p.stderr and "move it away" in p.stderr
+    assert (src / "again.sf.partial" / "manifest.json").read_bytes() == \
+        (out / "manifest.json").read_bytes()
+    # One of ours (it carries the marker a writer puts there first) is a killed run's leftover:
+    # recovered under the lock, and packing takes neither the archive nor the partial for a class.
+    (src / "again.sf.partial" / ".shardfeed-partial").write_text("")
     run("pack", src, src / "again.sf", "--report", tmp_path / "r.json", check=0)
     info = json.loads(run("inspect", src / "again.sf", "--json", check=0).stdout)
     assert [c["name"] for c in info["classes"]] == ["cat", "dog", "zebra"]
