@@ -13,7 +13,6 @@
 `shardfeed.torch` has the PyTorch-facing loader and a map-style Dataset.
 """
 import collections.abc
-import difflib
 import operator
 import os
 import weakref
@@ -143,13 +142,14 @@ _DATALOADER_NAMES = {"num_workers": "workers", "prefetch_factor": "prefetch",
 
 
 def _suggestion(name, names):
-    """' (did you mean 'x'?)' for the closest of `names`, or ''."""
+    """"; did you mean 'x'?" for the closest of `names` (the native ClosestName, as the CLI and
+    C++ suggest), or ''."""
     if name in _DATALOADER_NAMES:
         same = _DATALOADER_NAMES[name]
         return (" (that is DataLoader's name%s; shardfeed.torch.Loader takes it)"
                 % (": here it is %r" % same if same else ""))
-    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
-    return " (did you mean %r?)" % close[0] if close else ""
+    close = _native.closest_name(name, names)
+    return "; did you mean %r?" % close if close else ""
 
 
 def _channels(value, name):
