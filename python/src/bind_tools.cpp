@@ -148,6 +148,10 @@ void BindTools(py::module_& m) {
   m.def("cuda_unavailable_reason", &reader::CudaUnavailableReason);
   // The option tables (reader/options.h, converter/options.h) as the CLI and this module
   // both read them.
+  // The closest known name for an unknown one (base's ClosestName: the CLI's and C++'s too).
+  m.def("closest_name", [](const std::string& name, const std::vector<std::string>& names) {
+    return ClosestName(name, names);
+  });
   m.def("loader_options", [] {
     return OptionList(reader::LoaderOptionTable(), reader::LoaderOptions(),
                       [](const reader::LoaderOption&, py::dict&) {});
