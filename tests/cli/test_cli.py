@@ -41,7 +41,7 @@ def test_pack_verify_inspect_extract(tmp_path):
     assert info["samples"] == 36
     assert [c["name"] for c in info["classes"]] == ["cat", "dog", "zebra"]
     assert [c["count"] for c in info["classes"]] == [12, 12, 12]
-    assert info["encoding"] == "jpeg"
+    assert info["encoding"] == "auto"  # the default: JPEGs kept, the other images lossless
     run("extract", out, tmp_path / "x", check=0)
     assert sorted(os.listdir(tmp_path / "x")) == ["cat", "dog", "zebra"]
     assert len(os.listdir(tmp_path / "x" / "dog")) == 12
@@ -242,6 +242,7 @@ def test_packing_into_the_image_folder_never_packs_the_archive(tmp_path):
     # again next to them takes neither the archive nor the partial for a class.
     os.makedirs(src / "again.sf.partial")
     shutil.copy(out / "manifest.json", src / "again.sf.partial" / "manifest.json")
+    (src / "again.sf.partial" / ".shardfeed-partial").write_text("")  # ours: the marker
     run("pack", src, src / "again.sf", "--report", tmp_path / "r.json", check=0)
     info = json.loads(run("inspect", src / "again.sf", "--json", check=0).stdout)
     assert [c["name"] for c in info["classes"]] == ["cat", "dog", "zebra"]
