@@ -103,6 +103,18 @@ std::vector<PackOption> MakeTable() {
                             : o.validation == Validation::kHeader ? "header"
                                                                   : "full");
        }},
+      {"jpeg_layout", PackOptionKind::kChoice, "original|indexed",
+       "jpeg: original (bytes as given) | indexed (re-laid losslessly with restart markers and "
+       "a region index, so crops decode only the data they overlap)",
+       true,
+       [](O* o, V t) -> Status {
+         if (t != "original" && t != "indexed") {
+           return BadOption("jpeg_layout", "one of original, indexed", t);
+         }
+         o->jpeg_indexed = t == "indexed";
+         return Status::OK();
+       },
+       [](const O& o) { return std::string(o.jpeg_indexed ? "indexed" : "original"); }},
       {"max_pixels", PackOptionKind::kCount, nullptr, "refuse larger images", true,
        [](O* o, V t) { return SetCount("max_pixels", t, 1, kAny, &o->limits.max_pixels); },
        [](const O& o) { return std::to_string(o.limits.max_pixels); }},
