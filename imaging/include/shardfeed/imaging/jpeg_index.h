@@ -22,10 +22,12 @@
 
 namespace shardfeed::imaging {
 
-// The longest restart segment, in MCUs. Measured on the benchmark corpus and camera-size photos
-// (docs/BENCHMARKS.md, "Region decode"): a marker every MCU costs 6-8% over optimal Huffman
-// coding, every 2 MCUs 3-4%, every 4 MCUs 1.5%.
-inline constexpr uint32_t kMaxRestartInterval = 4;
+// The restart interval: the largest divisor of a row's MCUs that is at most kMaxRestartInterval
+// and leaves at least 4 segments a row; a row with no such divisor (a prime count, a narrow
+// image) is one segment. Not 1: libjpeg-turbo's fast Huffman path gives up on the MCU before
+// every marker, so a marker every MCU decodes slower than none (measured, docs/BENCHMARKS.md,
+// "Region decode"), and costs 6-8% in size over optimal Huffman tables where 16 costs ~0.5%.
+inline constexpr uint32_t kMaxRestartInterval = 16;
 
 // Where a JPEG's scan can be entered: one offset per MCU row.
 struct JpegRestartLayout {
@@ -60,7 +62,7 @@ struct JpegRowIndex {
 // synthetic image's top-left corner in the source. A decode of the synthetic image at any scale
 // n/8, cropped, equals the same crop of a decode of the source, bit for bit. Checks the index
 // against the headers and every marker it passes; kCorrupt names what disagrees. False in
-// `*worthwhile` (and `synth` untouched) when the region needs nearly every MCU anyway.
+// `*worthwhile` (and `synth` untouched) when the region needs over 3/4 of the MCUs anyway.
 Status BuildRegionJpeg(const uint8_t* data, size_t size, const JpegRowIndex& index,
                        const JpegRegion& region, std::vector<uint8_t>* synth, uint32_t* origin_x,
                        uint32_t* origin_y, bool* worthwhile);
