@@ -68,8 +68,11 @@ Result<imaging::Image> ContactSheet(const format::Archive& archive,
                                     const ContactSheetOptions& options);
 
 // Rewrites an archive into another backend without decoding anything: the same records, labels,
-// shards (sample ranges) and checksums. Returns the number of records written.
+// shards (sample ranges) and checksums. Returns the number of records written. With
+// `jpeg_indexed`, the JPEG records not yet indexed are re-laid as `pack --jpeg-layout indexed`
+// does (losslessly; their checksums are new), without the source files.
 Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
-                         format::Backend backend, bool overwrite = false);
+                         format::Backend backend, bool overwrite = false,
+                         bool jpeg_indexed = false);
 
 }  // namespace shardfeed::converter
