@@ -276,7 +276,9 @@ class JpegCodec final : public Codec {
       size_t size = j.size;
       if (j.indexed) {
         // Entropy-decode only the restart segments the region overlaps: a small JPEG of them,
-        // whose decode at the same scale holds the region's pixels bit for bit.
+        // whose decode at the same scale holds the region's pixels bit for bit. A region that
+        // needs most of the MCUs decodes from the stored JPEG as an original-layout record does
+        // (exact there would widen the decode by an iMCU a side: 8% slower on ~460x400 photos).
         uint32_t x0 = 0, y0 = 0;
         bool worthwhile = false;
         SF_RETURN_IF_ERROR(imaging::BuildRegionJpeg(j.data, j.size, j.index, region, &ctx.jpeg, &x0,
@@ -284,8 +286,8 @@ class JpegCodec final : public Codec {
         if (worthwhile) {
           data = ctx.jpeg.data(), size = ctx.jpeg.size();
           region.x -= x0, region.y -= y0;
+          region.exact = true;  // costs nothing here: the synthetic image is that context
         }
-        region.exact = true;
       }
       if (e.orientation <= 1) {
         // Upright already: resize straight from the rows libjpeg wrote (no row copy).
