@@ -20,6 +20,7 @@
 
 #include "fault_guard.h"
 #include "shard_internal.h"
+#include "shardfeed/storage/remote.h"
 
 namespace shardfeed::format {
 
@@ -193,6 +194,8 @@ struct Archive::Shard {
   mutable std::once_flag once;
   mutable std::atomic<bool> ready{false};
   mutable Status status;  // why it could not be opened (set once, inside `once`)
+  // A remote archive's cached copy of the file, held while mapped (destroyed after `store`).
+  mutable std::unique_ptr<storage::CachedFile> lease;
   mutable std::unique_ptr<ShardStore> store;
   std::string file;        // its path, for messages
   mutable int guard = -1;  // internal::GuardRange id of the mapping, or -1
@@ -201,7 +204,35 @@ struct Archive::Shard {
 Archive::Archive() = default;
 Archive::~Archive() = default;
 
-Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path, IndexCheck check) {
+namespace {
+
+// XXH3 of a shard's chunks then its index: the content hash its header and the manifest hold.
+uint64_t ShardContentHash(const ShardStore& shard) {
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  for (size_t c = 0; c < shard.chunk_data.size(); ++c) {
+    XXH3_64bits_update(state, shard.chunk_data[c], shard.chunk_size[c]);
+  }
+  XXH3_64bits_update(state, shard.index, shard.header.sample_count * sizeof(IndexEntry));
+  uint64_t got = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return got;
+}
+
+Result<std::unique_ptr<ShardStore>> OpenShardFile(Backend backend, const std::string& file,
+                                                  const ShardInfo& info, size_t s) {
+  return backend == Backend::kLmdb ? OpenLmdbShard(file, info, s) : OpenHdf5Shard(file, info, s);
+}
+
+// The manifest's text, from a directory or a remote location (`remote` set for the latter).
+Result<std::string> ReadManifestText(const std::string& path, std::string* manifest_file,
+                                     std::shared_ptr<storage::Remote>* remote) {
+  if (storage::IsRemote(path)) {
+    SF_ASSIGN_OR_RETURN(*remote, storage::Remote::Open(path));
+    const std::string name(kManifestFileName);
+    *manifest_file = (*remote)->UrlOf(name);
+    return (*remote)->ReadText(name, kMaxManifestBytes);
+  }
   std::error_code ec;
   if (!fs::is_directory(path, ec)) {
     if (fs::exists(path, ec)) {
@@ -209,23 +240,39 @@ Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path, IndexChe
     }
     return Status::NotFound(path, ": no such archive");
   }
-  std::string manifest_file = (fs::path(path) / kManifestFileName).string();
-  auto read = ReadBoundedFile(manifest_file, kMaxManifestBytes);
+  *manifest_file = (fs::path(path) / kManifestFileName).string();
+  auto read = ReadBoundedFile(*manifest_file, kMaxManifestBytes);
   if (read.status().code() == StatusCode::kNotFound) {
     return Status::Corrupt(path, ": no ", kManifestFileName,
                            " (not an archive, or one whose packing never finished)");
   }
-  SF_ASSIGN_OR_RETURN(std::string text, std::move(read));
+  return read;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path, IndexCheck check) {
+  std::string manifest_file;
+  std::shared_ptr<storage::Remote> remote;
+  SF_ASSIGN_OR_RETURN(std::string text, ReadManifestText(path, &manifest_file, &remote));
   SF_ASSIGN_OR_RETURN(Manifest manifest, Manifest::FromJson(text, manifest_file));
+  if (remote) {
+    uint64_t bytes = 0;
+    for (const ShardInfo& info : manifest.shards) bytes += info.file_bytes;
+    SF_RETURN_IF_ERROR(remote->CheckLimit(
+        bytes, "of " + path + "'s shards (an open archive keeps every shard it has read)"));
+  }
 
   std::shared_ptr<Archive> archive(new Archive());
   archive->path_ = path;
+  archive->remote_ = remote;
   archive->lazy_ = check == IndexCheck::kLazy ||
                    (check == IndexCheck::kAuto && manifest.sample_count > kLazyIndexAbove);
   for (const ShardInfo& info : manifest.shards) {
     archive->shard_starts_.push_back(info.first_sample);
     archive->shards_.push_back(std::make_unique<Shard>());
-    archive->shards_.back()->file = (fs::path(path) / info.file).string();
+    archive->shards_.back()->file =
+        remote ? remote->UrlOf(info.file) : (fs::path(path) / info.file).string();
   }
   archive->manifest_ = std::move(manifest);
   if (archive->lazy_) return archive;
@@ -236,7 +283,7 @@ Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path, IndexChe
     Status error;
     const Shard* shard = archive->Ready(s, &error);
     if (!shard) return error;
-    const std::string file = (fs::path(path) / archive->manifest_.shards[s].file).string();
+    const std::string& file = shard->file;
     SF_RETURN_IF_ERROR(CheckIndexChecksum(*shard->store, file));
     SF_RETURN_IF_ERROR(ValidateEntries(*shard->store, archive->manifest_, archive->shard_starts_[s],
                                        0, shard->store->header.sample_count, file, &class_counts));
@@ -258,13 +305,30 @@ Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path, IndexChe
 
 Status Archive::OpenShard(size_t s) const {
   const ShardInfo& info = manifest_.shards[s];
-  const std::string file = (fs::path(path_) / info.file).string();
-  std::unique_ptr<ShardStore> store;
-  if (manifest_.backend == Backend::kLmdb) {
-    SF_ASSIGN_OR_RETURN(store, OpenLmdbShard(file, info, s));
-  } else {
-    SF_ASSIGN_OR_RETURN(store, OpenHdf5Shard(file, info, s));
+  std::string file = (fs::path(path_) / info.file).string();
+  if (remote_) {  // the cached copy, downloaded and checked against the content hash if absent
+    const Backend backend = manifest_.backend;
+    const std::string url = shards_[s]->file;
+    auto verify = [&](const std::string& local) -> Status {
+      auto store = OpenShardFile(backend, local, info, s);
+      if (!store.ok()) {
+        return Status::ChecksumMismatch(url, ": downloaded copy is damaged (",
+                                        store.status().message(), ")");
+      }
+      const uint64_t got = ShardContentHash(**store);
+      if (got != info.content_hash) {
+        return Status::ChecksumMismatch(url, ": shard hash mismatch (manifest ",
+                                        HashToHex(info.content_hash), ", downloaded ",
+                                        HashToHex(got), ")");
+      }
+      return Status::OK();
+    };
+    SF_ASSIGN_OR_RETURN(shards_[s]->lease, remote_->Fetch(info.file, info.file_bytes,
+                                                          HashToHex(info.content_hash), verify));
+    file = shards_[s]->lease->path();
   }
+  SF_ASSIGN_OR_RETURN(std::unique_ptr<ShardStore> store,
+                      OpenShardFile(manifest_.backend, file, info, s));
   shards_[s]->guard = internal::GuardRange(store->map_base, store->map_size);
   shards_[s]->store = std::move(store);
   return Status::OK();
@@ -356,21 +420,14 @@ Status Archive::VerifyShard(size_t s) const {
   const Shard* slot = Ready(s, &error);
   if (!slot) return error;
   const ShardStore& shard = *slot->store;
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset(state);
-  for (size_t c = 0; c < shard.chunk_data.size(); ++c) {
-    XXH3_64bits_update(state, shard.chunk_data[c], shard.chunk_size[c]);
-  }
-  XXH3_64bits_update(state, shard.index, shard.header.sample_count * sizeof(IndexEntry));
-  uint64_t got = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
+  const uint64_t got = ShardContentHash(shard);
   if (internal::RangeFaulted(slot->guard)) {
     return Status::Corrupt(slot->file, ": changed on disk while being verified (truncated?)");
   }
   if (got != shard.header.content_hash || got != manifest_.shards[s].content_hash) {
-    return Status::ChecksumMismatch(
-        path_, "/", manifest_.shards[s].file, ": shard hash mismatch (manifest ",
-        HashToHex(manifest_.shards[s].content_hash), ", computed ", HashToHex(got), ")");
+    return Status::ChecksumMismatch(shards_[s]->file, ": shard hash mismatch (manifest ",
+                                    HashToHex(manifest_.shards[s].content_hash), ", computed ",
+                                    HashToHex(got), ")");
   }
   return Status::OK();
 }
