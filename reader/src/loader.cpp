@@ -557,6 +557,10 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
   so.batch_size = options.batch_size;
   so.shuffle_block = options.shuffle_block;
   so.shuffle_window = options.shuffle_window;
+  if (options.shuffle_by_shard) {
+    for (const auto& shard : impl->archive->manifest().shards)
+      so.shard_starts.push_back(shard.first_sample);
+  }
   impl->sampler = std::make_unique<Sampler>(impl->archive->size(), so);
 
   // Slot layout: images, then labels (int64), then indices (uint64), each 64-byte aligned; a

@@ -142,7 +142,20 @@ std::vector<LoaderOption> MakeTable() {
   using V = std::string_view;
   return {
       SF_COUNT(batch_size, batch_size, 1, "samples per batch"),
-      SF_BOOL(shuffle, shuffle, "a new global order every epoch (seeded)"),
+      {"shuffle", OptionKind::kBool, nullptr,
+       "a new order every epoch (seeded): true (global), false, or block (shards in a seeded "
+       "order, samples mixed within windows of shuffle_window shards: for remote archives)",
+       [](O* o, V t) -> Status {
+         bool v = false;
+         o->shuffle_by_shard = t == "block";
+         if (o->shuffle_by_shard) return o->shuffle = true, Status::OK();
+         if (!ParseBoolText(t, &v)) return BadOption("shuffle", "true, false or block", t);
+         o->shuffle = v;
+         return Status::OK();
+       },
+       [](const O& o) {
+         return std::string(o.shuffle_by_shard ? "block" : o.shuffle ? "true" : "false");
+       }},
       SF_COUNT(seed, seed, 0, "seed of the order and of the augmentation draws"),
       SF_BOOL(drop_last, drop_last, "leave out the last, short batch"),
       SF_COUNT(shuffle_block, shuffle_block, 0,

@@ -1,6 +1,7 @@
 """Archives read over s3:// (moto_server) and http:// (http.server) through the local cache,
 against the same archive read from disk, and the faults a network brings (conftest.FaultProxy)."""
 import gc
+import json
 import os
 import signal
 import subprocess
@@ -223,3 +224,22 @@ def test_an_interrupted_download_is_never_used(proxy, s3_archive, local_archive)
     a = shardfeed.Archive(s3_archive)
     assert bytes(a.record(0)) == bytes(shardfeed.Archive(local_archive).record(0))
     assert not [f for _, _, fs in os.walk(root) for f in fs if f.endswith(".part")]
+
+
+def test_block_shuffle_is_the_same_over_s3_and_locally_and_reads_shards_in_windows(
+        env, s3_archive, local_archive):
+    opts = dict(OPTS, shuffle="block", shuffle_window=2)
+    remote = epoch(shardfeed.Loader(s3_archive, **opts), 2)
+    same(remote, epoch(shardfeed.Loader(local_archive, **opts), 2))
+    with open(os.path.join(local_archive, "manifest.json")) as f:
+        firsts = [s["first_sample"] for s in json.load(f)["shards"]]
+    shard_of = np.searchsorted(firsts, np.arange(36), side="right") - 1
+    order = np.concatenate([x for _, _, x in remote[:5]])  # epoch 0
+    assert sorted(order) == list(range(36))
+    # 8 shards in windows of 2: the epoch reads 4 runs of 2 shards, each shard in one run.
+    windows = []
+    for sample in order:
+        if not windows or len(windows[-1] | {shard_of[sample]}) > 2:
+            windows.append(set())
+        windows[-1].add(shard_of[sample])
+    assert len(windows) == 4 and sorted(s for w in windows for s in w) == list(range(8))
