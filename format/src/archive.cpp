@@ -17,6 +17,7 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "fault_guard.h"
 #include "shard_internal.h"
@@ -278,6 +279,7 @@ Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path, IndexChe
   if (archive->lazy_) return archive;
 
   // Full: every shard now, with its index checksum, every entry and the class counts.
+  if (remote) archive->FetchAll();
   std::vector<uint64_t> class_counts(archive->manifest_.class_names.size());
   for (size_t s = 0; s < archive->shards_.size(); ++s) {
     Status error;
@@ -347,6 +349,20 @@ const Archive::Shard* Archive::Ready(size_t s, Status* error) const {
     }
   }
   return &shard;
+}
+
+void Archive::FetchAll() const {
+  // A few downloads at once (each shard whole); errors are kept in the shard's slot and
+  // reported by the Ready() that follows.
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    Status ignored;
+    for (size_t s; (s = next.fetch_add(1)) < shards_.size();) Ready(s, &ignored);
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < std::min<size_t>(4, shards_.size()); ++t) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
 }
 
 size_t Archive::FindShard(uint64_t index) const {

@@ -102,6 +102,7 @@ class Archive {
   struct Shard;  // a shard's slot: opened once, on first use when lazy
   Archive();
   Status OpenShard(size_t s) const;
+  void FetchAll() const;  // remote: opens every shard, 4 downloads at a time
   const Shard* Ready(size_t s, Status* error) const;
 
   std::string path_;
