@@ -53,31 +53,22 @@ t = transforms.Compose([transforms.Resize(256), transforms.CenterCrop(224), tran
 ds = datasets.ImageFolder(corpus, transform=t)
 kw = dict(num_workers=workers) if workers else {}
 dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, **kw)
+sys.path.insert(0, sys.argv[6])
+from common import consume, sleep_step
 images = seconds = waited = used = 0.0
 for e in range(epochs):
-    c0, t0 = cpu(), time.perf_counter()
-    w = 0.0
-    n = 0
-    it = iter(dl)
-    while True:
-        a = time.perf_counter()
-        try:
-            x, y = next(it)
-        except StopIteration:
-            break
-        w += time.perf_counter() - a
-        n += x.shape[0]
-        if step:
-            time.sleep(step)
-    del it  # workers exit and are reaped: their CPU is counted below
+    c0 = cpu()
+    # consume's iterator ends with it: the workers exit and are reaped, their CPU counted below
+    c = consume(dl, step=sleep_step(lambda i: step))
     if e == 0:
         continue  # warm-up: worker start-up, page cache
-    images += n; seconds += time.perf_counter() - t0; waited += w; used += cpu() - c0
+    images += c.images; seconds += c.seconds; waited += c.waited; used += cpu() - c0
 print(json.dumps({"images_per_second": images / seconds, "wait_fraction": waited / seconds,
                   "cpu_seconds_per_1000_images": 1000 * used / images}))
 """
+    here = os.path.dirname(os.path.abspath(__file__))  # for `from common import consume`
     out = subprocess.run([sys.executable, "-c", code, corpus, str(step_ms), str(batch),
-                          str(epochs), str(workers)], check=True, capture_output=True,
+                          str(epochs), str(workers), here], check=True, capture_output=True,
                          text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 

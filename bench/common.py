@@ -19,16 +19,62 @@ def arguments(doc, **extra):
     return ap.parse_args()
 
 
+class Consumed:
+    """What consume() measured: items taken, images in them, wall seconds, seconds spent
+    waiting for the next item, the wait for the first one."""
+
+    def __init__(self):
+        self.batches, self.images, self.seconds, self.waited, self.first = 0, 0, 0.0, 0.0, 0.0
+
+
+def batch_images(item):
+    """Images in one item: a shardfeed Batch (.labels) or an (images, labels) pair."""
+    labels = item.labels if hasattr(item, "labels") else item[1]
+    return len(labels)
+
+
+def consume(batches, limit=None, step=None):
+    """The consumer every Python benchmark runs (as `shardfeed bench` runs cli::Consume): takes
+    items from the iterable `batches` as a training loop does, until it ends or `limit` items
+    were taken, timing each wait for data; after the i-th item (from 1) it runs `step(i, item)`,
+    the training step (a sleep, a model update; None: no step). Returns a Consumed."""
+    c = Consumed()
+    start = time.perf_counter()  # iter() counts: a DataLoader starts its workers there
+    it = iter(batches)
+    while limit is None or c.batches < limit:
+        t = time.perf_counter()
+        item = next(it, None)
+        if item is None:
+            break
+        dt = time.perf_counter() - t
+        c.waited += dt
+        c.first = dt if c.batches == 0 else c.first
+        c.batches += 1
+        c.images += batch_images(item)
+        if step is not None:
+            step(c.batches, item)
+        del item
+    c.seconds = time.perf_counter() - start
+    return c
+
+
+def sleep_step(step_s):
+    """A consume() step that sleeps step_s(i) seconds after the i-th batch."""
+    def step(i, _):
+        if step_s(i):
+            time.sleep(step_s(i))
+    return step
+
+
 def dataloader_ips(dl, epochs):
     """Images/s of a torch DataLoader over `epochs` epochs, after one warm-up batch (worker
     start-up and page cache, as the shardfeed runs get)."""
-    for _ in dl:
-        break
-    n, t = 0, time.perf_counter()
+    consume(dl, limit=1)
+    n = seconds = 0
     for _ in range(epochs):
-        for images, _ in dl:
-            n += images.shape[0]
-    return n / (time.perf_counter() - t)
+        c = consume(dl)
+        n, seconds = n + c.images, seconds + c.seconds
+    return n / seconds
 
 
 def shardfeed_ips(shardfeed, archive, args, *extra):
@@ -44,20 +90,5 @@ def timed_epoch(loader, step_s):
     """One epoch of a shardfeed.Loader (set_epoch first) with a consumer that sleeps step_s(i)
     seconds after its i-th batch (from 1), a training step: (images, seconds, seconds waiting
     for data, seconds waiting for the first batch)."""
-    n, waited, first, i = 0, 0.0, None, 0
-    start = time.perf_counter()
-    it = iter(loader)
-    while True:
-        t = time.perf_counter()
-        b = next(it, None)
-        if b is None:
-            break
-        dt = time.perf_counter() - t
-        waited += dt
-        first = dt if first is None else first
-        n += len(b.labels)
-        del b
-        i += 1
-        if step_s(i):
-            time.sleep(step_s(i))
-    return n, time.perf_counter() - start, waited, first or 0.0
+    c = consume(loader, step=sleep_step(step_s))
+    return c.images, c.seconds, c.waited, c.first

@@ -14,38 +14,33 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 import torch
 import torchvision
+from common import consume
 from torchvision import datasets, transforms
 
 
 def loop(batches, steps, model, warmup=5):
+    """images/s and the fraction of the time spent waiting, over `steps` batches after `warmup`,
+    with a training step of `model` (None: an empty step). The consumer is common.consume."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01) if model is not None else None
     mean = torch.tensor([123.7, 116.3, 103.5]).view(1, 3, 1, 1)
+
+    def train(_, item):
+        x, y = item
+        if x.shape[-1] == 3:  # NHWC uint8 from shardfeed
+            x = x.permute(0, 3, 1, 2)
+        x = (x.float() - mean) / 58.0
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
     it = iter(batches)
-    for _ in range(warmup):
-        next(it)
-    waited = 0.0
-    n = 0
-    start = time.perf_counter()
-    for _ in range(steps):
-        t = time.perf_counter()
-        x, y = next(it)
-        waited += time.perf_counter() - t
-        n += y.shape[0]
-        if model is not None:
-            if x.shape[-1] == 3:  # NHWC uint8 from shardfeed
-                x = x.permute(0, 3, 1, 2)
-            x = (x.float() - mean) / 58.0
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        del x, y
-    el = time.perf_counter() - start
-    return n / el, waited / el
+    consume(it, limit=warmup)
+    c = consume(it, limit=steps, step=train if model is not None else None)
+    return c.images / c.seconds, c.waited / c.seconds
 
 
 def forever(make_iter):

@@ -20,123 +20,131 @@
 
 #include "cli_internal.h"
 #include "plot_source.h"
-#include "shardfeed/converter/archive_tools.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/reader/loader.h"
 #include "shardfeed/reader/options.h"
+#include "shardfeed/validate/extract.h"
 
 namespace po = boost::program_options;
 
 namespace shardfeed::cli {
 
+Result<Consumed> Consume(reader::Loader& loader, uint64_t max_batches, double step_ms) {
+  Consumed c;
+  const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = CpuSeconds();
+  while (max_batches == 0 || c.batches < max_batches) {
+    SF_ASSIGN_OR_RETURN(reader::Batch batch, loader.Next());
+    if (!batch) {
+      c.epoch_ended = true;
+      break;
+    }
+    ++c.batches;
+    c.images += double(batch.size());
+    c.bytes += double(batch.image_bytes());
+    if (loader.on_device()) SF_RETURN_IF_ERROR(batch.Synchronize());
+    batch.Release();
+    if (step_ms > 0) {  // the simulated training step
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(step_ms));
+    }
+  }
+  c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  c.cpu_seconds = CpuSeconds() - cpu0;
+  return c;
+}
+
+void AddLoaderOptions(boost::program_options::options_description& desc,
+                      const reader::LoaderOptions& current, std::vector<std::string>* helps,
+                      std::vector<std::string> except) {
+  AddOptionTable(desc, reader::LoaderOptionTable(), current, helps, except);
+}
+
+std::vector<std::pair<std::string, std::string>> LoaderOptionValues(
+    const reader::LoaderOptions& options) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const reader::LoaderOption& o : reader::LoaderOptionTable()) {
+    out.emplace_back(o.name, o.get(options));
+  }
+  return out;
+}
+
 namespace {
 
-// bench --sweep: every combination of the given option values, one loader each.
-int RunSweep(const std::string& path, const reader::LoaderOptions& base,
-             const std::vector<std::string>& specs, int epochs, double step_ms,
-             const std::string& plot) {
-  std::vector<std::pair<std::string, std::vector<std::string>>> axes;
+// bench's own flags (the loader's come from reader/options.h).
+struct BenchArgs {
+  uint32_t epochs = 1;
+  double step_ms = 0;
+};
+
+const OptionTable<BenchArgs>& BenchArgTable() {
+  static const OptionTable<BenchArgs> table(
+      "bench option",
+      {CountOption<BenchArgs>("epochs", 1, 1000000, "epochs to read", &BenchArgs::epochs),
+       NumberOption<BenchArgs>("step_ms", {0, 600000}, "simulated training step per batch (ms)",
+                               &BenchArgs::step_ms)});
+  return table;
+}
+
+using Axes = std::vector<std::pair<std::string, std::vector<std::string>>>;
+
+// --sweep NAME=V1,V2,...: each NAME a loader option, each value one it accepts.
+Result<Axes> ParseSweep(const std::vector<std::string>& specs, const reader::LoaderOptions& base) {
+  Axes axes;
   for (const std::string& spec : specs) {
     const size_t eq = spec.find('=');
-    const reader::LoaderOption* o =
-        eq == std::string::npos ? nullptr : reader::FindLoaderOption(spec.substr(0, eq));
-    if (!o) {
-      return Fail(
-          Status::InvalidArgument("--sweep takes NAME=V1,V2,... with NAME a loader "
-                                  "option, not '",
-                                  spec, "'"));
+    if (eq == std::string::npos) {
+      return Status::InvalidArgument(
+          "--sweep takes NAME=V1,V2,... with NAME a loader option, not '", spec, "'");
     }
+    const reader::LoaderOption* o = reader::FindLoaderOption(spec.substr(0, eq));
+    if (!o) return reader::LoaderOptionTable().Unknown(spec.substr(0, eq));
     std::vector<std::string> values;
     for (size_t start = eq + 1; start <= spec.size();) {
       size_t end = spec.find(',', start);
       if (end == std::string::npos) end = spec.size();
       values.push_back(spec.substr(start, end - start));
       reader::LoaderOptions probe = base;
-      if (Status s = o->set(&probe, values.back()); !s.ok()) return Fail(s);
+      SF_RETURN_IF_ERROR(o->set(&probe, values.back()));
       start = end + 1;
     }
     axes.emplace_back(o->name, values);
   }
-  auto archive = format::Archive::Open(path);
-  if (!archive.ok()) return Fail(archive.status());
-  nlohmann::json results = nlohmann::json::array(), swept = nlohmann::json::array();
-  for (const auto& a : axes) swept.push_back(a.first);
-  std::vector<size_t> at(axes.size(), 0);
-  for (bool more = true; more;) {
-    reader::LoaderOptions opt = base;
-    nlohmann::json settings = nlohmann::json::object();
-    for (size_t k = 0; k < axes.size(); ++k) {
-      if (Status s = reader::SetLoaderOption(&opt, axes[k].first, axes[k].second[at[k]]); !s.ok()) {
-        return Fail(s);
-      }
-      settings[axes[k].first] = axes[k].second[at[k]];
-    }
-    if (Status s = reader::ValidateLoaderOptions(opt); !s.ok()) return Fail(s);
-    auto loader = reader::Loader::Create(*archive, opt);
-    if (!loader.ok()) return Fail(loader.status());
-    double images = 0, seconds = 0, wait = 0, consumer = 0, cpu = 0;
-    reader::EpochStats st;
-    for (int e = 0; e < epochs; ++e) {
-      const bool measured = epochs < 2 || e > 0;
-      const double cpu0 = CpuSeconds();
-      auto t0 = std::chrono::steady_clock::now();
-      if (Status s = (*loader)->StartEpoch(uint64_t(e)); !s.ok()) return Fail(s);
-      for (;;) {
-        auto batch = (*loader)->Next();
-        if (!batch.ok()) return Fail(batch.status());
-        if (!*batch) break;
-        if (step_ms > 0) {
-          std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(step_ms));
-        }
-      }
-      st = (*loader)->Stats();
-      if (!measured) continue;
-      seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      images += double(st.images);
-      wait += st.wait_seconds;
-      consumer += st.consumer_seconds;
-      cpu += CpuSeconds() - cpu0;
-    }
-    nlohmann::json r = {{"settings", settings},
+  return axes;
+}
+
+// One combination of a sweep: `epochs` epochs (the first a warm-up when there are two or more).
+Result<nlohmann::json> SweepPoint(const std::shared_ptr<const format::Archive>& archive,
+                                  reader::LoaderOptions opt, const nlohmann::json& settings,
+                                  uint32_t epochs, double step_ms) {
+  for (const auto& [name, value] : settings.items()) {
+    SF_RETURN_IF_ERROR(reader::SetLoaderOption(&opt, name, value.get<std::string>()));
+  }
+  SF_RETURN_IF_ERROR(reader::ValidateLoaderOptions(opt));
+  SF_ASSIGN_OR_RETURN(auto loader, reader::Loader::Create(archive, opt));
+  double images = 0, seconds = 0, wait = 0, consumer = 0, cpu = 0;
+  reader::EpochStats st;
+  for (uint32_t e = 0; e < epochs; ++e) {
+    SF_RETURN_IF_ERROR(loader->StartEpoch(e));
+    SF_ASSIGN_OR_RETURN(Consumed c, Consume(*loader, 0, step_ms));
+    st = loader->Stats();
+    if (epochs >= 2 && e == 0) continue;  // the warm-up
+    seconds += c.seconds, images += double(st.images), cpu += c.cpu_seconds;
+    wait += st.wait_seconds, consumer += st.consumer_seconds;
+  }
+  return nlohmann::json{{"settings", settings},
                         {"images_per_second", seconds > 0 ? images / seconds : 0.0},
                         {"wait_fraction", wait + consumer > 0 ? wait / (wait + consumer) : 0.0},
                         {"cpu_seconds_per_1000_images", images > 0 ? 1000 * cpu / images : 0.0},
-                        {"workers", (*loader)->options().workers},
+                        {"workers", loader->options().workers},
                         {"active_workers", st.workers},
                         {"prefetch", st.prefetch},
                         {"ring_bytes", st.ring_bytes},
                         {"tuning", st.tuning}};
-    std::printf(
-        "sweep %-40s %9.0f images/s  wait %5.1f%%  %6.2f CPU-s/1000 images  %d workers, %d "
-        "slots (%.0f MB)\n",
-        settings.dump().c_str(), r["images_per_second"].get<double>(),
-        100 * r["wait_fraction"].get<double>(), r["cpu_seconds_per_1000_images"].get<double>(),
-        st.workers, st.prefetch, st.ring_bytes / 1e6);
-    std::fflush(stdout);
-    results.push_back(std::move(r));
-    more = false;
-    for (size_t k = axes.size(); k-- > 0;) {
-      if (++at[k] < axes[k].second.size()) {
-        more = true;
-        break;
-      }
-      at[k] = 0;
-    }
-  }
-  const nlohmann::json out = {{"archive", path},  {"step_ms", step_ms},
-                              {"epochs", epochs}, {"batch_size", base.batch_size},
-                              {"swept", swept},   {"results", results}};
-  if (plot.empty()) {
-    std::printf("%s\n", out.dump(2).c_str());
-    return 0;
-  }
-  const std::string data = plot + ".json";
-  const std::string text = out.dump(2) + "\n";
-  if (Status s =
-          converter::WriteNewFile(data, reinterpret_cast<const uint8_t*>(text.data()), text.size());
-      !s.ok()) {
-    return Fail(s);
-  }
+}
+
+// Draws a sweep's JSON (`data`) into `plot` with a Python child. Returns 0, or 3 after saying
+// why it could not.
+int DrawSweep(const std::string& data, const std::string& plot) {
   // The drawing is Python's (matplotlib): python/shardfeed/plot.py, built into this program, run
   // with `-c`. $SHARDFEED_PYTHON names the interpreter; else the first of these that has
   // matplotlib: python3 beside this program (a venv pip installed it into), the interpreter
@@ -218,126 +226,111 @@ int RunSweep(const std::string& path, const reader::LoaderOptions& base,
   return 0;
 }
 
-}  // namespace
-
-void AddLoaderOptions(boost::program_options::options_description& desc,
-                      const reader::LoaderOptions& current, std::vector<std::string>* helps) {
-  AddOptionTable(
-      desc, reader::LoaderOptionTable(), current,
-      [](const reader::LoaderOption& o) -> const char* {
-        if (o.kind == reader::OptionKind::kBool) return "true";
-        return std::string(o.name) == "device" ? "cuda" : nullptr;
-      },
-      helps);
-}
-
-int CmdBench(int argc, char** argv) {
-  // Every loader option comes from reader/options.h (the Python Loader takes the same ones);
-  // bench adds its own four. It reads as training does: shuffled unless told otherwise.
-  reader::LoaderOptions opt;
-  opt.shuffle = true;
-  po::options_description desc("bench options (the loader's, as shardfeed.Loader takes them)");
-  std::string path;
-  int epochs = 1;
-  double step_ms = 0;
-  std::vector<std::string> helps;  // kept alive: program_options stores the pointers
-  desc.add_options()("archive", po::value(&path)->required(), "archive to read");
-  AddLoaderOptions(desc, opt, &helps);
-  std::vector<std::string> sweep;
-  std::string plot;
-  desc.add_options()("epochs", po::value(&epochs)->default_value(1), "epochs to read")(
-      "sweep", po::value(&sweep)->multitoken(),
-      "NAME=V1,V2,... [NAME=...]: run every combination of these loader options (e.g. "
-      "workers=1,2 prefetch=2,4,8), each for --epochs epochs (the first a warm-up when there "
-      "are two or more), and report images/s, the consumer's wait and CPU per 1000 images")(
-      "plot", po::value(&plot),
-      "with --sweep: also draw the results into this PNG (with matplotlib, as python3 -m "
-      "shardfeed.plot does)")("step-ms", po::value(&step_ms)->default_value(0),
-                              "simulated training step per batch (ms)")("json",
-                                                                        "print one JSON object");
-  po::positional_options_description pos;
-  pos.add("archive", 1);
-  po::variables_map vm;
-  int rc = ParseArgs(argc, argv, desc, pos, vm, "shardfeed bench ARCHIVE [options]");
-  if (rc >= 0) return rc;
-  if (Status s = ApplyOptionTable(vm, reader::LoaderOptionTable(), &opt); !s.ok()) return Fail(s);
-  if (Status s = reader::ValidateLoaderOptions(opt); !s.ok()) return Fail(s);
-  if (epochs < 1) return Fail(Status::InvalidArgument("--epochs must be at least 1"));
-  const std::string crop = reader::FindLoaderOption("crop")->get(opt);
-  const std::string layout = reader::FindLoaderOption("layout")->get(opt);
-  const std::string mode = reader::FindLoaderOption("mode")->get(opt);
-
-  // Outputs are new files only, checked before any work (the plot's JSON is created then).
-  for (const std::string& file : {plot, plot + ".json"}) {
-    if (!plot.empty() && std::filesystem::exists(file)) {
-      return Fail(Status::InvalidArgument(file,
-                                          ": exists; shardfeed writes only new files here "
-                                          "(remove it or choose another name)"));
+// bench --sweep: every combination of the given option values, one loader each.
+int RunSweep(const std::string& path, const reader::LoaderOptions& base,
+             const std::vector<std::string>& specs, uint32_t epochs, double step_ms,
+             const std::string& plot) {
+  auto axes = ParseSweep(specs, base);
+  if (!axes.ok()) return Fail(axes.status());
+  auto archive = format::Archive::Open(path);
+  if (!archive.ok()) return Fail(archive.status());
+  nlohmann::json results = nlohmann::json::array(), swept = nlohmann::json::array();
+  for (const auto& a : *axes) swept.push_back(a.first);
+  std::vector<size_t> at(axes->size(), 0);
+  for (bool more = true; more;) {
+    nlohmann::json settings = nlohmann::json::object();
+    for (size_t k = 0; k < axes->size(); ++k) settings[(*axes)[k].first] = (*axes)[k].second[at[k]];
+    auto r = SweepPoint(*archive, base, settings, epochs, step_ms);
+    if (!r.ok()) return Fail(r.status());
+    std::printf(
+        "sweep %-40s %9.0f images/s  wait %5.1f%%  %6.2f CPU-s/1000 images  %d workers, %d "
+        "slots (%.0f MB)\n",
+        settings.dump().c_str(), (*r)["images_per_second"].get<double>(),
+        100 * (*r)["wait_fraction"].get<double>(),
+        (*r)["cpu_seconds_per_1000_images"].get<double>(), (*r)["active_workers"].get<int>(),
+        (*r)["prefetch"].get<int>(), (*r)["ring_bytes"].get<double>() / 1e6);
+    std::fflush(stdout);
+    results.push_back(std::move(*r));
+    more = false;
+    for (size_t k = axes->size(); k-- > 0;) {
+      if (++at[k] < (*axes)[k].second.size()) {
+        more = true;
+        break;
+      }
+      at[k] = 0;
     }
   }
-  if (!sweep.empty()) return RunSweep(path, opt, sweep, epochs, step_ms, plot);
-  if (!plot.empty()) return Fail(Status::InvalidArgument("--plot goes with --sweep"));
+  const nlohmann::json out = {{"archive", path},  {"step_ms", step_ms},
+                              {"epochs", epochs}, {"batch_size", base.batch_size},
+                              {"swept", swept},   {"results", results}};
+  if (plot.empty()) {
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  const std::string data = plot + ".json";
+  const std::string text = out.dump(2) + "\n";
+  if (Status s =
+          validate::WriteNewFile(data, reinterpret_cast<const uint8_t*>(text.data()), text.size());
+      !s.ok()) {
+    return Fail(s);
+  }
+  return DrawSweep(data, plot);
+}
 
+// One epoch's figures as bench's JSON has them.
+nlohmann::json EpochJson(uint32_t e, const Consumed& c, const reader::EpochStats& st) {
+  return {{"epoch", e},
+          {"images", st.images},
+          {"seconds", c.seconds},
+          {"images_per_second", st.images / c.seconds},
+          {"wait_fraction", st.wait_fraction()},
+          {"skipped", st.skipped},
+          {"active_workers", st.workers},
+          {"prefetch", st.prefetch},
+          {"ring_bytes", st.ring_bytes},
+          {"ring_full_seconds", st.ring_full_seconds},
+          {"run_ahead_batches", st.run_ahead_batches},
+          {"ahead_kept", st.ahead_kept},
+          {"tuning", st.tuning},
+          {"wait_seconds", st.wait_seconds},
+          {"consumer_seconds", st.consumer_seconds},
+          {"stage_seconds",
+           {{"read", st.read}, {"decode", st.decode}, {"collate", st.collate}, {"copy", st.copy}}}};
+}
+
+// Reads `epochs` epochs and prints them (one JSON object, or a line per epoch and a summary).
+int BenchEpochs(const std::string& path, const reader::LoaderOptions& opt, const BenchArgs& args,
+                bool json) {
   auto archive = format::Archive::Open(path);
   if (!archive.ok()) return Fail(archive.status());
   auto loader = reader::Loader::Create(*archive, opt);
   if (!loader.ok()) return Fail(loader.status());
   reader::Loader& l = **loader;
-  const bool json = vm.count("json") > 0;
-
   nlohmann::json epochs_json = nlohmann::json::array();
   double total_images = 0, total_seconds = 0, total_bytes = 0;
   reader::EpochStats last;
-  for (int e = 0; e < epochs; ++e) {
-    if (Status s = l.StartEpoch(static_cast<uint64_t>(e)); !s.ok()) return Fail(s);
-    auto t0 = std::chrono::steady_clock::now();
-    double bytes = 0;
-    for (;;) {
-      auto batch = l.Next();
-      if (!batch.ok()) return Fail(batch.status());
-      if (!*batch) break;
-      bytes += static_cast<double>(batch->image_bytes());
-      if (l.on_device()) {
-        if (Status s = batch->Synchronize(); !s.ok()) return Fail(s);
-      }
-      if (step_ms > 0)
-        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(step_ms));
-    }
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    reader::EpochStats st = l.Stats();
-    last = st;
-    total_images += st.images;
-    total_seconds += secs;
-    total_bytes += bytes;
-    epochs_json.push_back(
-        {{"epoch", e},
-         {"images", st.images},
-         {"seconds", secs},
-         {"images_per_second", st.images / secs},
-         {"wait_fraction", st.wait_fraction()},
-         {"skipped", st.skipped},
-         {"active_workers", st.workers},
-         {"prefetch", st.prefetch},
-         {"ring_bytes", st.ring_bytes},
-         {"ring_full_seconds", st.ring_full_seconds},
-         {"run_ahead_batches", st.run_ahead_batches},
-         {"ahead_kept", st.ahead_kept},
-         {"tuning", st.tuning},
-         {"wait_seconds", st.wait_seconds},
-         {"consumer_seconds", st.consumer_seconds},
-         {"stage_seconds",
-          {{"read", st.read}, {"decode", st.decode}, {"collate", st.collate}, {"copy", st.copy}}}});
-    if (!json) {
-      std::printf(
-          "epoch %d: %llu images in %.2f s = %.0f images/s, %.1f MB/s out; consumer waited %.0f%% "
-          "of its time (%.2f s wait, %.2f s between batches); worker time: read %.2f s, decode "
-          "%.2f s, collate %.2f s, copy %.2f s\n",
-          e, static_cast<unsigned long long>(st.images), secs, st.images / secs, bytes / secs / 1e6,
-          100 * st.wait_fraction(), st.wait_seconds, st.consumer_seconds, st.read, st.decode,
-          st.collate, st.copy);
-    }
+  for (uint32_t e = 0; e < args.epochs; ++e) {
+    if (Status s = l.StartEpoch(e); !s.ok()) return Fail(s);
+    auto c = Consume(l, 0, args.step_ms);
+    if (!c.ok()) return Fail(c.status());
+    const double secs = c->seconds;
+    const reader::EpochStats st = last = l.Stats();
+    total_images += st.images, total_seconds += secs, total_bytes += c->bytes;
+    epochs_json.push_back(EpochJson(e, *c, st));
+    if (json) continue;
+    std::printf(
+        "epoch %u: %llu images in %.2f s = %.0f images/s, %.1f MB/s out; consumer waited %.0f%% "
+        "of its time (%.2f s wait, %.2f s between batches); worker time: read %.2f s, decode "
+        "%.2f s, collate %.2f s, copy %.2f s\n",
+        e, static_cast<unsigned long long>(st.images), secs, st.images / secs,
+        c->bytes / secs / 1e6, 100 * st.wait_fraction(), st.wait_seconds, st.consumer_seconds,
+        st.read, st.decode, st.collate, st.copy);
   }
   const double ips = total_images / total_seconds;
+  const std::string crop = reader::FindLoaderOption("crop")->get(opt);
+  const std::string layout = reader::FindLoaderOption("layout")->get(opt);
+  nlohmann::json options = nlohmann::json::object();  // every option as this loader resolved it
+  for (const auto& [name, value] : LoaderOptionValues(l.options())) options[name] = value;
   if (json) {
     nlohmann::json j = {{"archive", path},
                         {"images_per_second", ips},
@@ -351,25 +344,78 @@ int CmdBench(int argc, char** argv) {
                         {"layout", layout},
                         {"size", l.out_height()},
                         {"output_shape", {l.out_height(), l.out_width()}},
-                        {"mode", mode},
+                        {"mode", reader::FindLoaderOption("mode")->get(opt)},
+                        {"flip", opt.transform.flip},
                         {"pinned", reader::PinKindName(l.pin_kind())},
                         {"device", l.on_device()},
+                        {"step_ms", args.step_ms},
+                        {"options", options},
                         {"epochs", epochs_json}};
     std::printf("%s\n", j.dump(2).c_str());
-  } else {
-    std::printf(
-        "read %.0f images in %.2f s: %.0f images/s (%s, batch %u, %d workers%s, %d ring slots%s, "
-        "%ux%u %s, %s %s, ring in %s memory%s)\n",
-        total_images, total_seconds, ips, path.c_str(), opt.batch_size, last.workers,
-        opt.workers == reader::LoaderOptions::kAutoWorkers ? " (auto)" : "", last.prefetch,
-        opt.prefetch == reader::LoaderOptions::kAutoPrefetch ? " (auto)" : "", l.out_height(),
-        l.out_width(),
-        crop == "none" ? "whole images at their stored shape" : (crop + " crop").c_str(),
-        reader::DTypeName(opt.transform.dtype), layout.c_str(), reader::PinKindName(l.pin_kind()),
-        l.on_device() ? ", copied to GPU" : "");
-    if (!last.tuning.empty()) std::printf("tuning: %s\n", last.tuning.c_str());
+    return 0;
   }
+  std::printf(
+      "read %.0f images in %.2f s: %.0f images/s (%s, batch %u, %d workers%s, %d ring slots%s, "
+      "%ux%u %s, %s%s %s, ring in %s memory%s)\n",
+      total_images, total_seconds, ips, path.c_str(), opt.batch_size, last.workers,
+      opt.workers == reader::LoaderOptions::kAutoWorkers ? " (auto)" : "", last.prefetch,
+      opt.prefetch == reader::LoaderOptions::kAutoPrefetch ? " (auto)" : "", l.out_height(),
+      l.out_width(),
+      crop == "none" ? "whole images at their stored shape" : (crop + " crop").c_str(),
+      opt.transform.flip ? "random flip, " : "no flip, ", reader::DTypeName(opt.transform.dtype),
+      layout.c_str(), reader::PinKindName(l.pin_kind()), l.on_device() ? ", copied to GPU" : "");
+  std::string line;
+  for (const auto& [name, value] : LoaderOptionValues(l.options())) {
+    line += " " + name + "=" + value;
+  }
+  std::printf("options:%s\n", line.c_str());
+  if (!last.tuning.empty()) std::printf("tuning: %s\n", last.tuning.c_str());
   return 0;
+}
+
+}  // namespace
+
+int CmdBench(int argc, char** argv) {
+  // Every loader option comes from reader/options.h (the Python Loader takes the same ones);
+  // bench adds its own. It reads as training does: shuffled unless told otherwise.
+  reader::LoaderOptions opt;
+  opt.shuffle = true;
+  BenchArgs args;
+  po::options_description desc("bench options (the loader's, as shardfeed.Loader takes them)");
+  std::string path, plot;
+  std::vector<std::string> sweep, helps;  // helps: kept alive, program_options stores pointers
+  desc.add_options()("archive", po::value(&path)->required(), "archive to read");
+  AddLoaderOptions(desc, opt, &helps);
+  AddOptionTable(desc, BenchArgTable(), args, &helps);
+  desc.add_options()(
+      "sweep", po::value(&sweep)->multitoken(),
+      "NAME=V1,V2,... [NAME=...]: run every combination of these loader options (e.g. "
+      "workers=1,2 prefetch=2,4,8), each for --epochs epochs (the first a warm-up when there "
+      "are two or more), and report images/s, the consumer's wait and CPU per 1000 images")(
+      "plot", po::value(&plot),
+      "with --sweep: also draw the results into this PNG (with matplotlib, as python3 -m "
+      "shardfeed.plot does)")("json", "print one JSON object")("quiet,q",
+                                                               "accepted; bench "
+                                                               "prints no progress");
+  po::positional_options_description pos;
+  pos.add("archive", 1);
+  po::variables_map vm;
+  int rc = ParseArgs(argc, argv, desc, pos, vm, "shardfeed bench ARCHIVE [options]");
+  if (rc >= 0) return rc;
+  if (Status s = ApplyOptionTable(vm, reader::LoaderOptionTable(), &opt); !s.ok()) return Fail(s);
+  if (Status s = ApplyOptionTable(vm, BenchArgTable(), &args); !s.ok()) return Fail(s);
+  if (Status s = reader::ValidateLoaderOptions(opt); !s.ok()) return Fail(s);
+  // Outputs are new files only, checked before any work (the plot's JSON is created then).
+  for (const std::string& file : {plot, plot + ".json"}) {
+    if (!plot.empty() && std::filesystem::exists(file)) {
+      return Fail(Status::InvalidArgument(file,
+                                          ": exists; shardfeed writes only new files here "
+                                          "(remove it or choose another name)"));
+    }
+  }
+  if (!sweep.empty()) return RunSweep(path, opt, sweep, args.epochs, args.step_ms, plot);
+  if (!plot.empty()) return Fail(Status::InvalidArgument("--plot goes with --sweep"));
+  return BenchEpochs(path, opt, args, vm.count("json") > 0);
 }
 
 }  // namespace shardfeed::cli

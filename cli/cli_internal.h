@@ -1,12 +1,15 @@
 // Shared by the CLI's command files.
 #pragma once
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
-#include "shardfeed/base/option_text.h"
+#include "shardfeed/base/option_table.h"
 #include "shardfeed/base/status.h"
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/reader/loader.h"
@@ -26,6 +29,7 @@ int Fail(const Status& s);  // prints the error, returns its exit code
 std::string FormatDuration(double seconds);
 int CmdBench(int argc, char** argv);
 int CmdTune(int argc, char** argv);
+int CmdStats(int argc, char** argv);  // stats_cmd.cpp
 double CpuSeconds();  // user + system CPU of this process so far
 // Parses a subcommand's options (adding --help). Returns -1 to go on, else the exit code: 0
 // after printing help, 2 after printing the error and `usage`.
@@ -33,28 +37,34 @@ int ParseArgs(int argc, char** argv, boost::program_options::options_description
               boost::program_options::positional_options_description& pos,
               boost::program_options::variables_map& vm, const char* usage);
 
-// The flags of an option table (reader/options.h, converter/options.h): one per entry, named
-// OptionFlag(name), with the value in `current` as default (none when empty) and `implicit`
-// (may be null) as the value of the bare flag. `helps` keeps the help texts alive.
-template <typename Table, typename Options, typename Implicit>
-void AddOptionTable(boost::program_options::options_description& desc, const Table& table,
-                    const Options& current, Implicit implicit, std::vector<std::string>* helps) {
-  helps->reserve(helps->size() + table.size());  // program_options keeps the pointers
-  for (const auto& o : table) {
+// The flags of an option table (base/option_table.h: the loader's, pack's, and each command's
+// own): one per entry, named OptionFlag(name), with the value in `current` as default (none when
+// empty); a bare bool flag means true, a bare --device cuda. Help states each entry's choices
+// and range. `helps` keeps the help texts alive (program_options stores the pointers).
+template <typename T>
+void AddOptionTable(boost::program_options::options_description& desc, const OptionTable<T>& table,
+                    const T& current, std::vector<std::string>* helps,
+                    const std::vector<std::string>& except = {}) {
+  helps->reserve(helps->size() + table.size());
+  for (const Option<T>& o : table) {
+    if (std::find(except.begin(), except.end(), o.name) != except.end()) continue;
     auto* value = boost::program_options::value<std::string>();
     if (const std::string v = o.get(current); !v.empty()) value->default_value(v);
-    if (const char* bare = implicit(o)) value->implicit_value(bare);
-    helps->push_back(std::string(o.help) +
-                     (o.choices ? std::string(" [") + o.choices + "]" : std::string()));
+    if (o.kind == OptionKind::kBool) value->implicit_value("true");
+    if (std::string_view(o.name) == "device") value->implicit_value("cuda");
+    std::string help = o.help;
+    if (o.choices) help += std::string(" [") + o.choices + "]";
+    if (!o.range.empty()) help += " [" + o.range + "]";
+    helps->push_back(std::move(help));
     desc.add_options()(OptionFlag(o.name).substr(2).c_str(), value, helps->back().c_str());
   }
 }
 
 // Sets the options the command line gave (not the defaults) through the table's setters.
-template <typename Table, typename Options>
-Status ApplyOptionTable(const boost::program_options::variables_map& vm, const Table& table,
-                        Options* options) {
-  for (const auto& o : table) {
+template <typename T>
+Status ApplyOptionTable(const boost::program_options::variables_map& vm,
+                        const OptionTable<T>& table, T* options) {
+  for (const Option<T>& o : table) {
     const std::string flag = OptionFlag(o.name).substr(2);
     if (vm.count(flag) && !vm[flag].defaulted()) {
       SF_RETURN_IF_ERROR(o.set(options, vm[flag].as<std::string>()));
@@ -63,9 +73,27 @@ Status ApplyOptionTable(const boost::program_options::variables_map& vm, const T
   return Status::OK();
 }
 
-// Every loader option as a flag (bench, tune): a bare bool flag means true, a bare --device
-// means cuda.
+// The consumer every timing command runs (bench, bench --sweep, tune): takes batches of the
+// current epoch (the caller starts it) as a training loop does, waiting for each device copy
+// and simulating a `step_ms` training step after each batch, until the epoch ends or
+// `max_batches` were taken (0: no limit). Batches are released at once.
+struct Consumed {
+  uint64_t batches = 0;
+  double images = 0, bytes = 0;         // bytes: the batches' image bytes
+  double seconds = 0, cpu_seconds = 0;  // wall and process CPU time of this call
+  bool epoch_ended = false;
+};
+Result<Consumed> Consume(reader::Loader& loader, uint64_t max_batches, double step_ms);
+
+// Every loader option as a flag (bench, tune), but those in `except` (tune chooses workers and
+// prefetch itself).
 void AddLoaderOptions(boost::program_options::options_description& desc,
-                      const reader::LoaderOptions& current, std::vector<std::string>* helps);
+                      const reader::LoaderOptions& current, std::vector<std::string>* helps,
+                      std::vector<std::string> except = {});
+
+// The resolved value of every loader option, as text ("batch_size": "64", "flip": "false"):
+// what bench and tune echo, so a run says exactly what it ran with.
+std::vector<std::pair<std::string, std::string>> LoaderOptionValues(
+    const reader::LoaderOptions& options);
 
 }  // namespace shardfeed::cli

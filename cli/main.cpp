@@ -5,20 +5,25 @@
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
+#include <cctype>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli_internal.h"
-#include "shardfeed/converter/archive_tools.h"
+#include "shardfeed/converter/convert.h"
 #include "shardfeed/converter/options.h"
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/format/archive.h"
+#include "shardfeed/validate/extract.h"
+#include "shardfeed/validate/inspect.h"
+#include "shardfeed/validate/verify.h"
 
 namespace po = boost::program_options;
 using namespace shardfeed;
@@ -44,13 +49,38 @@ int Fail(const Status& s) {
 int ParseArgs(int argc, char** argv, po::options_description& desc,
               po::positional_options_description& pos, po::variables_map& vm, const char* usage) {
   desc.add_options()("help,h", "show this help");
+  // A negative number after a flag is that flag's value ("--epochs -1" is "--epochs=-1", refused
+  // by its range), not a short option "-1" that boost would report as something else.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const bool negative = a.size() > 1 && a[0] == '-' &&
+                          (std::isdigit(static_cast<unsigned char>(a[1])) || a[1] == '.');
+    std::string& flag = args[i - 1];
+    if (negative && flag.rfind("--", 0) == 0 && flag.size() > 2 &&
+        flag.find('=') == std::string::npos) {
+      flag += "=" + a;
+      args.erase(args.begin() + static_cast<std::ptrdiff_t>(i--));
+    }
+  }
   try {
-    po::store(po::command_line_parser(argc, argv).options(desc).positional(pos).run(), vm);
+    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
     if (vm.count("help")) {
       std::cout << "usage: " << usage << "\n\n" << desc << "\n";
       return 0;
     }
     po::notify(vm);
+  } catch (const po::unknown_option& e) {
+    // boost's message, and the closest flag this command has (base's ClosestName, which the
+    // option tables' Unknown() and the Python bindings use too).
+    std::vector<std::string> flags;
+    for (const auto& o : desc.options()) flags.push_back(o->long_name());
+    std::string name = e.get_option_name();
+    while (!name.empty() && name[0] == '-') name.erase(0, 1);
+    const std::string close = ClosestName(name, flags);
+    std::fprintf(stderr, "shardfeed: error: %s%s\nusage: %s\n", e.what(),
+                 close.empty() ? "" : ("; did you mean --" + close + "?").c_str(), usage);
+    return 2;
   } catch (const po::error& e) {
     std::fprintf(stderr, "shardfeed: error: %s\nusage: %s\n", e.what(), usage);
     return 2;
@@ -88,6 +118,7 @@ void PrintUsage() {
       "  verify ARCHIVE      check every record checksum and shard hash (--decode: decode too)\n"
       "  inspect ARCHIVE     samples, classes, encoding, shapes, sizes\n"
       "  extract ARCHIVE DIR write the samples back as an image folder\n"
+      "  stats ARCHIVE       mean/std, labels, sizes, duplicates, leaks, quality flags\n"
       "  bench ARCHIVE       read epochs as training would and report images/s\n"
       "  tune ARCHIVE        the workers and prefetch a step of --step-ms T needs here\n"
       "  convert ARCHIVE OUT rewrite an archive into the other backend (LMDB <-> HDF5)\n"
@@ -105,12 +136,7 @@ int CmdPack(int argc, char** argv) {
                      "image folder (ROOT/<class>/<image>), or the root of --list paths")(
       "out", po::value(&out)->required(), "archive to write (a directory)")(
       "list", po::value(&list), "list file: 'path label' or MXNet 'index\\tlabel\\tpath' per line");
-  cli::AddOptionTable(
-      desc, converter::PackOptionTable(), opt,
-      [](const converter::PackOption& o) -> const char* {
-        return o.kind == converter::PackOptionKind::kBool ? "true" : nullptr;
-      },
-      &helps);
+  cli::AddOptionTable(desc, converter::PackOptionTable(), opt, &helps);
   desc.add_options()("report", po::value(&report), "write a JSON report of skipped files here")(
       "parts-dir", po::value(&parts_dir), "where --part writes (default OUT.parts)")(
       "quiet,q", "no progress line");
@@ -202,34 +228,29 @@ int CmdPack(int argc, char** argv) {
 }
 
 int CmdVerify(int argc, char** argv) {
+  using VO = validate::VerifyOptions;
+  static const OptionTable<VO> table(
+      "verify option",
+      {CountOption<VO>("workers", 0, 4096, "threads (0: all cores)", &VO::workers),
+       CountOption<VO>("max_pixels", 1, UINT64_MAX,
+                       "with --decode: refuse records declaring more pixels than this",
+                       &VO::max_pixels)});
   po::options_description desc("verify options");
   std::string path;
-  converter::VerifyOptions opt;
+  VO opt;
+  std::vector<std::string> helps;
   desc.add_options()("archive", po::value(&path)->required(), "archive to check")(
-      "decode", po::bool_switch(&opt.decode), "also decode every record")(
-      "workers", po::value(&opt.workers)->default_value(0), "threads (0: all cores)")(
-      "max-pixels", po::value(&opt.max_pixels)->default_value(opt.max_pixels),
-      "with --decode: refuse records declaring more pixels than this")("json",
-                                                                       "print one JSON object");
+      "decode", po::bool_switch(&opt.decode), "also decode every record");
+  cli::AddOptionTable(desc, table, opt, &helps);
+  desc.add_options()("json", "print one JSON object")("quiet,q", "no progress line");
   po::positional_options_description pos;
   pos.add("archive", 1);
   po::variables_map vm;
   int rc = ParseArgs(argc, argv, desc, pos, vm, "shardfeed verify ARCHIVE [--decode] [--json]");
   if (rc >= 0) return rc;
+  if (Status s = cli::ApplyOptionTable(vm, table, &opt); !s.ok()) return Fail(s);
   const bool json = vm.count("json") > 0;
-  auto archive = format::Archive::Open(path, format::IndexCheck::kFull);
-  if (!archive.ok()) {
-    if (json) {
-      nlohmann::json j = {{"archive", path}, {"ok", false}, {"error", archive.status().ToString()}};
-      std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-    }
-    // A damaged or edited archive is bad data, what verify is for: exit 1, as for bad records.
-    const StatusCode code = archive.status().code();
-    const bool damaged = code == StatusCode::kCorrupt || code == StatusCode::kChecksumMismatch;
-    const int exit_code = Fail(archive.status());
-    return damaged ? 1 : exit_code;
-  }
-  const bool tty = !json && ::isatty(STDERR_FILENO);
+  const bool tty = !json && !vm.count("quiet") && ::isatty(STDERR_FILENO);
   auto progress = [tty](uint64_t done, uint64_t total) {
     if (!tty) return;
     std::fprintf(stderr, "\r\033[Kverifying %llu/%llu (%.1f%%)",
@@ -237,33 +258,52 @@ int CmdVerify(int argc, char** argv) {
                  total ? 100.0 * done / total : 100.0);
     std::fflush(stderr);
   };
-  converter::VerifyReport report = converter::Verify(**archive, opt, progress);
+  // Damage of any kind (an archive too damaged to open, a shard file missing, a bad record) is
+  // a report and exit 1; only a path that is not there or not an archive at all is exit 2.
+  auto result = validate::VerifyPath(path, opt, progress);
+  if (!result.ok()) {
+    Fail(result.status());
+    return 2;
+  }
+  const validate::VerifyReport& report = *result;
   if (tty) std::fprintf(stderr, "\n");
   if (json) {
     std::printf("%s", report.ToJson().c_str());
   } else {
+    if (!report.error.empty()) {
+      std::fprintf(stderr, "shardfeed: error: %s\n", report.error.c_str());
+      std::printf("BAD archive: %s\n", report.error.c_str());
+    }
+    for (const auto& s : report.bad_manifest) std::printf("BAD manifest: %s\n", s.c_str());
     for (const auto& s : report.bad_shards) std::printf("BAD shard: %s\n", s.c_str());
     for (const auto& b : report.bad_samples) {
-      std::printf("BAD sample %llu: %s\n", static_cast<unsigned long long>(b.index),
-                  b.reason.c_str());
+      std::printf("BAD %s\n", b.reason.c_str());  // the reason names the sample
     }
-    std::printf("%s: %llu samples checked%s, %zu bad samples, %zu bad shards: %s\n", path.c_str(),
+    std::printf("%s: %llu samples checked%s, %zu bad samples, %zu bad shards%s: %s\n", path.c_str(),
                 static_cast<unsigned long long>(report.checked), opt.decode ? " and decoded" : "",
-                report.bad_samples.size(), report.bad_shards.size(), report.ok() ? "OK" : "FAILED");
+                report.bad_samples.size(), report.bad_shards.size(),
+                report.bad_manifest.empty() ? "" : ", manifest disagrees",
+                report.ok() ? "OK" : "FAILED");
   }
   return report.ok() ? 0 : 1;
 }
 
 int CmdInspect(int argc, char** argv) {
+  using CS = validate::ContactSheetOptions;
+  static const OptionTable<CS> table(
+      "inspect option",
+      {CountOption<CS>("per_class", 1, 64, "with --grid: samples per class", &CS::per_class),
+       CountOption<CS>("size", 16, 512, "with --grid: thumbnail side", &CS::tile)});
   po::options_description desc("inspect options");
   std::string path, grid;
-  converter::ContactSheetOptions sheet;
+  CS sheet;
+  std::vector<std::string> helps;
   desc.add_options()("archive", po::value(&path)->required(), "archive")("json", "print JSON")(
       "grid", po::value(&grid),
       "also write a contact sheet (PNG) here: a row per class, its first samples as thumbnails "
-      "with their indices")("per-class", po::value(&sheet.per_class)->default_value(8),
-                            "with --grid: samples per class (1..64)")(
-      "size", po::value(&sheet.tile)->default_value(96), "with --grid: thumbnail side (16..512)");
+      "with their indices");
+  cli::AddOptionTable(desc, table, sheet, &helps);
+  desc.add_options()("quiet,q", "accepted; inspect prints no progress");
   po::positional_options_description pos;
   pos.add("archive", 1);
   po::variables_map vm;
@@ -271,36 +311,49 @@ int CmdInspect(int argc, char** argv) {
                      "shardfeed inspect ARCHIVE [--json] [--grid SHEET.png [--per-class K] "
                      "[--size S]]");
   if (rc >= 0) return rc;
+  if (Status s = cli::ApplyOptionTable(vm, table, &sheet); !s.ok()) return Fail(s);
   auto archive = format::Archive::Open(path, format::IndexCheck::kFull);
   if (!archive.ok()) return Fail(archive.status());
   if (!grid.empty()) {
-    auto image = converter::ContactSheet(**archive, sheet);
+    auto image = validate::ContactSheet(**archive, sheet);
     if (!image.ok()) return Fail(image.status());
     auto png = imaging::EncodePng(*image);
     if (!png.ok()) return Fail(png.status());
-    if (Status s = converter::WriteNewFile(grid, png->data(), png->size()); !s.ok()) {
+    if (Status s = validate::WriteNewFile(grid, png->data(), png->size()); !s.ok()) {
       return Fail(s);
     }
     std::fprintf(stderr, "contact sheet: %s (%ux%u)\n", grid.c_str(), image->width, image->height);
   }
-  std::printf("%s", vm.count("json") ? converter::InspectJson(**archive).c_str()
-                                     : converter::InspectText(**archive).c_str());
+  std::printf("%s", vm.count("json") ? validate::InspectJson(**archive).c_str()
+                                     : validate::InspectText(**archive).c_str());
   return 0;
 }
 
 int CmdExtract(int argc, char** argv) {
+  using EO = validate::ExtractOptions;
+  static const OptionTable<EO> table(
+      "extract option",
+      {CountOption<EO>("max_pixels", 1, UINT64_MAX,
+                       "refuse records declaring more pixels than this (as verify --decode and "
+                       "the loader)",
+                       &EO::max_pixels)});
   po::options_description desc("extract options");
   std::string path, dir;
+  EO opt;
+  std::vector<std::string> helps;
   desc.add_options()("archive", po::value(&path)->required(), "archive")(
       "dir", po::value(&dir)->required(), "output folder (created; must be empty)");
+  cli::AddOptionTable(desc, table, opt, &helps);
+  desc.add_options()("quiet,q", "accepted; extract prints no progress");
   po::positional_options_description pos;
   pos.add("archive", 1).add("dir", 1);
   po::variables_map vm;
   int rc = ParseArgs(argc, argv, desc, pos, vm, "shardfeed extract ARCHIVE DIR");
   if (rc >= 0) return rc;
+  if (Status s = cli::ApplyOptionTable(vm, table, &opt); !s.ok()) return Fail(s);
   auto archive = format::Archive::Open(path, format::IndexCheck::kFull);
   if (!archive.ok()) return Fail(archive.status());
-  auto n = converter::Extract(**archive, dir);
+  auto n = validate::Extract(**archive, dir, opt);
   if (!n.ok()) return Fail(n.status());
   std::printf("extracted %llu samples to %s\n", static_cast<unsigned long long>(*n), dir.c_str());
   return 0;
@@ -313,7 +366,8 @@ int CmdConvert(int argc, char** argv) {
   desc.add_options()("archive", po::value(&path)->required(), "archive to read")(
       "out", po::value(&out)->required(), "archive to write")(
       "backend", po::value(&backend), "lmdb | hdf5 (default: the one ARCHIVE does not use)")(
-      "overwrite", po::bool_switch(&overwrite), "replace an existing archive at OUT");
+      "overwrite", po::bool_switch(&overwrite), "replace an existing archive at OUT")(
+      "quiet,q", "accepted; convert prints no progress");
   po::positional_options_description pos;
   pos.add("archive", 1).add("out", 1);
   po::variables_map vm;
@@ -348,7 +402,8 @@ int CmdMerge(int argc, char** argv) {
   bool overwrite = false;
   desc.add_options()("parts", po::value(&parts)->multitoken()->required(),
                      "a directory of parts (OUT.parts) or the part archives, then OUT")(
-      "overwrite", po::bool_switch(&overwrite), "replace an existing archive at OUT");
+      "overwrite", po::bool_switch(&overwrite), "replace an existing archive at OUT")(
+      "quiet,q", "accepted; merge prints no progress");
   po::positional_options_description pos;
   pos.add("parts", -1);
   po::variables_map vm;
@@ -369,8 +424,9 @@ int CmdMerge(int argc, char** argv) {
   return 0;
 }
 
-int main(int argc, char** argv) {
-  std::signal(SIGPIPE, SIG_IGN);
+namespace {
+
+int Dispatch(int argc, char** argv) {
   if (argc < 2) {
     PrintUsage();
     return 2;
@@ -392,11 +448,33 @@ int main(int argc, char** argv) {
   if (cmd == "verify") return CmdVerify(argc - 1, argv + 1);
   if (cmd == "inspect") return CmdInspect(argc - 1, argv + 1);
   if (cmd == "extract") return CmdExtract(argc - 1, argv + 1);
+  if (cmd == "stats") return cli::CmdStats(argc - 1, argv + 1);
   if (cmd == "bench") return cli::CmdBench(argc - 1, argv + 1);
   if (cmd == "tune") return cli::CmdTune(argc - 1, argv + 1);
   if (cmd == "convert") return CmdConvert(argc - 1, argv + 1);
   if (cmd == "merge") return CmdMerge(argc - 1, argv + 1);
-  std::fprintf(stderr, "shardfeed: error: unknown command '%s'\n", cmd.c_str());
+  const std::string close = ClosestName(
+      cmd, {"pack", "verify", "inspect", "extract", "bench", "tune", "convert", "merge"});
+  std::fprintf(stderr, "shardfeed: error: unknown command '%s'%s\n", cmd.c_str(),
+               close.empty() ? "" : ("; did you mean '" + close + "'?").c_str());
   PrintUsage();
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::signal(SIGPIPE, SIG_IGN);
+  // The last resort: an exception no command caught (a thread the system refused, memory) is a
+  // clear error and exit 2, never an abort.
+  try {
+    return Dispatch(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "shardfeed: error: out of memory\n");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shardfeed: error: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "shardfeed: error: unexpected failure\n");
+  }
   return 2;
 }

@@ -45,7 +45,7 @@ def main():
 
     print("training %s on %s: %d images, %d classes, %d batches/epoch, device %s, ring in %s memory"
           % (args.model, args.archive, len(archive), len(archive.class_names), len(loader), device,
-             loader._loader.pinned))
+             loader.pinned))
     step, waited, images, epoch = 0, 0.0, 0, 0
     start = time.perf_counter()
     while step < args.steps:

@@ -11,172 +11,138 @@ namespace {
 using O = PackOptions;
 using V = std::string_view;
 
-// v >= min, without a "comparison is always true" warning when min is 0.
-bool AtLeast(uint64_t v, uint64_t min) { return v >= min; }
-
-template <typename T>
-Status SetCount(const char* name, V t, uint64_t min, uint64_t max, T* field) {
-  uint64_t v = 0;
-  if (!ParseCountText(t, &v) || !AtLeast(v, min) || v > max ||
-      v > uint64_t(std::numeric_limits<T>::max())) {
-    std::string what = "a whole number";
-    if (max < std::numeric_limits<uint64_t>::max() / 2) {
-      what += " in " + std::to_string(min) + ".." + std::to_string(max);
-    } else if (min > 0) {
-      what += " of at least " + std::to_string(min);
-    }
-    return BadOption(name, what, t);
-  }
-  *field = static_cast<T>(v);
-  return Status::OK();
-}
-
-Status SetBool(const char* name, V t, bool* field) {
-  if (!ParseBoolText(t, field)) return BadOption(name, "true or false", t);
-  return Status::OK();
-}
-
-std::string Bool(bool b) { return b ? "true" : "false"; }
-
 constexpr uint64_t kAny = std::numeric_limits<uint64_t>::max();
+constexpr uint64_t kMaxParts = 99999;       // part names have five digits (DefaultPartPath)
+constexpr uint64_t kMaxChunk = 1ull << 30;  // a chunk is one buffer in memory
+
+// "I/N": two whole numbers, digits only, 0 <= I < N <= kMaxParts.
+Status SetPart(O* o, V t) {
+  const size_t slash = t.find('/');
+  uint64_t i = 0, n = 0;
+  if (slash == V::npos || !ParseCountText(t.substr(0, slash), &i) ||
+      !ParseCountText(t.substr(slash + 1), &n) || n == 0 || n > kMaxParts || i >= n) {
+    return BadOption("part", "I/N with 0 <= I < N <= " + std::to_string(kMaxParts), t);
+  }
+  o->part = uint32_t(i), o->parts = uint32_t(n), o->part_record = true;
+  return Status::OK();
+}
+
+// Marks an option that shapes the records (written to the manifest).
+PackOption Recorded(PackOption o) {
+  o.recorded = true;
+  return o;
+}
 
 std::vector<PackOption> MakeTable() {
   return {
-      {"encoding", PackOptionKind::kChoice, "jpeg|raw|zstd",
-       "jpeg: JPEG files byte for byte (others encoded once); raw: decoded RGB; zstd: raw, "
-       "compressed",
-       true,
-       [](O* o, V t) -> Status {
-         if (!format::ParseEncoding(t, &o->encoding)) {
-           return BadOption("encoding", "one of jpeg, raw, zstd", t);
-         }
-         return Status::OK();
-       },
-       [](const O& o) { return std::string(format::EncodingName(o.encoding)); }},
-      {"backend", PackOptionKind::kChoice, "lmdb|hdf5", "container", true,
-       [](O* o, V t) -> Status {
-         if (!format::ParseBackend(t, &o->writer.backend)) {
-           return BadOption("backend", "one of lmdb, hdf5", t);
-         }
-         return Status::OK();
-       },
-       [](const O& o) { return std::string(format::BackendName(o.writer.backend)); }},
-      {"size", PackOptionKind::kCount, nullptr,
-       "raw/zstd: resize so the short side is this. jpeg: a resolution cap: images whose "
-       "short side (long side with max_side) exceeds it are resized and re-encoded at quality "
-       "(upright); the others keep their bytes (0: no cap)",
-       true, [](O* o, V t) { return SetCount("size", t, 0, 65535, &o->size); },
-       [](const O& o) { return std::to_string(o.size); }},
-      {"max_side", PackOptionKind::kBool, nullptr, "jpeg with size: cap the long side", true,
-       [](O* o, V t) { return SetBool("max_side", t, &o->max_side); },
-       [](const O& o) { return Bool(o.max_side); }},
-      {"crop", PackOptionKind::kChoice, "none|center", "raw/zstd with size: none | center", true,
-       [](O* o, V t) -> Status {
-         if (t != "none" && t != "center") return BadOption("crop", "one of none, center", t);
-         o->center_crop = t == "center";
-         return Status::OK();
-       },
-       [](const O& o) { return std::string(o.center_crop ? "center" : "none"); }},
-      {"quality", PackOptionKind::kCount, nullptr,
-       "JPEG quality of re-encoded images (non-JPEG inputs, size caps)", true,
-       [](O* o, V t) { return SetCount("quality", t, 1, 100, &o->quality); },
-       [](const O& o) { return std::to_string(o.quality); }},
-      {"level", PackOptionKind::kCount, nullptr, "zstd level", true,
-       [](O* o, V t) { return SetCount("level", t, 1, uint64_t(ZSTD_maxCLevel()), &o->level); },
-       [](const O& o) { return std::to_string(o.level); }},
-      {"shuffle", PackOptionKind::kBool, nullptr, "store samples in a shuffled order", true,
-       [](O* o, V t) { return SetBool("shuffle", t, &o->shuffle); },
-       [](const O& o) { return Bool(o.shuffle); }},
-      {"seed", PackOptionKind::kCount, nullptr, "seed for shuffle", true,
-       [](O* o, V t) { return SetCount("seed", t, 0, kAny, &o->seed); },
-       [](const O& o) { return std::to_string(o.seed); }},
-      {"validate", PackOptionKind::kChoice, "none|header|full",
-       "JPEG passthrough checks: none | header (markers + end marker) | full (decode)", true,
-       [](O* o, V t) -> Status {
-         if (t == "none") return o->validation = Validation::kNone, Status::OK();
-         if (t == "header") return o->validation = Validation::kHeader, Status::OK();
-         if (t == "full") return o->validation = Validation::kFull, Status::OK();
-         return BadOption("validate", "one of none, header, full", t);
-       },
-       [](const O& o) {
-         return std::string(o.validation == Validation::kNone     ? "none"
-                            : o.validation == Validation::kHeader ? "header"
-                                                                  : "full");
-       }},
-      {"max_pixels", PackOptionKind::kCount, nullptr, "refuse larger images", true,
-       [](O* o, V t) { return SetCount("max_pixels", t, 1, kAny, &o->limits.max_pixels); },
-       [](const O& o) { return std::to_string(o.limits.max_pixels); }},
-      {"chunk_size", PackOptionKind::kBytes, nullptr,
-       "records are grouped in chunks of this size (e.g. 1M)", true,
-       [](O* o, V t) -> Status {
-         uint64_t v = 0;
-         if (!ParseByteSize(t, &v) || v == 0) {
-           return BadOption("chunk_size", "a size in bytes > 0 (e.g. 512K, 1M)", t);
-         }
-         o->writer.chunk_bytes = v;
-         return Status::OK();
-       },
-       [](const O& o) { return std::to_string(o.writer.chunk_bytes); }},
-      {"shard_size", PackOptionKind::kBytes, nullptr,
-       "start a new shard after this many bytes (e.g. 1G; 0: one shard)", true,
-       [](O* o, V t) -> Status {
-         uint64_t v = 0;
-         if (!ParseByteSize(t, &v)) return BadOption("shard_size", "a size in bytes (e.g. 1G)", t);
-         o->writer.shard_bytes = v;
-         return Status::OK();
-       },
-       [](const O& o) { return std::to_string(o.writer.shard_bytes); }},
-      {"workers", PackOptionKind::kCount, nullptr,
-       "worker threads (0: all cores; the archive is the same whatever it is)", false,
-       [](O* o, V t) { return SetCount("workers", t, 0, 4096, &o->workers); },
-       [](const O& o) { return std::to_string(o.workers); }},
-      {"strict", PackOptionKind::kBool, nullptr,
-       "fail (and write no archive) if any file is skipped", false,
-       [](O* o, V t) { return SetBool("strict", t, &o->strict); },
-       [](const O& o) { return Bool(o.strict); }},
-      {"overwrite", PackOptionKind::kBool, nullptr,
-       "replace an existing archive at OUT (only a shardfeed archive)", false,
-       [](O* o, V t) { return SetBool("overwrite", t, &o->writer.overwrite); },
-       [](const O& o) { return Bool(o.writer.overwrite); }},
-      {"part", PackOptionKind::kText, nullptr,
-       "I/N: pack only part I (0-based) of N of the source list; join parts with merge", false,
-       [](O* o, V t) -> Status {
-         const std::string spec(t);
-         unsigned i = 0, n = 0;
-         char tail = 0;
-         if (std::sscanf(spec.c_str(), "%u/%u%c", &i, &n, &tail) != 2 || n == 0 || i >= n) {
-           return BadOption("part", "I/N with 0 <= I < N", t);
-         }
-         o->part = i, o->parts = n, o->part_record = true;
-         return Status::OK();
-       },
+      Recorded({"encoding", OptionKind::kChoice, "jpeg|raw|zstd",
+                "jpeg: JPEG files byte for byte (others encoded once); raw: decoded RGB; zstd: "
+                "raw, compressed",
+                [](O* o, V t) -> Status {
+                  if (!format::ParseEncoding(t, &o->encoding)) {
+                    return BadOption("encoding", "one of jpeg, raw, zstd", t);
+                  }
+                  return Status::OK();
+                },
+                [](const O& o) { return std::string(format::EncodingName(o.encoding)); }}),
+      Recorded({"backend", OptionKind::kChoice, "lmdb|hdf5", "container",
+                [](O* o, V t) -> Status {
+                  if (!format::ParseBackend(t, &o->writer.backend)) {
+                    return BadOption("backend", "one of lmdb, hdf5", t);
+                  }
+                  return Status::OK();
+                },
+                [](const O& o) { return std::string(format::BackendName(o.writer.backend)); }}),
+      Recorded(CountOption<O>(
+          "size", 0, 65535,
+          "raw/zstd: resize so the short side is this. jpeg: a resolution cap: images whose "
+          "short side (long side with max_side) exceeds it are resized and re-encoded at "
+          "quality (upright); the others keep their bytes (0: no cap)",
+          &O::size)),
+      Recorded(BoolOption<O>("max_side", "jpeg with size: cap the long side", &O::max_side)),
+      Recorded({"crop", OptionKind::kChoice, "none|center", "raw/zstd with size: none | center",
+                [](O* o, V t) -> Status {
+                  if (t != "none" && t != "center") {
+                    return BadOption("crop", "one of none, center", t);
+                  }
+                  o->center_crop = t == "center";
+                  return Status::OK();
+                },
+                [](const O& o) { return std::string(o.center_crop ? "center" : "none"); }}),
+      Recorded(CountOption<O>("quality", 1, 100,
+                              "JPEG quality of re-encoded images (non-JPEG inputs, size caps)",
+                              &O::quality)),
+      Recorded(CountOption<O>("level", 1, uint64_t(ZSTD_maxCLevel()), "zstd level", &O::level)),
+      Recorded(BoolOption<O>("shuffle", "store samples in a shuffled order", &O::shuffle)),
+      Recorded(CountOption<O>("seed", 0, kAny, "seed for shuffle", &O::seed)),
+      Recorded({"validate", OptionKind::kChoice, "none|header|full",
+                "JPEG passthrough checks: none | header (markers + end marker) | full (decode)",
+                [](O* o, V t) -> Status {
+                  if (t == "none") return o->validation = Validation::kNone, Status::OK();
+                  if (t == "header") return o->validation = Validation::kHeader, Status::OK();
+                  if (t == "full") return o->validation = Validation::kFull, Status::OK();
+                  return BadOption("validate", "one of none, header, full", t);
+                },
+                [](const O& o) {
+                  return std::string(o.validation == Validation::kNone     ? "none"
+                                     : o.validation == Validation::kHeader ? "header"
+                                                                           : "full");
+                }}),
+      Recorded(CountOption<O>(
+          "max_pixels", 1, kAny, "refuse larger images",
+          [](auto& o) -> auto& { return o.limits.max_pixels; })),
+      Recorded({"chunk_size", OptionKind::kBytes, nullptr,
+                "records are grouped in chunks of this size (e.g. 1M)",
+                [](O* o, V t) -> Status {
+                  uint64_t v = 0;
+                  if (!ParseByteSize(t, &v) || v == 0 || v > kMaxChunk) {
+                    return BadOption("chunk_size", "a size in bytes in 1..1G (e.g. 512K, 1M)", t);
+                  }
+                  o->writer.chunk_bytes = v;
+                  return Status::OK();
+                },
+                [](const O& o) { return std::to_string(o.writer.chunk_bytes); },
+                "a size in bytes in 1..1G"}),
+      Recorded({"shard_size", OptionKind::kBytes, nullptr,
+                "start a new shard after this many bytes (e.g. 1G; 0: one shard)",
+                [](O* o, V t) -> Status {
+                  uint64_t v = 0;
+                  if (!ParseByteSize(t, &v)) {
+                    return BadOption("shard_size", "a size in bytes below 16E (e.g. 1G)", t);
+                  }
+                  o->writer.shard_bytes = v;
+                  return Status::OK();
+                },
+                [](const O& o) { return std::to_string(o.writer.shard_bytes); },
+                "a size in bytes below 16E"}),
+      CountOption<O>("workers", 0, 4096,
+                     "worker threads (0: all cores; the archive is the same whatever it is)",
+                     &O::workers),
+      BoolOption<O>("strict", "fail (and write no archive) if any file is skipped", &O::strict),
+      BoolOption<O>(
+          "overwrite", "replace an existing archive at OUT (only a shardfeed archive)",
+          [](auto& o) -> auto& { return o.writer.overwrite; }),
+      {"part", OptionKind::kText, nullptr,
+       "I/N: pack only part I (0-based) of N of the source list; join parts with merge", SetPart,
        [](const O& o) {
          return o.part_record ? std::to_string(o.part) + "/" + std::to_string(o.parts)
                               : std::string();
-       }},
+       },
+       "I/N with 0 <= I < N <= " + std::to_string(kMaxParts)},
   };
 }
 
 }  // namespace
 
-const std::vector<PackOption>& PackOptionTable() {
-  static const std::vector<PackOption> table = MakeTable();
+const OptionTable<PackOptions>& PackOptionTable() {
+  static const OptionTable<PackOptions> table("pack option", MakeTable());
   return table;
 }
 
-const PackOption* FindPackOption(std::string_view name) {
-  std::string snake(name);
-  for (char& c : snake) c = c == '-' ? '_' : c;
-  for (const PackOption& o : PackOptionTable()) {
-    if (snake == o.name) return &o;
-  }
-  return nullptr;
-}
+const PackOption* FindPackOption(std::string_view name) { return PackOptionTable().Find(name); }
 
 Status SetPackOption(PackOptions* options, std::string_view name, std::string_view text) {
-  const PackOption* o = FindPackOption(name);
-  if (!o) return Status::InvalidArgument("unexpected pack option '", std::string(name), "'");
-  return o->set(options, text);
+  return PackOptionTable().Set(options, name, text);
 }
 
 Status ValidatePackOptions(const PackOptions& o) {
@@ -200,10 +166,16 @@ Status ValidatePackOptions(const PackOptions& o) {
   if (o.quality < 1 || o.quality > 100) {
     return BadOption("quality", "a whole number in 1..100", std::to_string(o.quality));
   }
-  if (o.workers < 0) return BadOption("workers", "a whole number", std::to_string(o.workers));
+  if (o.workers < 0 || o.workers > 4096) {
+    return BadOption("workers", CountRange(0, 4096), std::to_string(o.workers));
+  }
   if (o.writer.chunk_bytes == 0) return BadOption("chunk_size", "a size in bytes > 0", "0");
-  if (o.parts == 0 || o.part >= o.parts) {
-    return BadOption("part", "I/N with 0 <= I < N",
+  if (o.writer.chunk_bytes > kMaxChunk) {
+    return BadOption("chunk_size", "a size in bytes in 1..1G",
+                     std::to_string(o.writer.chunk_bytes));
+  }
+  if (o.parts == 0 || o.parts > kMaxParts || o.part >= o.parts) {
+    return BadOption("part", "I/N with 0 <= I < N <= " + std::to_string(kMaxParts),
                      std::to_string(o.part) + "/" + std::to_string(o.parts));
   }
   return Status::OK();
@@ -214,9 +186,9 @@ std::string PackOptionsJson(const PackOptions& options, std::string_view source_
   for (const PackOption& o : PackOptionTable()) {
     if (!o.recorded) continue;
     const std::string v = o.get(options);
-    if (o.kind == PackOptionKind::kBool) {
+    if (o.kind == OptionKind::kBool) {
       j[o.name] = v == "true";
-    } else if (o.kind == PackOptionKind::kCount || o.kind == PackOptionKind::kBytes) {
+    } else if (o.kind == OptionKind::kCount || o.kind == OptionKind::kBytes) {
       j[o.name] = std::stoull(v);
     } else {
       j[o.name] = v;

@@ -188,6 +188,8 @@ bool IsArchiveDirectory(const std::string& path) {
   return text.ok() && IsShardfeedManifest(*text);
 }
 
+constexpr uint64_t kMaxLmdbPage = 64 * 1024;
+
 // A shard's slot: opened once (std::call_once), at Open() or, when lazy, on first use.
 struct Archive::Shard {
   // Unguarded before `store` is destroyed (which unmaps the range).
@@ -201,6 +203,33 @@ struct Archive::Shard {
   std::string file;        // its path, for messages
   mutable int guard = -1;  // internal::GuardRange id of the mapping, or -1
 };
+
+namespace {
+
+// Every shard the manifest lists is a file of the directory: a manifest listing more shards than
+// the directory has files is refused before its document (about 2 KB of memory a shard entry) is
+// built. Counts the directory's entries only up to what the manifest claims. Up to
+// kShardsBuiltUnchecked shards (a few MB of document) are built without it, so that a missing
+// shard file of an ordinary archive is reported by name, as damage of that shard (verify).
+constexpr uint64_t kShardsBuiltUnchecked = 4096;
+Status CheckShardCount(const std::string& dir, const std::string& text,
+                       const std::string& manifest_file) {
+  SF_ASSIGN_OR_RETURN(uint64_t listed, CountManifestShards(text, manifest_file));
+  if (listed <= kShardsBuiltUnchecked) return Status::OK();
+  uint64_t files = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end && files <= listed;
+       it.increment(ec)) {
+    if (it->path().filename() != kManifestFileName) ++files;
+  }
+  if (listed > files) {
+    return Status::Corrupt(manifest_file, ": lists ", listed,
+                           " shards, the archive directory holds ", files, " other files");
+  }
+  return Status::OK();
+}
+
+}  // namespace
 
 Archive::Archive() = default;
 Archive::~Archive() = default;
@@ -244,8 +273,10 @@ Result<std::string> ReadManifestText(const std::string& path, std::string* manif
   *manifest_file = (fs::path(path) / kManifestFileName).string();
   auto read = ReadBoundedFile(*manifest_file, kMaxManifestBytes);
   if (read.status().code() == StatusCode::kNotFound) {
-    return Status::Corrupt(path, ": no ", kManifestFileName,
-                           " (not an archive, or one whose packing never finished)");
+    // An image folder given where an archive is expected (a pack that never finished leaves
+    // only <path>.partial, never a <path> without its manifest).
+    return Status::InvalidArgument(path, ": not a shardfeed archive (no ", kManifestFileName,
+                                   "); did you mean `shardfeed pack`?");
   }
   return read;
 }
@@ -256,6 +287,8 @@ Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path, IndexChe
   std::string manifest_file;
   std::shared_ptr<storage::Remote> remote;
   SF_ASSIGN_OR_RETURN(std::string text, ReadManifestText(path, &manifest_file, &remote));
+  // A remote manifest is bounded by kMaxManifestBytes alone (no directory to count).
+  if (!remote) SF_RETURN_IF_ERROR(CheckShardCount(path, text, manifest_file));
   SF_ASSIGN_OR_RETURN(Manifest manifest, Manifest::FromJson(text, manifest_file));
   if (remote) {
     uint64_t bytes = 0;
@@ -331,7 +364,11 @@ Status Archive::OpenShard(size_t s) const {
   }
   SF_ASSIGN_OR_RETURN(std::unique_ptr<ShardStore> store,
                       OpenShardFile(manifest_.backend, file, info, s));
-  shards_[s]->guard = internal::GuardRange(store->map_base, store->map_size);
+  // The guard answers a SIGBUS by mapping zeros over its range: register only what is provably
+  // this shard's mapping (never wider than the file it maps, plus LMDB's last page).
+  if (store->map_size <= store->file_bytes + kMaxLmdbPage) {
+    shards_[s]->guard = internal::GuardRange(store->map_base, store->map_size);
+  }
   shards_[s]->store = std::move(store);
   return Status::OK();
 }
@@ -371,9 +408,8 @@ size_t Archive::FindShard(uint64_t index) const {
   return static_cast<size_t>(it - shard_starts_.begin()) - 1;
 }
 
-RecordView Archive::Get(uint64_t index) const {
-  const size_t s = FindShard(index);
-  const ShardStore& shard = *shards_[s]->store;
+RecordView Archive::Record(const Shard& slot, size_t s, uint64_t index) const {
+  const ShardStore& shard = *slot.store;
   const IndexEntry& e = shard.index[index - shard_starts_[s]];
   return RecordView{shard.chunk_data[e.chunk] + e.offset, e.size, &e};
 }
@@ -393,7 +429,7 @@ Result<RecordView> Archive::At(uint64_t index) const {
                                 shard->file, nullptr);
     if (!st.ok()) return st;
   }
-  return Get(index);
+  return Record(*shard, s, index);
 }
 
 Status Archive::CheckUnchanged(uint64_t index) const {
@@ -444,6 +480,46 @@ Status Archive::VerifyShard(size_t s) const {
     return Status::ChecksumMismatch(shards_[s]->file, ": shard hash mismatch (manifest ",
                                     HashToHex(manifest_.shards[s].content_hash), ", computed ",
                                     HashToHex(got), ")");
+  }
+  return Status::OK();
+}
+
+Status Archive::VerifyDerived() const {
+  const std::string manifest_file = (fs::path(path_) / kManifestFileName).string();
+  std::vector<uint64_t> class_counts(manifest_.class_names.size());
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    Status error;
+    const Shard* slot = Ready(s, &error);
+    if (!slot) return error;
+    const ShardStore& shard = *slot->store;
+    const ShardInfo& info = manifest_.shards[s];
+    SF_RETURN_IF_ERROR(CheckIndexChecksum(shard, slot->file));
+    SF_RETURN_IF_ERROR(ValidateEntries(shard, manifest_, shard_starts_[s], 0,
+                                       shard.header.sample_count, slot->file, &class_counts));
+    uint64_t records = 0, chunks = 0;
+    for (uint64_t i = 0; i < shard.header.sample_count; ++i) records += shard.index[i].size;
+    for (uint64_t size : shard.chunk_size) chunks += size;
+    auto differs = [&](const char* field, uint64_t stored, uint64_t actual) {
+      return Status::Corrupt(manifest_file, ": shard ", info.file, ": ", field, " is ", stored,
+                             ", the shard holds ", actual);
+    };
+    if (info.sizes_recorded && info.payload_bytes != records) {
+      return differs("payload_bytes", info.payload_bytes, records);
+    }
+    if (chunks != records) return differs("chunk bytes (sum of records)", records, chunks);
+    if (info.sizes_recorded && manifest_.backend == Backend::kLmdb &&
+        info.file_bytes != shard.file_bytes) {
+      return differs("file_bytes", info.file_bytes, shard.file_bytes);
+    }
+  }
+  if (!manifest_.class_counts.empty()) {
+    for (size_t c = 0; c < class_counts.size(); ++c) {
+      if (manifest_.class_counts[c] != class_counts[c]) {
+        return Status::Corrupt(manifest_file, ": class ", c, " has ", class_counts[c],
+                               " samples in the shards, the manifest says ",
+                               manifest_.class_counts[c]);
+      }
+    }
   }
   return Status::OK();
 }

@@ -12,6 +12,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "shard_internal.h"
 #include "shardfeed/format/archive.h"
@@ -33,6 +34,25 @@ Status SyncPath(const std::string& path, bool directory) {
 namespace {
 
 constexpr const char* kPartialMarker = ".shardfeed-partial";
+// Written into an archive just before it is moved aside to <path>.old (the fallback swap without
+// RENAME_EXCHANGE): "replaced-by DEV INO", the identity of the directory that replaces it. Only
+// a <path>.old carrying it is ever restored or removed by recovery.
+constexpr const char* kReplacedMarker = ".shardfeed-replaced";
+
+std::string Identity(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return "";
+  return "replaced-by " + std::to_string(st.st_dev) + " " + std::to_string(st.st_ino);
+}
+
+// The identity a <path>.old's marker records, or "" when it carries none (not ours).
+std::string ReplacedMarkerOf(const std::string& old) {
+  auto text = ReadBoundedFile((fs::path(old) / kReplacedMarker).string(), 256);
+  if (!text.ok()) return "";
+  std::string t = *text;
+  while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
+  return t.rfind("replaced-by ", 0) == 0 ? t : "";
+}
 
 std::string NowUtc() {
   std::time_t t = std::time(nullptr);
@@ -68,17 +88,61 @@ bool Exists(const std::string& path) {
   return ::lstat(path.c_str(), &st) == 0;
 }
 
-// A partial directory is ours when it carries the marker or is already an archive (a writer
-// killed between writing the manifest and the swap).
+// A partial directory is ours only when it carries the marker (kept until after the swap, so a
+// writer killed between writing the manifest and the swap leaves it too). An archive there
+// without it is someone's own folder.
 bool IsOurPartial(const std::string& path) {
-  std::error_code ec;
-  return fs::is_directory(path, ec) &&
-         (fs::exists(fs::path(path) / kPartialMarker, ec) || IsArchiveDirectory(path));
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+         ::lstat((fs::path(path) / kPartialMarker).c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 // renameat2 with flags; ENOSYS/EINVAL where the kernel or the filesystem lacks them.
 int Rename2(const std::string& from, const std::string& to, unsigned flags) {
   return ::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), flags);
+}
+
+std::string SystemError(int err) {
+  return err == ENOSPC ? "no space left on device" : std::strerror(err);
+}
+
+// Copies a file's bytes to a new file `to` (created, never replaced) and syncs it; errors name the
+// system's reason (std::filesystem::copy_file reports a full disk as an I/O error).
+Status CopyFileData(const std::string& from, const std::string& to) {
+  int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) return Status::IOError(from, ": ", SystemError(errno));
+  int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (out < 0) {
+    const int err = errno;
+    ::close(in);
+    return Status::IOError(to, ": ", SystemError(err));
+  }
+  std::vector<char> buf(size_t{1} << 20);
+  Status status;
+  for (;;) {
+    ssize_t n = ::read(in, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      status = Status::IOError(from, ": read: ", SystemError(errno));
+      break;
+    }
+    if (n == 0) break;
+    for (ssize_t done = 0; done < n;) {
+      ssize_t w = ::write(out, buf.data() + done, static_cast<size_t>(n - done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) {
+        status = Status::IOError(to, ": ", SystemError(errno));
+        break;
+      }
+      done += w;
+    }
+    if (!status.ok()) break;
+  }
+  if (status.ok() && ::fsync(out) != 0) status = Status::IOError(to, ": ", SystemError(errno));
+  if (::close(out) != 0 && status.ok()) status = Status::IOError(to, ": ", SystemError(errno));
+  ::close(in);
+  if (!status.ok()) ::unlink(to.c_str());
+  return status;
 }
 
 bool FlagsUnsupported(int err) { return err == EINVAL || err == ENOSYS || err == EOPNOTSUPP; }
@@ -197,19 +261,25 @@ Result<std::unique_ptr<ArchiveWriter>> ArchiveWriter::Create(const std::string& 
 
 Status ArchiveWriter::Recover() {
   const std::string old = path_ + ".old", partial = path_ + ".partial";
-  if (Exists(old)) {
-    if (!IsArchiveDirectory(old)) {
-      return Status::InvalidArgument(old, ": exists and is not a shardfeed archive; move it away");
-    }
+  // <path>.old is touched only when it carries the marker this program wrote into it before
+  // moving it aside (kReplacedMarker); a user's own backup of that name is never ours.
+  const std::string moved = Exists(old) ? ReplacedMarkerOf(old) : "";
+  if (!moved.empty()) {
     if (!Exists(path_)) {
       // A writer died between moving the old archive aside and moving the new one in.
       if (::rename(old.c_str(), path_.c_str()) != 0) {
         return Status::IOError(old, ": cannot restore it to ", path_, ": ", std::strerror(errno));
       }
-    } else {
+      ::unlink((fs::path(path_) / kReplacedMarker).c_str());
+    } else if (Identity(path_) == moved) {
+      // It died after the new archive was in place: the old one is what it was replacing.
       std::error_code ec;
       fs::remove_all(old, ec);
       if (ec) return Status::IOError(old, ": cannot remove: ", ec.message());
+    } else {
+      return Status::InvalidArgument(old, ": left by an interrupted overwrite, but ", path_,
+                                     " is not the archive that replaced it; move one of them "
+                                     "away");
     }
   }
   if (Exists(partial)) {
@@ -272,6 +342,15 @@ Status ArchiveWriter::Append(IndexEntry entry, const uint8_t* data, size_t size)
     return Status::InvalidArgument("record of ", entry.width, "x", entry.height,
                                    " pixels: images have at least one pixel");
   }
+  if (entry.encoding != static_cast<uint8_t>(options_.encoding)) {
+    Encoding got;
+    const bool known = entry.encoding >= 1 && entry.encoding <= 3;
+    if (known) got = static_cast<Encoding>(entry.encoding);
+    return Status::InvalidArgument(
+        "record of encoding ",
+        known ? std::string(EncodingName(got)) : std::to_string(entry.encoding),
+        " appended to an archive of encoding ", EncodingName(options_.encoding));
+  }
   if (options_.shard_bytes && shard_payload_ > 0 && shard_payload_ + size > options_.shard_bytes) {
     SF_RETURN_IF_ERROR(CloseShard());
     SF_RETURN_IF_ERROR(OpenShard());
@@ -315,10 +394,7 @@ Status ArchiveWriter::LinkShard(const std::string& file, const ShardInfo& source
     if (errno != EXDEV && errno != EPERM) {
       return Status::IOError(file, ": cannot link into ", dst, ": ", std::strerror(errno));
     }
-    std::error_code ec;
-    fs::copy_file(file, dst, ec);
-    if (ec) return Status::IOError(file, ": cannot copy to ", dst, ": ", ec.message());
-    SF_RETURN_IF_ERROR(SyncPath(dst, false));
+    SF_RETURN_IF_ERROR(CopyFileData(file, dst));
     was_copied = true;
   }
   if (copied) *copied = was_copied;
@@ -401,14 +477,19 @@ Status ArchiveWriter::Finish(Manifest manifest) {
   }
   std::string manifest_file = (fs::path(partial_path_) / kManifestFileName).string();
   {
+    errno = 0;
     std::ofstream out(manifest_file, std::ios::binary | std::ios::trunc);
     out << manifest_text;
     out.flush();
-    if (!out) return Status::IOError(manifest_file, ": write failed");
+    if (!out) {
+      return Status::IOError(manifest_file, ": write failed",
+                             errno ? ": " + SystemError(errno) : std::string());
+    }
   }
   SF_RETURN_IF_ERROR(SyncPath(manifest_file, false));
-  ::unlink((fs::path(partial_path_) / kPartialMarker).c_str());
   SF_RETURN_IF_ERROR(SyncPath(partial_path_, true));
+  // The partial marker stays until the swap is done (ours until then, see IsOurPartial).
+  const std::string marker_after = (fs::path(path_) / kPartialMarker).string();
 
   const std::string parent = ParentOf(path_);
   if (!Exists(path_)) {
@@ -421,6 +502,7 @@ Status ArchiveWriter::Finish(Manifest manifest) {
       }
     }
     finished_ = true;
+    ::unlink(marker_after.c_str());
     return SyncPath(parent, true);
   }
   // Replace (Create checked --overwrite and that this is an archive; check again, it may have
@@ -430,6 +512,7 @@ Status ArchiveWriter::Finish(Manifest manifest) {
   }
   if (Rename2(partial_path_, path_, RENAME_EXCHANGE) == 0) {
     finished_ = true;  // partial_path_ now holds the old archive
+    ::unlink(marker_after.c_str());
     SF_RETURN_IF_ERROR(SyncPath(parent, true));
     std::error_code ec;
     fs::remove_all(partial_path_, ec);
@@ -441,16 +524,30 @@ Status ArchiveWriter::Finish(Manifest manifest) {
   // No RENAME_EXCHANGE here: old aside, new in. A crash in between leaves <path>.old, which the
   // next writer restores (Recover).
   const std::string old = path_ + ".old";
+  if (Exists(old)) {
+    return Status::InvalidArgument(old, ": exists (not ours); move it away so that ", path_,
+                                   " can be replaced");
+  }
+  const std::string replaced = (fs::path(path_) / kReplacedMarker).string();
+  {
+    std::ofstream marker(replaced, std::ios::trunc);
+    marker << Identity(partial_path_) << "\n";
+    marker.flush();
+    if (!marker) return Status::IOError(replaced, ": cannot write");
+  }
+  SF_RETURN_IF_ERROR(SyncPath(replaced, false));
   if (::rename(path_.c_str(), old.c_str()) != 0) {
-    return Status::IOError(path_,
-                           ": cannot move the previous archive aside: ", std::strerror(errno));
+    const int err = errno;
+    ::unlink(replaced.c_str());
+    return Status::IOError(path_, ": cannot move the previous archive aside: ", std::strerror(err));
   }
   if (::rename(partial_path_.c_str(), path_.c_str()) != 0) {
     const int err = errno;
-    ::rename(old.c_str(), path_.c_str());  // put the old one back
+    if (::rename(old.c_str(), path_.c_str()) == 0) ::unlink(replaced.c_str());  // put it back
     return Status::IOError(path_, ": cannot rename ", partial_path_,
                            " into place: ", std::strerror(err));
   }
+  ::unlink(marker_after.c_str());
   finished_ = true;
   SF_RETURN_IF_ERROR(SyncPath(parent, true));
   std::error_code ec;

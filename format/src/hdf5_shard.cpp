@@ -84,7 +84,30 @@ class Handle {
   hid_t id_ = -1;
 };
 
+// The system error behind the innermost failure on HDF5's error stack: its file drivers record
+// "errno = N" in the description of a failed read or write. 0 when there is none.
+int SystemErrorOnStack() {
+  int found = 0;
+  auto walk = [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
+    const char* at = e && e->desc ? std::strstr(e->desc, "errno = ") : nullptr;
+    if (at) *static_cast<int*>(data) = std::atoi(at + 8);
+    return 0;
+  };
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk, &found);
+  return found;
+}
+
+// Names the system error when there is one, so a full disk reads "no space left on device"
+// rather than an HDF5 step that "failed".
 Status Hdf5Error(const std::string& file, const std::string& what) {
+  int err = SystemErrorOnStack();
+  if (err == 0 && (errno == ENOSPC || errno == EDQUOT || errno == EFBIG || errno == EIO)) {
+    err = errno;
+  }
+  if (err == ENOSPC) {
+    return Status::IOError(file, ": no space left on device (HDF5 ", what, ")");
+  }
+  if (err != 0) return Status::IOError(file, ": HDF5 ", what, " failed: ", std::strerror(err));
   return Status::IOError(file, ": HDF5 ", what, " failed");
 }
 

@@ -369,6 +369,9 @@ Result<std::unique_ptr<ShardStore>> OpenLmdbShard(const std::string& file,
     return Status::Corrupt(file, ": index is ", v.mv_size, " bytes, header promises ",
                            store->header.sample_count, " entries");
   }
+  // Where the index lies in the map (its copy below, if any, is on the heap: never part of the
+  // mapped range the fault guard acts on).
+  const uint8_t* index_in_map = static_cast<const uint8_t*>(v.mv_data);
   if (v.mv_size > 0 && reinterpret_cast<uintptr_t>(v.mv_data) % alignof(IndexEntry) != 0) {
     // Small values live inside B-tree leaf pages at any offset; large ones (overflow pages) are
     // 8-byte aligned. Copy the rare small, misaligned index rather than read it unaligned.
@@ -387,8 +390,9 @@ Result<std::unique_ptr<ShardStore>> OpenLmdbShard(const std::string& file,
     store->chunk_data[c] = static_cast<const uint8_t*>(v.mv_data);
     store->chunk_size[c] = v.mv_size;
   }
-  // LMDB does not expose its map address; the chunks span it (overflow pages are contiguous).
-  const uint8_t* lo = reinterpret_cast<const uint8_t*>(store->index);
+  // LMDB does not expose its map address; the chunks and the index as stored span it (overflow
+  // pages are contiguous). Only pointers into the map count: store->index may be a heap copy.
+  const uint8_t* lo = index_in_map;
   const uint8_t* hi = lo + store->header.sample_count * sizeof(IndexEntry);
   for (size_t c = 0; c < store->chunk_data.size(); ++c) {
     lo = std::min(lo, store->chunk_data[c]);

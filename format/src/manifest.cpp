@@ -132,6 +132,51 @@ Status Get(const json& j, const char* key, T* out, const std::string& origin,
   return Status::OK();
 }
 
+// A SAX pass over a manifest that builds no document (O(nesting) memory): counts the entries of
+// the top-level "shards" list and notes the top-level "format" string.
+class ShapeScan : public nlohmann::json_sax<json> {
+ public:
+  uint64_t shards = 0;
+  std::string format;
+  bool null() override { return Value(); }
+  bool boolean(bool) override { return Value(); }
+  bool number_integer(number_integer_t) override { return Value(); }
+  bool number_unsigned(number_unsigned_t) override { return Value(); }
+  bool number_float(number_float_t, const string_t&) override { return Value(); }
+  bool string(string_t& v) override {
+    if (depth_ == 1 && key_ == "format") format = v;
+    return Value();
+  }
+  bool binary(binary_t&) override { return Value(); }
+  bool start_object(std::size_t) override { return Open(); }
+  bool end_object() override { return Close(); }
+  bool start_array(std::size_t) override {
+    if (depth_ == 1 && key_ == "shards") shards_depth_ = depth_ + 1;
+    return Open();
+  }
+  bool end_array() override { return Close(); }
+  bool key(string_t& k) override {
+    if (depth_ == 1) key_ = k;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+
+ private:
+  bool Value() { return true; }
+  bool Open() {
+    if (depth_ == shards_depth_) ++shards;
+    return ++depth_ <= kMaxManifestDepth;
+  }
+  bool Close() {
+    if (--depth_ < shards_depth_) shards_depth_ = -1;
+    return true;
+  }
+  int depth_ = 0, shards_depth_ = -1;
+  std::string key_;
+};
+
 }  // namespace
 
 Manifest SameRecordsAs(const Manifest& m) {
@@ -147,11 +192,24 @@ Manifest SameRecordsAs(const Manifest& m) {
 }
 
 bool IsShardfeedManifest(const std::string& text) {
-  if (text.size() > kMaxManifestBytes || MaxDepth(text) > kMaxManifestDepth) return false;
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return false;
-  auto it = j.find("format");
-  return it != j.end() && it->is_string() && *it == kFormatName;
+  if (text.size() > kMaxManifestBytes) return false;
+  ShapeScan scan;
+  return !text.empty() && text.find_first_not_of(" \t\r\n") != std::string::npos &&
+         text[text.find_first_not_of(" \t\r\n")] == '{' && json::sax_parse(text, &scan) &&
+         scan.format == kFormatName;
+}
+
+Result<uint64_t> CountManifestShards(const std::string& text, const std::string& origin) {
+  if (text.size() > kMaxManifestBytes) {
+    return Status::Corrupt(origin, ": ", text.size(), " bytes, more than a manifest may hold (",
+                           kMaxManifestBytes, ")");
+  }
+  ShapeScan scan;
+  if (!json::sax_parse(text, &scan)) {
+    return Status::Corrupt(origin, ": not JSON, or nested deeper than ", kMaxManifestDepth,
+                           " levels");
+  }
+  return scan.shards;
 }
 
 std::string Manifest::ToJson() const {
@@ -324,6 +382,7 @@ Result<Manifest> Manifest::FromJson(const std::string& text, const std::string& 
       SF_RETURN_IF_ERROR(Get(s, "chunk_count", &info.chunk_count, where));
       SF_RETURN_IF_ERROR(Get(s, "payload_bytes", &info.payload_bytes, where, false));
       SF_RETURN_IF_ERROR(Get(s, "file_bytes", &info.file_bytes, where, false));
+      info.sizes_recorded = s.contains("payload_bytes") && s.contains("file_bytes");
       std::string hash;
       SF_RETURN_IF_ERROR(Get(s, "xxh3", &hash, where));
       if (!HexToHash(hash, &info.content_hash)) {

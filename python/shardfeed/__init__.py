@@ -12,13 +12,17 @@
 
 `shardfeed.torch` has the PyTorch-facing loader and a map-style Dataset.
 """
+import collections.abc
+import difflib
+import operator
 import os
+import weakref
 
 from . import _native
 from ._native import (DataError, Error, Timeout, WorkerError, cuda_available,
                       cuda_kernels_built, cuda_unavailable_reason)
 
-__all__ = ["Archive", "Loader", "Batch", "pack", "merge", "convert", "verify", "inspect", "Error",
+__all__ = ["Archive", "Loader", "Batch", "pack", "merge", "convert", "verify", "inspect", "stats", "Error",
            "DataError",
            "WorkerError", "Timeout", "cuda_available", "cuda_unavailable_reason",
            "cuda_kernels_built"]
@@ -88,14 +92,142 @@ class Archive:
 
 
 class Batch(tuple):
-    """(images, labels) plus the archive indices of the samples. The arrays point into the
-    loader's ring slot; the slot is reused only after every array (and tensor made from them)
-    is gone."""
+    """(images, labels) plus the archive indices of the samples, the epoch and the batch's
+    number in it. `images` points into the loader's ring slot; the slot is reused only after
+    every view of it (and tensor made from it) is gone. `labels` and `indices` are arrays of
+    their own: keeping them holds nothing."""
 
     def __new__(cls, images, labels, indices, epoch, number):
         b = super().__new__(cls, (images, labels))
         b.images, b.labels, b.indices, b.epoch, b.number = images, labels, indices, epoch, number
         return b
+
+
+_STATE_KEYS = ("epoch", "position", "seed", "plan_start", "consumed", "world_size", "batch_size")
+
+
+def _whole(value, what, minimum=0):
+    """A whole number >= minimum (ints, numpy ints, 0-d tensors), else ValueError naming `what`."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        v = operator.index(value)
+    except TypeError:
+        raise ValueError("%s must be a whole number, not %r" % (what, value)) from None
+    if v < minimum:
+        raise ValueError("%s must be at least %d, not %d" % (what, minimum, v))
+    return v
+
+
+def _checked_state(state):
+    if not isinstance(state, collections.abc.Mapping):
+        raise ValueError("load_state_dict takes the dict Loader.state_dict() returned, not %s"
+                         % type(state).__name__)
+    unknown = sorted(str(k) for k in state if k not in _STATE_KEYS)
+    if unknown:
+        raise ValueError("load_state_dict: unexpected key(s) %s: it takes the dict "
+                         "Loader.state_dict() returned (keys %s)"
+                         % (", ".join(map(repr, unknown)), ", ".join(_STATE_KEYS)))
+    missing = [k for k in ("epoch", "position") if k not in state]
+    if missing:
+        raise ValueError("load_state_dict: the state has no %s" % " or ".join(map(repr, missing)))
+    return {k: _whole(v, "load_state_dict: %r" % k,
+                      1 if k in ("world_size", "batch_size") else 0) for k, v in state.items()}
+
+
+# DataLoader's names, for a hint when one is given to shardfeed.Loader.
+_DATALOADER_NAMES = {"num_workers": "workers", "prefetch_factor": "prefetch",
+                     "pin_memory": None, "persistent_workers": None, "collate_fn": None,
+                     "sampler": None, "batch_sampler": None, "worker_init_fn": None,
+                     "generator": None, "multiprocessing_context": None}
+
+
+def _suggestion(name, names):
+    """' (did you mean 'x'?)' for the closest of `names`, or ''."""
+    if name in _DATALOADER_NAMES:
+        same = _DATALOADER_NAMES[name]
+        return (" (that is DataLoader's name%s; shardfeed.torch.Loader takes it)"
+                % (": here it is %r" % same if same else ""))
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    return " (did you mean %r?)" % close[0] if close else ""
+
+
+def _channels(value, name):
+    """mean/std as a list of 1 or 3 floats, from a number or any sequence (numpy arrays and
+    tensors included)."""
+    if isinstance(value, (str, bytes)):
+        return value  # the option's own text form ("0.5,0.5,0.5"), parsed natively
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if not isinstance(value, collections.abc.Iterable):
+        value = [value]
+    try:
+        out = [float(v) for v in value]
+    except (TypeError, ValueError):
+        raise ValueError("%s must be one number or three (R, G, B), not %r" % (name, value)) from None
+    return out
+
+
+def _checked_options(options):
+    """The keyword options as the native loader takes them: unknown names raise TypeError with
+    the closest name; workers=0 is refused (DataLoader's num_workers=0 means something else);
+    mean/std may be any sequence, in 0..1 units or, when some mean is above 1, 0..255 units."""
+    names = [o["name"] for o in _native.loader_options()]
+    for name in options:
+        if name not in names:
+            raise TypeError("unexpected loader option %r%s" % (name, _suggestion(name, names)))
+    options = dict(options)
+    workers = options.get("workers")
+    if not isinstance(workers, (str, bool)) and workers is not None and workers == 0:
+        raise ValueError(
+            "workers=0 is ambiguous: DataLoader's num_workers=0 loads in the main process, "
+            "shardfeed's --workers 0 means every CPU. Say workers='auto' (tuned, the default), "
+            "a number of workers, or workers=os.cpu_count()")
+    for name in ("mean", "std"):
+        if options.get(name) is not None:
+            options[name] = _channels(options[name], name)
+    mean = options.get("mean")
+    if isinstance(mean, list) and any(m > 1 for m in mean):
+        # 0..255 units (mmcv/timm configs): a mean of 0..1 data is never above 1.
+        if not isinstance(options.get("std"), list):
+            raise ValueError("mean=%r is in 0..255 units: give std in the same units too "
+                             "(e.g. std=(58.4, 57.1, 57.4))" % (mean,))
+        options["mean"] = [m / 255 for m in mean]
+        options["std"] = [v / 255 for v in options["std"]]
+    return options
+
+
+class _Pass:
+    """The iterator of one pass over a Loader (see Loader.__iter__)."""
+
+    def __init__(self, loader, native, epoch, number, stream):
+        self._loader, self._native, self._epoch = loader, native, epoch
+        self._number, self._stream = number, stream
+        self.done = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.done:
+            raise StopIteration
+        try:
+            if self._loader._closed:
+                raise Error("this Loader is closed")
+            out = self._native.next(self._stream)
+        except BaseException:
+            self.done = True  # as a generator that raised: a new iter() continues the epoch
+            raise
+        if out is None:
+            self.done = True
+            self._loader._finished(self._native, self._epoch)
+            raise StopIteration
+        if self._native.on_device:
+            batch = Batch(out[3], out[4], out[2], self._epoch, self._number)
+        else:
+            batch = Batch(out[0], out[1], out[2], self._epoch, self._number)
+        self._number += 1
+        return batch
 
 
 class Loader:
@@ -105,7 +237,8 @@ class Loader:
     shuffle_window=8 (a locality-friendly block shuffle for archives larger than RAM; 0 keeps
     the true global shuffle), workers='auto' (tuned online from the consumer's wait: see
     max_workers=0, i.e. the CPUs this process may use, wait_target=0.02, and stats()'s
-    'workers' and 'tuning'; a number fixes it, 0 meaning those CPUs), prefetch='auto' (ring
+    'workers' and 'tuning'; a number fixes it; workers=0 is refused: DataLoader's
+    num_workers=0 means something else, see shardfeed.torch.Loader), prefetch='auto' (ring
     slots, tuned online from 2 up to max_prefetch=0, i.e. 16, within ring_mb=0, i.e. 1/8 of
     the memory this process may use, at most 4096; a number fixes it; stats() has 'prefetch',
     'ring_bytes' and 'ring_full_seconds'), run_ahead=True (workers begin the next epoch once
@@ -115,34 +248,41 @@ class Loader:
     ratio not kept), size=0 (224 for center, random and squash; the stored shape for 'none'),
     flip=False, layout='nhwc'|'nchw',
     dtype='uint8'|'float32'|'float16'|'bfloat16' (or the torch dtype), mean=(0, 0, 0) and
-    std=(1, 1, 1) per RGB channel in 0..1 units, as torchvision's Normalize after ToTensor: float
+    std=(1, 1, 1) per RGB channel (numbers, or any sequence such as a numpy array) in 0..1
+    units, as torchvision's Normalize after ToTensor; a mean above 1 means both are in 0..255
+    units (mmcv/timm configs: mean=(123.675, 116.28, 103.53), std=(58.395, 57.12, 57.375)) and
+    they are divided by 255; std below 0.001 (0..1 units) is refused: float
     outputs are (x / 255 - mean) / std, computed by the workers into the batch (numpy has no
     bfloat16: its bits come as uint16 here, as torch.bfloat16 from shardfeed.torch.Loader),
     normalize_on_device=False (with device='cuda' and a float dtype: copy uint8 and normalise
     with a CUDA kernel on the GPU; the host images stay uint8 NHWC),
     rank=0, world_size=1, mode='threads'|'processes', device='cpu'|'cuda'|'cuda:N',
-    skip_errors=False, verify_checksums=False, timeout=120 (seconds with no sample completed
-    before shardfeed.Timeout is raised; 0 or None waits forever).
+    skip_errors=False (True: a sample that cannot be decoded becomes a zero image labelled -1,
+    so train with F.cross_entropy(..., ignore_index=-1)), verify_checksums=False, timeout=120
+    (seconds with no sample completed before shardfeed.Timeout is raised; 0 or None waits
+    forever). An unknown option raises TypeError naming the closest one.
 
     Lifecycle: leaving an iteration early (break, an exception) and starting another is always
-    safe; Ctrl-C while waiting raises KeyboardInterrupt; `close()` stops the workers (bounded
+    safe: the next pass continues that epoch (README, "The training loop"); Ctrl-C while waiting raises KeyboardInterrupt; `close()` stops the workers (bounded
     time) and any later use raises shardfeed.Error; after os.fork() the child's copy builds its
     own workers on first use and never touches the parent's.
 
-    Iterating yields Batch objects ((images, labels) numpy arrays) that are views into the
-    loader's ring: each one kept alive holds a slot. With prefetch='auto' the ring grows for
+    Iterating yields Batch objects ((images, labels) numpy arrays): images are views into the
+    loader's ring, and each image array kept alive holds a slot (labels and indices are copies). With prefetch='auto' the ring grows for
     them up to its budget; a fixed ring (or a spent budget) with every slot held raises
-    shardfeed.Error rather than wait. Copy what you keep. Each iteration runs one
-    epoch: `set_epoch(e)` chooses it (else epochs count up from 0). `state_dict()` /
-    `load_state_dict()` resume mid-epoch on exactly the next batch.
+    shardfeed.Error rather than wait. Copy what you keep. Each iteration runs (the rest of)
+    one epoch: `set_epoch(e)` chooses it (else epochs count up from 0); one iteration at a
+    time (a second live iterator raises RuntimeError). `state_dict()` / `load_state_dict()`
+    resume mid-epoch on exactly the next batch.
     """
 
     def __init__(self, archive, **options):
         self.archive = archive if isinstance(archive, Archive) else Archive(archive)
-        self.options = dict(options)
-        self._epoch = 0             # the epoch the next iteration runs
+        self.options = _checked_options(options)
+        self._epoch = 0             # the epoch the next pass runs (or the one in progress)
         self._resume = None         # a state to resume from (load_state_dict), else None
-        self._active = False        # an iteration is under way
+        self._in_epoch = False      # the native loader is inside self._epoch (a pass broke off)
+        self._live = None           # weak reference to the pass that may still be iterated
         self._native = None
         self._pid = None
         self._closed = False
@@ -152,8 +292,10 @@ class Loader:
         if self._closed:
             raise Error("this Loader is closed")
         if self._native is None or self._pid != os.getpid():
+            # After fork() the child's copy builds its own workers; its passes start afresh.
             self._native = _native.Loader(self.archive._handle(), **self.options)
             self._pid = os.getpid()
+            self._in_epoch, self._live = False, None
         return self._native
 
     def __getstate__(self):
@@ -167,72 +309,115 @@ class Loader:
         """Batches per epoch on this rank."""
         return len(self._handle())
 
-    def set_epoch(self, epoch):
-        self._epoch = int(epoch)
-        self._resume = None
+    @property
+    def batch_size(self):
+        return self._handle().batch_size
 
     @property
     def epoch(self):
+        """The epoch the next batch comes from."""
         return self._epoch
 
+    def set_epoch(self, epoch):
+        """Chooses the epoch the next pass reads, from its first batch. The epoch already in
+        progress (a pass left early) or restored by load_state_dict() keeps its position: calling
+        set_epoch(e) at the top of every epoch, as with DistributedSampler, never throws a
+        resumed position away."""
+        self._handle()  # a closed loader raises
+        epoch = _whole(epoch, "set_epoch: epoch")
+        pending = self._resume["epoch"] if self._resume is not None else None
+        if epoch == pending or (self._in_epoch and epoch == self._epoch):
+            return
+        self._epoch, self._resume, self._in_epoch = epoch, None, False
+
     def __iter__(self):
+        """One pass: the rest of the epoch in progress (after a break, an exception or
+        load_state_dict()), else the epoch set_epoch() chose, else the one after the last
+        finished. One pass at a time: a second iter() while an earlier iterator is still
+        referenced and unfinished raises RuntimeError."""
         native = self._handle()
-        epoch = self._epoch
+        live = self._live() if self._live is not None else None
+        if live is not None and not live.done:
+            raise RuntimeError(
+                "another iteration over this Loader is still going (an iterator from an earlier "
+                "iter() is unfinished and still referenced): a Loader delivers one stream of "
+                "batches; finish that iterator or drop it (del) first, or make a second Loader "
+                "for an independent pass")
+        self._note_epoch_end(native)
         if self._resume is not None:
-            native.resume(self._resume)
-        else:
-            native.start_epoch(epoch)
-        self._resume = None
-        self._active = True
+            self._start_resume(native, self._resume)
+        elif not self._in_epoch:
+            native.start_epoch(self._epoch)
+        self._resume, self._in_epoch = None, True
         stream = 0
         if native.on_device:
             import torch
 
             stream = torch.cuda.current_stream().cuda_stream
-        number = native.state()["position"]
-        while True:
-            out = native.next(stream)
-            if out is None:
-                break
-            if native.on_device:
-                batch = Batch(out[3], out[4], out[2], epoch, number)
-            else:
-                batch = Batch(out[0], out[1], out[2], epoch, number)
-            number += 1
-            # Hold no reference across the next native.next(): the consumer's is the only one,
-            # so its slot can return to the ring as soon as the consumer lets go.
-            del out
-            yield batch
-            del batch
-        # Exhausted: the next iteration runs the next epoch unless set_epoch() says otherwise.
-        self._active = False
-        if self._epoch == epoch:
-            self._epoch = epoch + 1
+        p = _Pass(self, native, self._epoch, native.state()["position"], stream)
+        self._live = weakref.ref(p)
+        return p
+
+    def _finished(self, native, epoch):
+        # A pass reached the end of its epoch: the next one runs the next epoch unless
+        # set_epoch() already chose another.
+        if native is self._native and self._in_epoch and self._epoch == epoch:
+            self._in_epoch, self._epoch = False, epoch + 1
+
+    def _note_epoch_end(self, native):
+        # A pass left right after the epoch's last batch: that epoch is over (no empty pass).
+        if self._in_epoch and self._resume is None:
+            st = native.state()
+            if st["plan_start"] == 0 and st["position"] >= len(native):
+                self._finished(native, self._epoch)
+
+    def _start_resume(self, native, state):
+        if state.get("batch_size", self.batch_size) != self.batch_size:
+            # Another batch size: the rest of the epoch's global order from the samples consumed
+            # (as a resume at another world size does).
+            native.start_epoch(state["epoch"], 0, state["consumed"])
+        else:
+            native.resume(state)
 
     def state_dict(self):
         """Where iteration stands: {'epoch', 'position', 'seed', 'plan_start', 'consumed',
-        'world_size'}. load_state_dict() on a loader with the same options continues with
-        exactly the next batch; on one with another world size (rank count), with exactly the
-        rest of the epoch's global order spread over the new ranks (elastic resume: save the
+        'world_size', 'batch_size'}; the next pass (or a loader given it by load_state_dict())
+        starts exactly there. load_state_dict() on a loader with the same options continues with
+        exactly the next batch; with another world size (rank count) or batch size, with exactly
+        the rest of the epoch's global order from the samples consumed (elastic resume: save the
         state when every rank has delivered the same number of batches, as a synchronous
         training step does)."""
-        if self._active:
-            return dict(self._handle().state())
+        native = self._handle()
         if self._resume is not None:
             return dict(self._resume)
-        seed = int(self.options.get("seed", 0))
-        world = int(self._handle().state()["world_size"])
-        return {"epoch": self._epoch, "position": 0, "seed": seed, "plan_start": 0,
-                "consumed": 0, "world_size": world}
+        self._note_epoch_end(native)
+        s = dict(native.state())
+        if not self._in_epoch:
+            s.update(epoch=self._epoch, position=0, plan_start=0, consumed=0)
+        s["batch_size"] = native.batch_size
+        return s
 
     def load_state_dict(self, state):
-        seed = int(self.options.get("seed", 0))
-        if int(state.get("seed", seed)) != seed:
-            raise ValueError("state was saved with seed %s, this loader has seed %s"
-                             % (state.get("seed"), seed))
-        self._epoch = int(state["epoch"])
-        self._resume = {k: int(v) for k, v in state.items()}
-        self._resume.setdefault("seed", seed)
+        """Makes the next pass start where `state` (from state_dict()) stood. A malformed state
+        raises ValueError naming the problem; so does one saved with another seed."""
+        native = self._handle()
+        state = _checked_state(state)
+        seed = native.state()["seed"]
+        if state.setdefault("seed", seed) != seed:
+            raise ValueError("load_state_dict: the state was saved with seed %d, this loader has "
+                             "seed %d" % (state["seed"], seed))
+        same_geometry = (state.get("batch_size", native.batch_size) == native.batch_size and
+                         state.get("world_size", native.state()["world_size"]) ==
+                         native.state()["world_size"])
+        if same_geometry and state["position"] > len(native):
+            raise ValueError("load_state_dict: position %d is past the end of the epoch (%d "
+                             "batches)" % (state["position"], len(native)))
+        if not same_geometry and "consumed" not in state:
+            raise ValueError("load_state_dict: the state has another batch or world size and no "
+                             "'consumed' to resume from")
+        self._epoch = state["epoch"]
+        self._resume = state
+        self._in_epoch = False
 
     def stats(self):
         """The current epoch's timing: wait vs consumer time, per-stage worker seconds."""
@@ -240,7 +425,19 @@ class Loader:
 
     @property
     def pinned(self):
+        """What memory the ring is in: 'cudaHostRegister' or 'mlock' (page-locked), else
+        'pageable (mlock refused)'."""
         return self._handle().pinned
+
+    @property
+    def samples_per_epoch(self):
+        """Samples this rank reads per epoch (padding included, drop_last applied)."""
+        return self._handle().samples_per_epoch
+
+    @property
+    def out_size(self):
+        """(height, width) of every image in a batch."""
+        return tuple(self._handle().out_size)
 
     @property
     def worker_pids(self):
@@ -286,10 +483,26 @@ def convert(path, out, backend, overwrite=False):
 
 
 def verify(path, decode=False, workers=0, max_pixels=0):
-    """Checks every record checksum and shard hash; returns the report dict (`ok`, `bad_samples`).
-    With decode, records declaring more than max_pixels pixels (0: the packer's limit) are
-    reported instead of decoded."""
+    """Checks every record checksum and shard hash and the manifest's derived fields; returns the
+    report dict (`ok`, `bad_samples`, `bad_shards`, `bad_manifest`, and `error` when the archive
+    is too damaged to open or a shard file is missing). Damage of any kind is `ok: False`, never
+    an exception; a path that is not there or not an archive at all raises. With decode, records
+    declaring more than max_pixels pixels (0: the packer's limit) are reported instead of
+    decoded."""
     return _native.verify(os.fspath(path), decode, workers, max_pixels)
+
+
+def stats(path, against=(), size=0, workers=0, near_threshold=10, dark=25.0, bright=230.0,
+          uniform=4.0, blurry=50.0, extreme_aspect=4.0, tiny=32):
+    """One decoding pass over an archive: the dict `shardfeed stats --json` writes (docs/CLI.md,
+    "stats"): per-channel `mean`/`std` (0-1 units; `mean_255`/`std_255`), `labels`, `sizes`,
+    `flags`, `duplicates`, `near_duplicates`, `cross_label_duplicates` (lists of groups of
+    sample indices) and `leaks` ({"index", "other", "other_index", "kind"}) into the archives
+    in `against`. Thresholds as the command's options of the same names."""
+    if isinstance(against, (str, os.PathLike)):
+        against = [against]
+    return _native.stats(os.fspath(path), [os.fspath(a) for a in against], size, workers,
+                         near_threshold, dark, bright, uniform, blurry, extreme_aspect, tiny)
 
 
 def inspect(path):

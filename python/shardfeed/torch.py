@@ -23,10 +23,96 @@ def _distributed_defaults(options):
     return options
 
 
+class Batch(tuple):
+    """(images, labels) torch tensors, plus `indices` (int64 tensor: each sample's index in the
+    archive, for per-sample losses and checks across ranks), `epoch` and `number` (the batch's
+    position in its epoch). Unpacks as `images, labels`."""
+
+    def __new__(cls, images, labels, indices, epoch, number):
+        b = super().__new__(cls, (images, labels))
+        b.images, b.labels, b.indices, b.epoch, b.number = images, labels, indices, epoch, number
+        return b
+
+
+# DataLoader's keywords that have no counterpart: why, and what to do instead.
+_UNSUPPORTED = {
+    "collate_fn": "batches are collated by the workers straight into the pinned ring; apply your "
+                  "function to each batch inside the loop",
+    "sampler": "the order is shardfeed's own (shuffle, seed, shuffle_block; rank and world_size "
+               "for distributed runs, picked up from torch.distributed)",
+    "batch_sampler": "batches are batch_size consecutive samples of the epoch's order (drop_last "
+                     "for the short one)",
+    "worker_init_fn": "workers are C++ threads or shardfeed-worker processes, not Python",
+    "generator": "the order and augmentation draws come from seed=",
+    "multiprocessing_context": "mode='processes' runs the workers as separate programs",
+}
+
+
+def _dataloader_options(options):
+    """DataLoader's keyword names where the meaning matches, as shardfeed's; see Loader."""
+    o = dict(options)
+    for name, why in _UNSUPPORTED.items():
+        if name in o:
+            if o.pop(name) is not None:
+                raise TypeError("shardfeed.torch.Loader does not take %s: %s" % (name, why))
+    o.pop("pin_memory", None)          # the ring is page-locked whenever the system allows
+    o.pop("persistent_workers", None)  # workers always live as long as the loader
+    o.pop("pin_memory_device", None)
+    if not o.pop("in_order", True):
+        raise TypeError("shardfeed.torch.Loader does not take in_order=False: batches always "
+                        "come in the epoch's order (that is what makes a resume exact)")
+    if "num_workers" in o:
+        if "workers" in o:
+            raise TypeError("give num_workers or workers, not both")
+        n = _sf._whole(o.pop("num_workers"), "num_workers")
+        o["workers"] = n if n > 0 else 1  # DataLoader's 0 (no worker process): one thread
+    factor = o.pop("prefetch_factor", None)
+    if factor is not None:
+        if "prefetch" in o:
+            raise TypeError("give prefetch_factor or prefetch, not both")
+        factor = _sf._whole(factor, "prefetch_factor", 1)
+        workers = o.get("workers", "auto")
+        if isinstance(workers, str):
+            raise ValueError("prefetch_factor needs a number of workers (num_workers=N): with "
+                             "workers='auto' the ring depth is tuned (prefetch='auto'); or give "
+                             "prefetch=N ring slots")
+        o["prefetch"] = max(2, factor * int(workers))
+    return o
+
+
+class _Sampler:
+    def __init__(self, loader):
+        self._loader = loader
+
+    def set_epoch(self, epoch):
+        self._loader.set_epoch(epoch)
+
+    def __len__(self):
+        return self._loader.samples_per_epoch
+
+
 class Loader:
+    """In place of torch.utils.data.DataLoader over a shardfeed archive.
+
+    Takes shardfeed.Loader's options, and DataLoader's names where the meaning matches:
+    batch_size, shuffle, drop_last and timeout are the same options; num_workers=N is workers=N
+    (num_workers=0, DataLoader's "no worker process", is one worker thread); prefetch_factor=k
+    is prefetch=k*num_workers ring slots (at least 2); pin_memory and persistent_workers are
+    accepted and change nothing (the ring is page-locked whenever the system allows, see
+    `pinned`; workers live as long as the loader). collate_fn, sampler, batch_sampler,
+    worker_init_fn, generator and multiprocessing_context raise TypeError saying what to use
+    instead. An unknown name raises TypeError with the closest one.
+
+    Yields Batch tuples (images, labels) with `.indices`, `.epoch` and `.number`. Attributes as
+    DataLoader users reach for them: `dataset` (the Archive), `batch_size`, `drop_last`, `epoch`,
+    `sampler.set_epoch()`, and `pinned`, `worker_pids`, `samples_per_epoch`, `out_size`, `stats()`.
+    """
+
     def __init__(self, archive, **options):
-        self._loader = _sf.Loader(archive, **_distributed_defaults(dict(options)))
+        options = _distributed_defaults(_dataloader_options(options))
+        self._loader = _sf.Loader(archive, **options)
         self.device = options.get("device", "cpu")
+        self._bfloat16 = str(options.get("dtype", "uint8")) in ("bfloat16", "torch.bfloat16")
 
     def __len__(self):
         return len(self._loader)
@@ -47,6 +133,49 @@ class Loader:
     def archive(self):
         return self._loader.archive
 
+    @property
+    def dataset(self):
+        """The Archive read (len() is its sample count, class_names its classes)."""
+        return self._loader.archive
+
+    @property
+    def batch_size(self):
+        return self._loader.batch_size
+
+    @property
+    def sampler(self):
+        """For DDP code that calls `loader.sampler.set_epoch(epoch)`: set_epoch() and len()
+        (samples per epoch on this rank) of this loader's own order."""
+        return _Sampler(self)
+
+    @property
+    def drop_last(self):
+        return bool(self._loader.options.get("drop_last", False))
+
+    @property
+    def epoch(self):
+        """The epoch the next batch comes from."""
+        return self._loader.epoch
+
+    @property
+    def pinned(self):
+        """What memory the ring is in: 'cudaHostRegister' or 'mlock' (page-locked), else
+        'pageable (mlock refused)'."""
+        return self._loader.pinned
+
+    @property
+    def worker_pids(self):
+        return self._loader.worker_pids
+
+    @property
+    def samples_per_epoch(self):
+        return self._loader.samples_per_epoch
+
+    @property
+    def out_size(self):
+        """(height, width) of every image in a batch."""
+        return self._loader.out_size
+
     def close(self):
         self._loader.close()
 
@@ -57,18 +186,25 @@ class Loader:
         self.close()
 
     def __iter__(self):
-        bfloat16 = str(self._loader.options.get("dtype", "uint8")) in ("bfloat16", "torch.bfloat16")
-        for batch in self._loader:
+        return self._batches(iter(self._loader))  # a second live pass raises here, not later
+
+    def _batches(self, passes):
+        for batch in passes:
+            indices = torch.from_numpy(batch.indices.astype("int64"))
             if self.device == "cpu":
                 images = batch.images
-                if bfloat16:  # numpy has no bfloat16: reinterpret its bits (no copy)
+                if self._bfloat16:  # numpy has no bfloat16: reinterpret its bits (no copy)
                     images = torch.from_numpy(images.view("int16")).view(torch.bfloat16)
                 else:
                     images = torch.from_numpy(images)
-                yield images, torch.from_numpy(batch.labels)
+                labels = torch.from_numpy(batch.labels)
             else:
-                yield (torch.utils.dlpack.from_dlpack(batch.images),
-                       torch.utils.dlpack.from_dlpack(batch.labels))
+                # Labels are the caller's own (a few bytes, cloned on the current stream, after
+                # the batch's copy): keeping them holds no ring slot.
+                images = torch.utils.dlpack.from_dlpack(batch.images)
+                labels = torch.utils.dlpack.from_dlpack(batch.labels).clone()
+            yield Batch(images, labels, indices, batch.epoch, batch.number)
+            del batch, images, labels
 
 
 class Dataset(torch.utils.data.Dataset):

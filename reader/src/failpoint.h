@@ -3,10 +3,18 @@
 // SHARDFEED_FAILPOINTS, a comma-separated list of NAME=SAMPLE:
 //   decode_throw=I   decoding sample I throws std::runtime_error (an exception in a worker)
 //   decode_hang=I    decoding sample I sleeps for an hour (a stuck worker)
+//   decode_gate=I    the first decode of sample I in this process waits at a gate: it opens the
+//                    FIFO named by SHARDFEED_FAILPOINT_GATE for reading (which blocks until the
+//                    test opens it for writing: the test then knows the decode is held) and
+//                    reads it to its end (until the test closes it: the release). No sleep.
 // Unset (the normal case), each check is one comparison with a constant.
 #pragma once
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -17,6 +25,9 @@ struct Failpoints {
   static constexpr uint64_t kOff = ~uint64_t{0};
   std::atomic<uint64_t> decode_throw{kOff};
   std::atomic<uint64_t> decode_hang{kOff};
+  std::atomic<uint64_t> decode_gate{kOff};
+  std::atomic<bool> gate_used{false};
+  std::string gate_path;  // written by Reload only, before any loader of the test exists
 
   static Failpoints& Get() {
     static Failpoints* fp = [] {
@@ -27,10 +38,31 @@ struct Failpoints {
     return *fp;
   }
 
+  // decode_gate: held until the test releases the gate (once per process).
+  void WaitAtGate() {
+    if (gate_used.exchange(true) || gate_path.empty()) return;
+    int fd;
+    do {
+      fd = ::open(gate_path.c_str(), O_RDONLY | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) return;
+    char c;
+    for (;;) {
+      const ssize_t n = ::read(fd, &c, 1);
+      if (n > 0 || (n < 0 && errno == EINTR)) continue;
+      break;
+    }
+    ::close(fd);
+  }
+
   // Re-reads SHARDFEED_FAILPOINTS (tests change it within one process).
   void Reload() {
     decode_throw = kOff;
     decode_hang = kOff;
+    decode_gate = kOff;
+    gate_used = false;
+    const char* gate = std::getenv("SHARDFEED_FAILPOINT_GATE");
+    gate_path = gate ? gate : "";
     const char* env = std::getenv("SHARDFEED_FAILPOINTS");
     std::string spec = env ? env : "";
     size_t pos = 0;
@@ -43,6 +75,7 @@ struct Failpoints {
         uint64_t v = std::strtoull(item.c_str() + eq + 1, nullptr, 10);
         if (item.compare(0, eq, "decode_throw") == 0) decode_throw = v;
         if (item.compare(0, eq, "decode_hang") == 0) decode_hang = v;
+        if (item.compare(0, eq, "decode_gate") == 0) decode_gate = v;
       }
       pos = end + 1;
     }

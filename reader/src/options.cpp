@@ -10,40 +10,21 @@
 namespace shardfeed::reader {
 namespace {
 
-// v >= min, without a "comparison is always true" warning when min is 0.
-bool AtLeast(uint64_t v, uint64_t min) { return v >= min; }
+constexpr uint64_t kAny = std::numeric_limits<uint64_t>::max();
+constexpr uint64_t kMaxBatch = 65536;   // a 224x224 RGB uint8 batch of this is 9.9 GB per slot
+constexpr uint64_t kMaxWorkers = 4096;  // threads or processes; more is refused, not attempted
+constexpr uint64_t kMaxSlots = 4096;
+constexpr double kMaxTimeout = 1e8;  // seconds (3 years): "forever" is 0 or none
 
-std::string CountWhat(uint64_t min) {
-  return min == 0 ? "a whole number" : "a whole number of at least " + std::to_string(min);
+// A field reached through the transform options.
+#define SF_T(FIELD) \
+  [](auto& o) -> auto& { return o.transform.FIELD; }
+
+Status SetBoundedCount(const char* name, std::string_view t, uint64_t min, uint64_t max,
+                       const char* also, uint64_t* v) {
+  if (ParseCountText(t, v) && *v >= min && *v <= max) return Status::OK();
+  return BadOption(name, CountRange(min, max) + also, t);
 }
-
-#define SF_BOOL(NAME, FIELD, HELP)                                                         \
-  LoaderOption {                                                                           \
-#NAME, OptionKind::kBool, nullptr, HELP,                                                 \
-        [](LoaderOptions* o, std::string_view t) -> Status {                                 \
-          bool v = false;                                                                    \
-          if (!ParseBoolText(t, &v)) return BadOption(#NAME, "true or false", t);                      \
-          o->FIELD = v;                                                                      \
-          return Status::OK();                                                               \
-        },                                                                                   \
-        [](const LoaderOptions& o) { return std::string(o.FIELD ? "true" : "false"); } \
-  }
-
-#define SF_COUNT(NAME, FIELD, MIN, HELP)                                                    \
-  LoaderOption {                                                                            \
-#NAME, OptionKind::kCount, nullptr, HELP,                                                 \
-        [](LoaderOptions* o, std::string_view t) -> Status {                                  \
-          using T = decltype(o->FIELD);                                                       \
-          uint64_t v = 0;                                                                     \
-          if (!ParseCountText(t, &v) || !AtLeast(v, MIN) ||                                       \
-              v > uint64_t(std::numeric_limits<T>::max())) {                                  \
-            return BadOption(#NAME, CountWhat(MIN), t);                                             \
-          }                                                                                   \
-          o->FIELD = static_cast<T>(v);                                                       \
-          return Status::OK();                                                                \
-        },                                                                                    \
-        [](const LoaderOptions& o) { return std::to_string(o.FIELD); } \
-  }
 
 Status SetDecode(LoaderOptions* o, std::string_view t) {
   TransformOptions& x = o->transform;
@@ -137,11 +118,13 @@ std::string Channels(const std::array<float, 3>& c) {
   return NumberText(c[0]) + "," + NumberText(c[1]) + "," + NumberText(c[2]);
 }
 
+// Over 100 lines by design: one declaration per option, in the order help lists them; split,
+// the order and the one-place-per-option reading would scatter.
 std::vector<LoaderOption> MakeTable() {
   using O = LoaderOptions;
   using V = std::string_view;
   return {
-      SF_COUNT(batch_size, batch_size, 1, "samples per batch"),
+      CountOption<O>("batch_size", 1, kMaxBatch, "samples per batch", &O::batch_size),
       {"shuffle", OptionKind::kBool, nullptr,
        "a new order every epoch (seeded): true (global), false, or block (shards in a seeded "
        "order, samples mixed within windows of shuffle_window shards: for remote archives)",
@@ -156,77 +139,80 @@ std::vector<LoaderOption> MakeTable() {
        [](const O& o) {
          return std::string(o.shuffle_by_shard ? "block" : o.shuffle ? "true" : "false");
        }},
-      SF_COUNT(seed, seed, 0, "seed of the order and of the augmentation draws"),
-      SF_BOOL(drop_last, drop_last, "leave out the last, short batch"),
-      SF_COUNT(shuffle_block, shuffle_block, 0,
-               "locality-friendly shuffle for archives larger than RAM: blocks of this many "
-               "consecutive samples (0: a true global shuffle)"),
-      SF_COUNT(shuffle_window, shuffle_window, 1,
-               "with shuffle_block: samples are mixed within windows of this many blocks"),
-      SF_COUNT(rank, rank, 0, "this process's rank (distributed training)"),
-      SF_COUNT(world_size, world_size, 1, "the number of ranks"),
+      CountOption<O>("seed", 0, kAny, "seed of the order and of the augmentation draws", &O::seed),
+      BoolOption<O>("drop_last", "leave out the last, short batch", &O::drop_last),
+      CountOption<O>("shuffle_block", 0, kAny,
+                     "locality-friendly shuffle for archives larger than RAM: blocks of this "
+                     "many consecutive samples (0: a true global shuffle)",
+                     &O::shuffle_block),
+      CountOption<O>("shuffle_window", 1, kAny,
+                     "with shuffle_block: samples are mixed within windows of this many blocks",
+                     &O::shuffle_window),
+      CountOption<O>("rank", 0, kAny,
+                     "this process's rank (distributed training; below world_size)", &O::rank),
+      CountOption<O>("world_size", 1, kAny, "the number of ranks", &O::world_size),
       {"workers", OptionKind::kText, nullptr,
        "decode workers: a number, 0 (the CPUs this process may use: affinity and cgroup "
        "quota), or auto (tuned online from the consumer's wait; see max_workers, wait_target)",
        [](O* o, V t) -> Status {
          uint64_t v = 0;
          if (t == "auto") return o->workers = LoaderOptions::kAutoWorkers, Status::OK();
-         if (!ParseCountText(t, &v) || v > 4096) {
-           return BadOption("workers", "a whole number or auto", t);
-         }
+         SF_RETURN_IF_ERROR(SetBoundedCount("workers", t, 0, kMaxWorkers, ", or auto", &v));
          o->workers = static_cast<int>(v);
          return Status::OK();
        },
        [](const O& o) {
          return o.workers == LoaderOptions::kAutoWorkers ? std::string("auto")
                                                          : std::to_string(o.workers);
-       }},
-      SF_COUNT(max_workers, max_workers, 0,
-               "workers=auto: at most this many (0: the CPUs this process may use)"),
-      {"wait_target", OptionKind::kNumber, nullptr,
-       "workers or prefetch auto: the consumer may wait this fraction of its time for data",
-       [](O* o, V t) -> Status {
-         double v = 0;
-         if (!ParseNumberText(t, &v) || !(v > 0 && v < 1)) {
-           return BadOption("wait_target", "a fraction in (0, 1)", t);
-         }
-         o->wait_target = v;
-         return Status::OK();
        },
-       [](const O& o) { return NumberText(o.wait_target); }},
+       CountRange(0, kMaxWorkers) + ", or auto"},
+      CountOption<O>("max_workers", 0, kMaxWorkers,
+                     "workers=auto (and tune's CPU budget): at most this many (0: the CPUs this "
+                     "process may use)",
+                     &O::max_workers),
+      NumberOption<O>("wait_target", {0, 1, true, true},
+                      "workers or prefetch auto: the consumer may wait this fraction of its time "
+                      "for data",
+                      &O::wait_target),
       {"prefetch", OptionKind::kText, nullptr,
        "ring slots: batches decoded ahead (memory = prefetch x batch), or auto (the shallowest "
        "ring that keeps the consumer fed, within max_prefetch and ring_mb)",
        [](O* o, V t) -> Status {
          uint64_t v = 0;
          if (t == "auto") return o->prefetch = LoaderOptions::kAutoPrefetch, Status::OK();
-         if (!ParseCountText(t, &v) || v < 1 || v > 4096) {
-           return BadOption("prefetch", "a whole number of at least 1, or auto", t);
-         }
+         SF_RETURN_IF_ERROR(SetBoundedCount("prefetch", t, 1, kMaxSlots, ", or auto", &v));
          o->prefetch = static_cast<uint32_t>(v);
          return Status::OK();
        },
        [](const O& o) {
          return o.prefetch == LoaderOptions::kAutoPrefetch ? std::string("auto")
                                                            : std::to_string(o.prefetch);
-       }},
+       },
+       CountRange(1, kMaxSlots) + ", or auto"},
       {"max_prefetch", OptionKind::kCount, nullptr,
        "prefetch=auto: at most this many slots (0: 16)",
        [](O* o, V t) -> Status {
          uint64_t v = 0;
-         if (!ParseCountText(t, &v) || v == 1 || v > 4096) {
-           return BadOption("max_prefetch", "0 or a whole number of at least 2", t);
+         if (!ParseCountText(t, &v) || v == 1 || v > kMaxSlots) {
+           return BadOption("max_prefetch", "0 or a whole number in 2..4096", t);
          }
          o->max_prefetch = static_cast<uint32_t>(v);
          return Status::OK();
        },
-       [](const O& o) { return std::to_string(o.max_prefetch); }},
-      SF_COUNT(ring_mb, ring_mb, 0,
-               "prefetch=auto: the ring's memory budget in MiB (0: 1/8 of the memory this "
-               "process may use, at most 4096)"),
-      SF_BOOL(run_ahead, run_ahead,
-              "once an epoch's samples are all handed out, start the next epoch in the free "
-              "ring slots (kept if it is the epoch asked for next, from its start)"),
+       [](const O& o) { return std::to_string(o.max_prefetch); }, "0 or a whole number in 2..4096"},
+      CountOption<O>("ring_mb", 0, 1 << 20,
+                     "prefetch=auto: the ring's memory budget in MiB (0: 1/8 of the memory this "
+                     "process may use, at most 4096)",
+                     &O::ring_mb),
+      CountOption<O>("kept_mb", 0, 1 << 20,
+                     "memory in MiB for batches the consumer keeps beyond the ring (0: a quarter "
+                     "of the memory this process may use); past it Next() fails naming this "
+                     "option",
+                     &O::kept_mb),
+      BoolOption<O>("run_ahead",
+                    "once an epoch's samples are all handed out, start the next epoch in the free "
+                    "ring slots (kept if it is the epoch asked for next, from its start)",
+                    &O::run_ahead),
       {"mode", OptionKind::kChoice, "threads|processes",
        "workers as threads, or as shardfeed-worker processes",
        [](O* o, V t) -> Status {
@@ -239,21 +225,19 @@ std::vector<LoaderOption> MakeTable() {
        }},
       {"device", OptionKind::kText, nullptr,
        "cpu, or cuda / cuda:N: batches copied to that CUDA device", SetDevice, GetDevice},
-      SF_BOOL(normalize_on_device, normalize_on_device,
-              "with a CUDA device and a float dtype: copy uint8, normalise on the GPU"),
+      BoolOption<O>("normalize_on_device",
+                    "with a CUDA device and a float dtype: copy uint8, normalise on the GPU",
+                    &O::normalize_on_device),
       {"timeout", OptionKind::kNumber, nullptr,
        "seconds with no sample completed before a wait fails (0 or none: forever)",
        [](O* o, V t) -> Status {
-         double v = 0;
          if (t == "none" || t == "None") return o->timeout = 0, Status::OK();
-         if (!ParseNumberText(t, &v) || v < 0)
-           return BadOption("timeout", "a number of seconds >= 0", t);
-         o->timeout = v;
-         return Status::OK();
+         return ParseNumberOption("timeout", t, {0, kMaxTimeout}, &o->timeout);
        },
-       [](const O& o) { return NumberText(o.timeout); }},
-      SF_BOOL(skip_errors, skip_errors,
-              "a sample that fails to decode becomes zeros with label -1 (counted)"),
+       [](const O& o) { return NumberText(o.timeout); }, NumberRangeText({0, kMaxTimeout})},
+      BoolOption<O>("skip_errors",
+                    "a sample that fails to decode becomes zeros with label -1 (counted)",
+                    &O::skip_errors),
       {"crop", OptionKind::kChoice, "center|random|none|squash",
        "center, random (RandomResizedCrop), none (whole images, undistorted: a fixed-shape "
        "archive's stored shape) or squash (whole images resized to size x size, aspect ratio "
@@ -262,20 +246,14 @@ std::vector<LoaderOption> MakeTable() {
          return SetChoice("crop", "center|random|none|squash", ParseCrop(t), t, &o->transform.crop);
        },
        [](const O& o) { return std::string(CropName(o.transform.crop)); }},
-      SF_COUNT(size, transform.size, 0,
-               "output side (0: 224 for center, random and squash; the stored shape for none)"),
-      SF_BOOL(flip, transform.flip, "random horizontal flip (p = 0.5)"),
-      {"center_ratio", OptionKind::kNumber, nullptr,
-       "center crop: the crop's side over the short side (224/256)",
-       [](O* o, V t) -> Status {
-         double v = 0;
-         if (!ParseNumberText(t, &v) || !(v > 0 && v <= 1)) {
-           return BadOption("center_ratio", "a number in (0, 1]", t);
-         }
-         o->transform.center_ratio = v;
-         return Status::OK();
-       },
-       [](const O& o) { return NumberText(o.transform.center_ratio); }},
+      CountOption<O>("size", 0, 65535,
+                     "output side (0: 224 for center, random and squash; the stored shape for "
+                     "none)",
+                     SF_T(size)),
+      BoolOption<O>("flip", "random horizontal flip (p = 0.5)", SF_T(flip)),
+      NumberOption<O>("center_ratio", {0, 1, true, false},
+                      "center crop: the crop's side over the short side (224/256)",
+                      SF_T(center_ratio)),
       {"scale", OptionKind::kList, nullptr, "random crop: area fraction MIN,MAX (0.08,1)",
        [](O* o, V t) {
          return SetPair("scale", t, &o->transform.scale_min, &o->transform.scale_max);
@@ -317,50 +295,50 @@ std::vector<LoaderOption> MakeTable() {
        "scaled-any (also 3/8, 5/8, 6/8, 7/8: no SIMD, slower with libjpeg-turbo 2.x), cropped "
        "(full scale), full (whole image, then crop)",
        SetDecode, GetDecode},
-      SF_BOOL(verify_checksums, transform.verify_checksums,
-              "check each record's XXH3 before decoding it"),
-      SF_COUNT(max_pixels, transform.max_pixels, 1,
-               "a record declaring more pixels is that sample's error"),
+      BoolOption<O>("verify_checksums",
+                    "check each record's XXH3 before decoding it (default true; false is unsafe: "
+                    "a damaged record is then decoded and trained on)",
+                    SF_T(verify_checksums)),
+      CountOption<O>("max_pixels", 1, kAny, "a record declaring more pixels is that sample's error",
+                     SF_T(max_pixels)),
   };
 }
 
-#undef SF_BOOL
-#undef SF_COUNT
+#undef SF_T
 
 }  // namespace
 
-const std::vector<LoaderOption>& LoaderOptionTable() {
-  static const std::vector<LoaderOption> table = MakeTable();
+const OptionTable<LoaderOptions>& LoaderOptionTable() {
+  static const OptionTable<LoaderOptions> table("loader option", MakeTable());
   return table;
 }
 
 const LoaderOption* FindLoaderOption(std::string_view name) {
-  std::string snake(name);
-  for (char& c : snake) c = c == '-' ? '_' : c;
-  for (const LoaderOption& o : LoaderOptionTable()) {
-    if (snake == o.name) return &o;
-  }
-  return nullptr;
+  return LoaderOptionTable().Find(name);
 }
 
 Status SetLoaderOption(LoaderOptions* options, std::string_view name, std::string_view text) {
-  const LoaderOption* o = FindLoaderOption(name);
-  if (!o) return Status::InvalidArgument("unexpected loader option '", std::string(name), "'");
-  return o->set(options, text);
+  return LoaderOptionTable().Set(options, name, text);
 }
 
 Status ValidateLoaderOptions(const LoaderOptions& o) {
-  if (o.batch_size == 0) return BadOption("batch_size", CountWhat(1), "0");
+  if (o.batch_size == 0 || o.batch_size > kMaxBatch) {
+    return BadOption("batch_size", CountRange(1, kMaxBatch), std::to_string(o.batch_size));
+  }
+  if (o.max_workers > kMaxWorkers) {
+    return BadOption("max_workers", CountRange(0, kMaxWorkers), std::to_string(o.max_workers));
+  }
   if (o.prefetch > 4096) {
-    return BadOption("prefetch", "a whole number of at least 1, or auto",
+    return BadOption("prefetch", CountRange(1, kMaxSlots) + ", or auto",
                      std::to_string(o.prefetch));
   }
   if (o.max_prefetch == 1 || o.max_prefetch > 4096) {
-    return BadOption("max_prefetch", "0 or a whole number of at least 2",
+    return BadOption("max_prefetch", "0 or a whole number in 2..4096",
                      std::to_string(o.max_prefetch));
   }
-  if (o.workers < LoaderOptions::kAutoWorkers) {
-    return BadOption("workers", "a whole number or auto", std::to_string(o.workers));
+  if (o.workers < LoaderOptions::kAutoWorkers || o.workers > int(kMaxWorkers)) {
+    return BadOption("workers", CountRange(0, kMaxWorkers) + ", or auto",
+                     std::to_string(o.workers));
   }
   if (!(o.wait_target > 0 && o.wait_target < 1)) {
     return BadOption("wait_target", "a fraction in (0, 1)", NumberText(o.wait_target));
@@ -368,8 +346,9 @@ Status ValidateLoaderOptions(const LoaderOptions& o) {
   if (o.world_size == 0 || o.rank >= o.world_size) {
     return Status::InvalidArgument("rank ", o.rank, " is not below world_size ", o.world_size);
   }
-  if (!(o.timeout >= 0))
-    return BadOption("timeout", "a number of seconds >= 0", NumberText(o.timeout));
+  if (!(o.timeout >= 0 && o.timeout <= kMaxTimeout)) {
+    return BadOption("timeout", NumberRangeText({0, kMaxTimeout}), NumberText(o.timeout));
+  }
   SF_RETURN_IF_ERROR(ValidateTransform(o.transform));
   if (o.normalize_on_device && (!o.device || o.transform.dtype == DType::kUint8)) {
     return Status::InvalidArgument(

@@ -32,7 +32,7 @@ namespace {
 
 constexpr int kSocketFd = 3, kRingFd = 4;
 constexpr uint32_t kWireMagic = 0x4b574653;  // "SFWK"
-constexpr uint32_t kWireVersion = 1;
+constexpr uint32_t kWireVersion = 2;
 
 // Sent once by the parent after spawning. Same build on both sides (the worker program is found
 // beside the library), checked by version, the struct sizes and the build string.
@@ -41,7 +41,26 @@ struct WireConfig {
   uint64_t ring_bytes, sample_bytes, sample_count;
   int32_t parent_pid;
   uint32_t path_bytes;
+  // The identity of the archive the loader opened: XXH3 of its manifest, which names every
+  // shard's content hash. A worker reopens the archive by its path and refuses another one.
+  uint64_t manifest_hash;
 };
+
+uint64_t ManifestHash(const format::Archive& archive) {
+  const std::string json = archive.manifest().ToJson();
+  return format::RecordChecksum(json.data(), json.size());
+}
+
+// A worker found another archive at `path` than the loader's.
+Status NotTheArchive(const std::string& path) {
+  std::error_code ec;
+  const std::string cwd = std::filesystem::current_path(ec).string();
+  return Status::Corrupt(
+      path, ": the worker process found another archive there than the archive this loader opened",
+      path.empty() || path[0] != '/' ? " (a relative path, resolved in " + cwd + ")" : "",
+      ": it was replaced on disk, or the working directory changed, since it was opened; open "
+      "it again (by an absolute path) and create the loader from that");
+}
 
 struct WireTask {
   int32_t slot;
@@ -178,10 +197,34 @@ Result<int> HighCopy(int fd) {
   return copy;
 }
 
+// Starts the worker program with `sock` as its descriptor 3 and `ring` as 4.
+Result<pid_t> Spawn(const std::string& program, int sock, int ring) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, sock, kSocketFd);
+  posix_spawn_file_actions_adddup2(&actions, ring, kRingFd);
+  // Workers ignore Ctrl-C: the terminal sends SIGINT to the whole process group, and the
+  // parent decides (KeyboardInterrupt); they end when the parent closes their socket.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+  char arg0[] = "shardfeed-worker";
+  char* argv[] = {arg0, nullptr};
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, program.c_str(), &actions, &attr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return Status::IOError("posix_spawn ", program, ": ", std::strerror(rc));
+  return pid;
+}
+
 }  // namespace
 
 Status Loader::Impl::StartProcesses() {
-  const size_t bytes = slot_bytes * slots.size();
+  const size_t bytes = layout.slot_bytes * slots.size();
   int memfd = ::memfd_create("shardfeed-ring", MFD_CLOEXEC);
   if (memfd < 0) return Status::IOError("memfd_create: ", std::strerror(errno));
   struct FdCloser {
@@ -195,7 +238,7 @@ Status Loader::Impl::StartProcesses() {
                            " bytes): ", std::strerror(errno));
   }
   // Reserved, not touched: the loader commits slots (MaintainRing) as its depth needs them.
-  SF_ASSIGN_OR_RETURN(ring, RingMemory::Reserve(slot_bytes, slots.size(), memfd));
+  SF_ASSIGN_OR_RETURN(ring, RingMemory::Reserve(layout.slot_bytes, slots.size(), memfd));
   ring_base = ring.data();
   SF_ASSIGN_OR_RETURN(std::string program, WorkerProgram());
   SF_ASSIGN_OR_RETURN(int ring_copy, HighCopy(memfd));
@@ -203,6 +246,7 @@ Status Loader::Impl::StartProcesses() {
 
   const std::string build = BuildString();
   const std::string& path = archive->path();
+  const uint64_t manifest_hash = ManifestHash(*archive);
   for (int w = 0; w < options.workers; ++w) {
     int sv[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
@@ -212,25 +256,7 @@ Status Loader::Impl::StartProcesses() {
     children.push_back(Child{-1, sv[0]});
     SF_ASSIGN_OR_RETURN(int sock_copy, HighCopy(sv[1]));
     FdCloser sock_copy_closer{sock_copy};
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, sock_copy, kSocketFd);
-    posix_spawn_file_actions_adddup2(&actions, ring_copy, kRingFd);
-    // Workers ignore Ctrl-C: the terminal sends SIGINT to the whole process group, and the
-    // parent decides (KeyboardInterrupt); they end when the parent closes their socket.
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t none;
-    sigemptyset(&none);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
-    char arg0[] = "shardfeed-worker";
-    char* argv[] = {arg0, nullptr};
-    pid_t pid = -1;
-    int rc = ::posix_spawn(&pid, program.c_str(), &actions, &attr, argv, environ);
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attr);
-    if (rc != 0) return Status::IOError("posix_spawn ", program, ": ", std::strerror(rc));
+    SF_ASSIGN_OR_RETURN(pid_t pid, Spawn(program, sock_copy, ring_copy));
     children.back().pid = pid;
 
     WireConfig cfg{kWireMagic,
@@ -238,10 +264,11 @@ Status Loader::Impl::StartProcesses() {
                    static_cast<uint32_t>(sizeof(TransformOptions)),
                    static_cast<uint32_t>(build.size()),
                    bytes,
-                   sample_bytes,
+                   layout.sample_bytes,
                    archive->size(),
                    static_cast<int32_t>(::getpid()),
-                   static_cast<uint32_t>(path.size())};
+                   static_cast<uint32_t>(path.size()),
+                   manifest_hash};
     WireResult hello{};
     std::string message;
     bool ok = SendAll(sv[0], &cfg, sizeof(cfg)) &&
@@ -297,7 +324,7 @@ void Loader::Impl::DispatchTo(size_t c) {
         Resolve(&t);
         WireTask wt{t.slot, t.position, t.index, t.seed,
                     static_cast<uint64_t>(SlotImages(t.slot) - ring_base) +
-                        uint64_t{t.position} * sample_bytes};
+                        uint64_t{t.position} * layout.sample_bytes};
         WireResult r{};
         bool alive = SendAll(child.fd, &wt, sizeof(wt)) && RecvAll(child.fd, &r, sizeof(r));
         if (alive) {
@@ -338,6 +365,7 @@ void Loader::Impl::DispatchTo(size_t c) {
 }
 
 void Loader::Impl::StopWorkers() {
+  if (children.empty()) return StopThreads();  // thread mode
   // Wake dispatchers blocked on their worker (a stuck or stopped process) and tell healthy
   // workers to exit: both ends of each socket see EOF.
   for (Child& c : children) {
@@ -432,8 +460,8 @@ int RunWorkerProcess() {
   }
   auto archive = format::Archive::Open(path);
   if (!archive.ok()) return refuse(archive.status());
-  if ((*archive)->size() != cfg.sample_count) {
-    return refuse(Status::Corrupt(path, ": changed on disk since the loader opened it"));
+  if ((*archive)->size() != cfg.sample_count || ManifestHash(**archive) != cfg.manifest_hash) {
+    return refuse(NotTheArchive(path));
   }
   void* map = ::mmap(nullptr, cfg.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, kRingFd, 0);
   if (map == MAP_FAILED) return refuse(Status::IOError("mmap of the ring: ", strerror(errno)));

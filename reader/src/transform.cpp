@@ -94,8 +94,16 @@ Status ValidateTransform(const TransformOptions& o) {
   }
   for (int c = 0; c < 3; ++c) {
     if (!std::isfinite(o.mean[c])) return Status::InvalidArgument("mean must be finite");
-    if (!std::isfinite(o.std[c]) || o.std[c] == 0.f) {
-      return Status::InvalidArgument("std must be finite and non-zero");
+    if (o.mean[c] > 1.f) {  // the mean of 0..1 values never is: 0..255 units
+      return Status::InvalidArgument(
+          "mean must be in 0..1 units (as torchvision's Normalize "
+          "after ToTensor), not ",
+          o.mean[c], ": divide 0..255 values of mean and std by 255");
+    }
+    if (!(std::isfinite(o.std[c]) && o.std[c] >= kMinStd)) {
+      return Status::InvalidArgument("std must be finite and at least ", kMinStd,
+                                     " (0..1 units; smaller values give infinite outputs), not ",
+                                     o.std[c]);
     }
   }
   return Status::OK();
@@ -195,9 +203,10 @@ Status SampleDecoder::DecodeInto(uint64_t index, uint64_t seed, uint8_t* dst, St
   // A shard truncated on disk while mapped reads as zeros past its new end (never SIGBUS): what
   // was read is garbage, and the reason is the file, not the image.
   if (Status changed = archive_->CheckUnchanged(index); !changed.ok()) return changed;
-  if (!s.ok()) {
-    return Status(s.code(),
-                  archive_->path() + ": sample " + std::to_string(index) + ": " + s.message());
+  // Named once: VerifyRecord's message names the archive and the sample already.
+  const std::string prefix = archive_->path() + ": sample " + std::to_string(index) + ": ";
+  if (!s.ok() && s.message().compare(0, prefix.size(), prefix) != 0) {
+    return Status(s.code(), prefix + s.message());
   }
   return s;
 }
@@ -228,6 +237,7 @@ Status SampleDecoder::DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst, 
   Failpoints& fp = Failpoints::Get();
   if (index == fp.decode_throw) throw std::runtime_error("failpoint decode_throw");
   if (index == fp.decode_hang) std::this_thread::sleep_for(std::chrono::hours(1));
+  if (index == fp.decode_gate) fp.WaitAtGate();
   auto t0 = Clock::now();
   if (options_.verify_checksums) SF_RETURN_IF_ERROR(archive_->VerifyRecord(index));
   SF_ASSIGN_OR_RETURN(const format::RecordView r, archive_->At(index));

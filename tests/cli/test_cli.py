@@ -1,5 +1,6 @@
 """The shardfeed commands as a user runs them: exit codes, reports, atomicity under kill -9."""
 import json
+import re
 import os
 import shutil
 import signal
@@ -96,7 +97,7 @@ def test_wrong_arguments_are_usage_errors(tmp_path):
     assert run("pack", GOOD, tmp_path / "a", "--max-side").returncode == 2
     assert run("frobnicate").returncode == 2
     p = run("verify", tmp_path / "missing")
-    assert p.returncode == 3 and "missing" in p.stderr
+    assert p.returncode == 2 and "missing" in p.stderr
     p = run("pack", tmp_path / "nope", tmp_path / "a")
     assert p.returncode == 3 and "nope" in p.stderr
     run("pack", GOOD, tmp_path / "a", check=0)
@@ -238,10 +239,17 @@ def test_packing_into_the_image_folder_never_packs_the_archive(tmp_path):
     # --overwrite never deletes anything inside the source folder, even an archive of ours.
     p = run("pack", src, out, "--overwrite", check=2)
     assert "inside the source" in p.stderr
-    # A stale partial output of another archive from a killed run sits in the tree too; packing
-    # again next to them takes neither the archive nor the partial for a class.
+    # A partial output of another archive sits in the tree too, without our marker: it may be
+    # the user's (a copy of an archive), so packing to that name refuses and leaves it alone.
     os.makedirs(src / "again.sf.partial")
     shutil.copy(out / "manifest.json", src / "again.sf.partial" / "manifest.json")
+    p = run("pack", src, src / "again.sf", check=2)
+    assert "again.sf.partial" in p.stderr and "move it away" in p.stderr
+    assert (src / "again.sf.partial" / "manifest.json").read_bytes() == \
+        (out / "manifest.json").read_bytes()
+    # One of ours (it carries the marker a writer puts there first) is a killed run's leftover:
+    # recovered under the lock, and packing takes neither the archive nor the partial for a class.
+    (src / "again.sf.partial" / ".shardfeed-partial").write_text("")
     run("pack", src, src / "again.sf", "--report", tmp_path / "r.json", check=0)
     info = json.loads(run("inspect", src / "again.sf", "--json", check=0).stdout)
     assert [c["name"] for c in info["classes"]] == ["cat", "dog", "zebra"]
@@ -298,7 +306,7 @@ def test_inspect_grid_writes_a_contact_sheet_of_each_class(tmp_path):
     sheet = tmp_path / "sheet.png"
     run("inspect", out, "--grid", sheet, "--per-class", "4", "--size", "32", check=0)
     img = np.asarray(Image.open(sheet).convert("RGB")).astype(np.int32)
-    # Layout (converter/archive_tools.h): a label column as wide as the longest "N name" plus
+    # Layout (validate/inspect.h): a label column as wide as the longest "N name" plus
     # padding, then 4 tiles of 32 px with 6 px gaps; rows of 32 + 15 (caption) + 6 px.
     pad, tile, row_h = 6, 32, 32 + 15 + 6
     label_w = len("0 zebra") * 6 + 2 * pad
@@ -347,3 +355,154 @@ def test_grid_and_plot_never_replace_a_file_the_user_has(tmp_path):
     p = run("bench", out, "--sweep", "workers=1", "--plot", tmp_path / "new.png", check=2)
     assert "exists" in p.stderr and notes.read_bytes() == b"mine"
     assert not (tmp_path / "new.png").exists()
+
+
+# --- Hostile arguments: every numeric option of every command, read from its --help ----------
+
+HELP_ENTRY = re.compile(r"^  (?:-\w \[ )?--([\w-]+)(?: \])?( \[?=?arg)?(?:\(=[^)]*\)\])?"
+                        r"(?: \(=([^)]*)\))?\s*(.*)$")
+RANGE = re.compile(r"a whole number in (\d+)\.\.(\d+)|a whole number >= (\d+)|a number in "
+                   r"[\[(]|a size in bytes|I/N with")
+
+
+def help_entries(command):
+    """{flag: (takes_value, default, help text)} of `shardfeed COMMAND --help`, with the help
+    lines that wrap joined."""
+    text = run(command, "--help", check=0).stdout
+    entries, last = {}, None
+    for line in text.splitlines():
+        m = HELP_ENTRY.match(line)
+        if m:
+            last = m.group(1)
+            entries[last] = [bool(m.group(2)), m.group(3), m.group(4)]
+        elif last and line.startswith("      "):
+            entries[last][2] += " " + line.strip()
+    return {k: (v[0], v[1], re.sub(r"\s+", " ", v[2])) for k, v in entries.items()}
+
+
+def numeric_options(command):
+    """The options whose help states a numeric range: {flag: (min, max) or None}."""
+    out = {}
+    for flag, (_, _, text) in help_entries(command).items():
+        m = RANGE.search(text)
+        if m:
+            out[flag] = ((int(m.group(1)), int(m.group(2))) if m.group(1) else
+                         (int(m.group(3)), None) if m.group(3) else None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def small_archive(tmp_path_factory):
+    out = tmp_path_factory.mktemp("hostile") / "a.sf"
+    run("pack", GOOD, out, "-q", check=0)
+    return out
+
+
+def command_line(command, archive, tmp):
+    return {"pack": ["pack", GOOD, tmp / "out", "-q"],
+            "verify": ["verify", archive],
+            "inspect": ["inspect", archive],
+            "extract": ["extract", archive, tmp / "x"],
+            "bench": ["bench", archive, "--epochs=1"],
+            "tune": ["tune", archive, "--step-ms=0", "--batches=1"]}[command]
+
+
+HOSTILE = ["-1", "-2", " 5", "5 ", "", "nan", "inf", "1e400", "0x10", "+3",
+           "99999999999999999999", "18446744073709551616", "1.5.5"]
+
+
+def test_every_numeric_option_of_every_command_refuses_hostile_values(tmp_path, small_archive):
+    """A user's hostile or mistyped numbers: each is exit 2 with an error naming the option,
+    never a signal, an abort or a silently wrapped value."""
+    expect = {"pack": {"size", "quality", "level", "seed", "max-pixels", "chunk-size",
+                       "shard-size", "workers", "part"},
+              "verify": {"workers", "max-pixels"},
+              "inspect": {"per-class", "size"},
+              "extract": {"max-pixels"},
+              "bench": {"batch-size", "seed", "max-workers", "workers", "prefetch", "epochs",
+                        "step-ms", "timeout", "size", "rank", "world-size", "ring-mb"},
+              "tune": {"step-ms", "batches", "max-workers", "batch-size", "wait-target"}}
+    for command, names in expect.items():
+        options = numeric_options(command)
+        assert names <= set(options), (command, names - set(options))
+        for flag, bounds in options.items():
+            values = list(HOSTILE)
+            if bounds and bounds[1] is not None:
+                values += [str(bounds[1] + 1), "100000" if bounds[1] < 100000 else "4294967297"]
+            if bounds and bounds[0] > 0:
+                values.append(str(bounds[0] - 1))
+            if flag == "part":
+                values += ["0/4294967297", "0/-2", " 0/2", "0/2 ", "1/1", "0/0", "0/100000",
+                           "0/2/3", "/2", "0/"]
+            if flag == "max-workers":
+                values.append("100000")
+            for value in values:
+                line = command_line(command, small_archive, tmp_path)
+                p = subprocess.run([CLI, *map(str, line), "--" + flag, value],
+                                   capture_output=True, text=True, timeout=120)
+                where = (command, flag, value, p.returncode, p.stdout[-300:], p.stderr)
+                assert p.returncode == 2, where  # never a signal (< 0) or an abort (134)
+                # the option's own refusal naming its range, or boost's for a missing value
+                assert ("(--%s) must be" % flag in p.stderr or
+                        "option '--%s'" % flag in p.stderr), where
+                assert "terminate" not in p.stderr, where
+
+
+def test_every_numeric_option_states_its_range_in_help():
+    for command in ["pack", "verify", "inspect", "extract", "bench", "tune"]:
+        numeric = numeric_options(command)
+        for flag, (takes, default, text) in help_entries(command).items():
+            if takes and default is not None and re.fullmatch(r"-?[\d.]+", default):
+                assert flag in numeric, (command, flag, text)
+
+
+def test_huge_max_workers_is_refused_not_an_abort(small_archive):
+    for command in (["bench", small_archive], ["tune", small_archive, "--step-ms", "0"]):
+        p = run(*command, "--max-workers", "100000", check=2)
+        assert "max_workers (--max-workers) must be a whole number in 0..4096" in p.stderr
+
+
+def test_part_is_parsed_strictly(tmp_path):
+    for spec in ["0/4294967297", "0/-2", " 0/2", "4294967296/4294967297"]:
+        p = run("pack", GOOD, tmp_path / "o", "--part", spec, "-q", check=2)
+        assert "part (--part) must be I/N with 0 <= I < N <= 99999" in p.stderr, p.stderr
+    assert not (tmp_path / "o.parts").exists()
+
+
+def test_quiet_is_taken_by_every_command(tmp_path, small_archive):
+    for command in ["pack", "verify", "inspect", "extract", "bench", "tune", "convert", "merge"]:
+        assert "-q [ --quiet ]" in run(command, "--help", check=0).stdout, command
+    run("pack", GOOD, tmp_path / "m", "--part", "0/1", "-q", check=0)
+    run("merge", tmp_path / "m.parts", tmp_path / "m", "-q", check=0)
+
+
+def test_an_unknown_flag_or_command_suggests_the_closest(small_archive):
+    p = run("bench", small_archive, "--batch-sise", "8", check=2)
+    assert "unrecognised option '--batch-sise'; did you mean --batch-size?" in p.stderr
+    p = run("pack", GOOD, "x", "--chunk-bytes", "1M", check=2)
+    assert "did you mean --chunk-size?" in p.stderr
+    p = run("bench", small_archive, "--num-workers", "2", check=2)
+    assert "did you mean --workers?" in p.stderr
+    p = run("bench", small_archive, "--sweep", "worker=1,2", check=2)
+    assert "unexpected loader option 'worker'; did you mean 'workers'?" in p.stderr
+    p = run("verfy", small_archive, check=2)
+    assert "did you mean 'verify'?" in p.stderr
+
+
+def test_tune_help_lists_only_what_tune_takes(small_archive):
+    options = help_entries("tune")
+    assert "workers" not in options and "prefetch" not in options
+    assert "max-workers" in options and "max-prefetch" in options
+    p = run("tune", small_archive, "--step-ms", "0", "--workers", "2", check=2)
+    assert "--workers" in p.stderr
+
+
+def test_bench_echoes_every_resolved_option(small_archive):
+    for flag, on in [("--flip=false", False), ("--flip", True), ("--flip=true", True)]:
+        j = json.loads(run("bench", small_archive, flag, "--epochs", "1", "--json",
+                           check=0).stdout)
+        assert j["flip"] is on and j["options"]["flip"] == ("true" if on else "false")
+        assert {"batch_size", "seed", "crop", "dtype", "timeout", "decode"} <= set(j["options"])
+        text = run("bench", small_archive, flag, "--epochs", "1", check=0).stdout
+        assert ("random flip" if on else "no flip") in text
+        assert (" flip=%s " % ("true" if on else "false")) in text

@@ -105,19 +105,63 @@ def test_overwrite_swaps_atomically(tmp_path, archive):
     assert run("verify", archive).returncode == 0
 
 
+def snapshot(root):
+    return {f: open(os.path.join(root, f), "rb").read() for f in files_under(root)}
+
+
 def test_a_crash_mid_swap_is_recovered(tmp_path, archive):
-    # A writer killed between moving the old archive aside and moving the new one in.
+    # A writer killed between moving the old archive aside (after marking it) and moving the new
+    # one in: the old one carries the marker naming its replacement.
     old = tmp_path / "a.old"
     os.rename(archive, old)
+    (old / ".shardfeed-replaced").write_text("replaced-by 1 2\n")
     p = run("pack", GOOD, archive, "--encoding", "raw", "--size", "8")
     assert p.returncode == 2 and "already exists" in p.stderr, p.stderr  # the old one is back
     assert not old.exists()
+    assert not (archive / ".shardfeed-replaced").exists()
     info = json.loads(run("inspect", archive, "--json").stdout)
     assert info["encoding"] == "jpeg" and info["samples"] == 36
-    # Both there: the stale copy goes, the archive stays.
+    # Killed after the new archive was in place: the marked old copy goes, the archive stays.
     shutil.copytree(archive, old)
+    st = os.stat(archive)
+    (old / ".shardfeed-replaced").write_text(f"replaced-by {st.st_dev} {st.st_ino}\n")
     assert run("pack", GOOD, archive, "--overwrite").returncode == 0
     assert not old.exists() and run("verify", archive).returncode == 0
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+@pytest.mark.parametrize("existing_out", [False, True])
+@pytest.mark.parametrize("backup", ["archive", "notes"])
+def test_a_users_old_folder_is_never_touched(tmp_path, archive, overwrite, existing_out,
+                                              backup):
+    # "a.old" is a natural name for a user's own backup: neither an archive nor any other
+    # folder of that name is ours to restore or remove.
+    old = tmp_path / "a.old"
+    if backup == "archive":
+        shutil.copytree(archive, old)
+    else:
+        old.mkdir()
+        (old / "notes.txt").write_text("mine")
+    before = snapshot(old)
+    if not existing_out:
+        shutil.rmtree(archive)
+    p = run("pack", GOOD, archive, *(["--overwrite"] if overwrite else []))
+    if existing_out and not overwrite:
+        assert p.returncode == 2 and "already exists" in p.stderr, p.stderr
+    else:
+        assert p.returncode == 0, p.stderr
+        assert run("verify", archive).returncode == 0
+    assert snapshot(old) == before
+
+
+def test_an_archive_named_like_our_partial_is_never_removed(tmp_path, archive):
+    # A finished archive at a.partial without our marker is someone's, whatever it holds.
+    partial = tmp_path / "b.partial"
+    shutil.copytree(archive, partial)
+    before = snapshot(partial)
+    p = run("pack", GOOD, tmp_path / "b")
+    assert p.returncode == 2 and "b.partial" in p.stderr, p.stderr
+    assert snapshot(partial) == before
 
 
 def test_a_partial_folder_that_is_not_ours_is_never_removed(tmp_path):
@@ -233,6 +277,145 @@ def test_inspect_escapes_control_characters(tmp_path):
     assert "evil\\x1b]0;owned\\x07name" in p.stdout
 
 
+def test_inspect_escapes_bidirectional_overrides(tmp_path):
+    # Issue 19: U+202E (right-to-left override) printed raw makes "gpj.exe" show as "exe.jpg".
+    src = tmp_path / "src"
+    shutil.copytree(os.path.join(GOOD, "cat"), src / "doc\u202egpj.exe")
+    assert run("pack", src, tmp_path / "a").returncode == 0
+    p = run("inspect", tmp_path / "a")
+    assert p.returncode == 0, p.stderr
+    assert "\u202e" not in p.stdout
+    assert "doc\\xe2\\x80\\xaegpj.exe" in p.stdout, p.stdout
+
+
+def test_verify_checks_payload_bytes_against_the_shards(archive):
+    # Issue 19: a manifest whose derived payload_bytes disagrees verified once its checksum was
+    # recomputed (here: a version-1 manifest, which has none).
+    def change(m):
+        m["shards"][0]["payload_bytes"] += 1
+    edit_manifest(archive, change, keep_checksum=False)
+    p = run("verify", archive)
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    assert "payload_bytes" in p.stdout, p.stdout
+    v = json.loads(run("verify", archive, "--json").stdout)
+    assert not v["ok"] and "payload_bytes" in v["bad_manifest"][0]
+
+
+# ---- verify: one rule for all damage (issue 20, item 12) ----------------------------------
+
+def _lmdb_meta_magic(shard):
+    """Offsets of the two LMDB meta pages' magic numbers."""
+    return [16, 4096 + 16]
+
+
+@pytest.mark.parametrize("damage", ["missing-shard", "lmdb-meta", "truncated-shard"])
+def test_verify_reports_an_archive_too_damaged_to_open_with_exit_1(archive, damage):
+    shard = archive / "shard-00000.mdb"
+    if damage == "missing-shard":
+        os.remove(shard)
+    elif damage == "lmdb-meta":
+        for at in _lmdb_meta_magic(shard):
+            flip(shard, at, 0xFF)  # MDB_INVALID / MDB_VERSION_MISMATCH when opened
+    else:
+        with open(shard, "r+b") as f:
+            f.truncate(100)
+    p = run("verify", archive)
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    # the reason names the shard file (or, for a missing one, the count the manifest lists)
+    named = "shard-00000.mdb" if damage != "missing-shard" else "lists 1 shards"
+    assert named in p.stderr and "FAILED" in p.stdout, (p.stdout, p.stderr)
+    v = json.loads(run("verify", archive, "--json").stdout)
+    assert v["ok"] is False and named in v["error"], v
+    code = ("import json, sys, shardfeed; r = shardfeed.verify(sys.argv[1]); "
+            "print(json.dumps(r))")
+    env = dict(os.environ, PYTHONPATH=os.environ.get("SHARDFEED_PYTHONPATH", ""))
+    if env["PYTHONPATH"]:
+        py = subprocess.run(["/usr/bin/python3", "-c", code, str(archive)], capture_output=True,
+                            text=True, env=env, timeout=60)
+        assert py.returncode == 0, py.stderr  # a report, not an exception
+        r = json.loads(py.stdout)
+        assert r["ok"] is False and named in r["error"], r
+
+
+def test_verify_of_what_is_not_an_archive_is_a_usage_error(tmp_path):
+    p = run("verify", tmp_path / "missing")
+    assert p.returncode == 2 and "missing" in p.stderr, p.stderr
+    p = run("verify", GOOD)  # an image folder
+    assert p.returncode == 2, p.stderr
+    assert "not a shardfeed archive" in p.stderr and "shardfeed pack" in p.stderr, p.stderr
+    (tmp_path / "f").write_text("x")
+    assert run("verify", tmp_path / "f").returncode == 2
+
+
+def flip_inside(shard, source_file):
+    """Flips a byte of the record holding `source_file`'s bytes (at a 64-byte run found once)."""
+    data, src = shard.read_bytes(), open(source_file, "rb").read()
+    for start in range(len(src) // 2, len(src) - 64, 61):
+        at = data.find(src[start:start + 64])
+        if at > 0 and data.find(src[start:start + 64], at + 1) < 0:
+            flip(shard, at + 10, 0x01)
+            return
+    raise AssertionError("no unique run of %s in %s" % (source_file, shard))
+
+
+def test_a_damaged_record_is_named_once(archive):
+    # Issue 20, item 14: "a: sample 3: a: sample 3: payload checksum mismatch".
+    shard = archive / "shard-00000.mdb"
+    last = sorted(os.listdir(os.path.join(GOOD, "zebra")))[-1]
+    flip_inside(shard, os.path.join(GOOD, "zebra", last))
+    p = run("verify", archive)
+    assert p.returncode == 1
+    bad = [line for line in p.stdout.splitlines() if line.startswith("BAD sample")]
+    assert len(bad) == 1 and bad[0].startswith("BAD sample 35: payload checksum mismatch ("), bad
+    name = "sample 35"
+    for cmd in (["extract", archive, archive.parent / "x"],
+                ["bench", archive, "--epochs", "1", "--verify-checksums", "true"]):
+        p = run(*cmd)
+        assert p.returncode != 0, (cmd, p.stdout, p.stderr)
+        assert p.stderr.count(name) == 1, (cmd, p.stderr)
+
+
+# ---- extract --------------------------------------------------------------------------------
+
+def test_extract_that_fails_midway_leaves_nothing_and_reruns(archive, tmp_path):
+    # Issue 20, item 13: a failed extract left 252 files behind and the rerun was refused.
+    shard = archive / "shard-00000.mdb"
+    backup = shard.read_bytes()
+    last = sorted(os.listdir(os.path.join(GOOD, "zebra")))[-1]
+    flip_inside(shard, os.path.join(GOOD, "zebra", last))  # the last: 35 files written before
+    out = tmp_path / "x"
+    p = run("extract", archive, out)
+    assert p.returncode != 0 and "sample 35: payload checksum mismatch" in p.stderr, p.stderr
+    assert not out.exists()
+    assert sorted(os.listdir(tmp_path)) == ["a"], os.listdir(tmp_path)
+    shard.write_bytes(backup)
+    p = run("extract", archive, out)
+    assert p.returncode == 0, p.stderr
+    assert files_under(out) == sorted(os.path.join(c, "%08d.jpg" % i)
+                                      for i, c in enumerate(["cat"] * 12 + ["dog"] * 12 +
+                                                            ["zebra"] * 12))
+    # The data: a JPEG source's bytes as packed; other formats were encoded to JPEG once, so
+    # the same size (their pixels are the codec tests' business).
+    from PIL import Image
+    src = sorted(os.path.join(c, f) for c in ("cat", "dog", "zebra")
+                 for f in os.listdir(os.path.join(GOOD, c)) if not f.startswith("."))
+    for got, want in zip(files_under(out), src):
+        want = os.path.join(GOOD, want)
+        if want.lower().endswith((".jpg", ".jpeg")):
+            assert (out / got).read_bytes() == open(want, "rb").read(), (got, want)
+        else:
+            assert Image.open(out / got).size == Image.open(want).size, (got, want)
+
+
+def test_extract_never_touches_a_folder_that_is_not_empty(archive, tmp_path):
+    out = tmp_path / "x"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep")
+    p = run("extract", archive, out)
+    assert p.returncode == 2 and "not an empty directory" in p.stderr, p.stderr
+    assert files_under(out) == ["mine.txt"]
+
+
 # ---- damaged shards -----------------------------------------------------------------------
 
 def lmdb_root_leaf(shard):
@@ -302,3 +485,46 @@ def test_a_progressive_jpeg_with_too_many_scans_is_refused_at_pack(tmp_path):
     skipped = json.loads((tmp_path / "r.json").read_text())["skipped"]
     assert [(os.path.basename(s["path"]), s["reason"]) for s in skipped] == [
         ("bomb.jpg", "progressive JPEG with more than 500 scans")]
+
+
+# ---- a full disk --------------------------------------------------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 256 KiB tmpfs (needs root and mount(8)); the test is skipped where it cannot be made."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here: " + p.stderr.strip())
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=True)
+
+
+def full_disk_left_clean(p, mnt):
+    assert p.returncode == 3, (p.returncode, p.stderr)  # CLI.md: 3, any other error
+    assert "no space left on device" in p.stderr, p.stderr
+    assert os.listdir(mnt) == [], os.listdir(mnt)  # nothing half-written, no partial, no lock
+
+
+@pytest.mark.parametrize("backend", ["lmdb", "hdf5"])
+def test_a_full_disk_while_packing_says_so_and_leaves_nothing(small_disk, backend):
+    p = run("pack", GOOD, small_disk / "a", "--backend", backend, "--encoding", "raw")
+    full_disk_left_clean(p, small_disk)
+
+
+def test_a_full_disk_while_converting_to_hdf5_says_so_and_leaves_nothing(tmp_path, small_disk):
+    assert run("pack", GOOD, tmp_path / "a", "--encoding", "raw").returncode == 0
+    p = run("convert", tmp_path / "a", small_disk / "c", "--backend", "hdf5")
+    full_disk_left_clean(p, small_disk)
+
+
+def test_a_full_disk_while_merging_hdf5_parts_says_so_and_leaves_nothing(tmp_path, small_disk):
+    parts = []
+    for i in range(2):
+        assert run("pack", GOOD, tmp_path / "a", "--backend", "hdf5", "--encoding", "raw",
+                   "--part", f"{i}/2").returncode == 0
+        parts.append(tmp_path / "a.parts" / f"part-{i:05d}-of-00002")
+    p = run("merge", *parts, small_disk / "m")
+    full_disk_left_clean(p, small_disk)

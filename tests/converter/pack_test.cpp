@@ -5,7 +5,8 @@
 #include <map>
 #include <set>
 
-#include "shardfeed/converter/archive_tools.h"
+#include "shardfeed/validate/extract.h"
+#include "shardfeed/validate/verify.h"
 #include "test_util.h"
 
 namespace shardfeed::converter {
@@ -16,6 +17,10 @@ using format::Encoding;
 using testing::ReadBytes;
 using testing::SampleDir;
 using testing::TempDir;
+using validate::Extract;
+using validate::Verify;
+using validate::VerifyOptions;
+using validate::VerifyReport;
 namespace fs = std::filesystem;
 
 std::shared_ptr<Archive> PackOrDie(const SourceList& src, const std::string& out,
@@ -58,7 +63,7 @@ TEST_CASE("jpeg packing keeps every JPEG byte-identical and labels right") {
   CHECK(a->manifest().class_counts == std::vector<uint64_t>{12, 12, 12});
   imaging::Decoder decoder;
   for (uint64_t i = 0; i < a->size(); ++i) {
-    auto r = a->Get(i);
+    auto r = a->At(i).ValueOrDie();
     auto source = ReadBytes(src->items[i].path);
     CHECK(r.entry->label == src->items[i].label);
     if (IsJpegFile(src->items[i].path)) {
@@ -78,7 +83,7 @@ TEST_CASE("jpeg packing keeps every JPEG byte-identical and labels right") {
   CHECK(*n == 36);
   CHECK(ReadBytes(dir / "x/cat/00000000.jpg") == ReadBytes(src->items[0].path));
   CHECK(ReadBytes(dir / "x/zebra/00000035.jpg") ==
-        std::vector<uint8_t>(a->Get(35).data, a->Get(35).data + a->Get(35).size));
+        std::vector<uint8_t>(a->At(35).ValueOrDie().data, a->At(35).ValueOrDie().data + a->At(35).ValueOrDie().size));
 }
 
 TEST_CASE("raw and zstd records hold exactly the converter's decode and resize") {
@@ -139,9 +144,9 @@ TEST_CASE("the archive does not depend on the worker count; shuffle is seeded") 
     auto seven = PackOrDie(*src, dir / "w7", opt);
     REQUIRE(one->size() == two->size());
     for (uint64_t i = 0; i < one->size(); ++i) {
-      REQUIRE(one->Get(i).entry->checksum == two->Get(i).entry->checksum);
-      REQUIRE(one->Get(i).entry->checksum == seven->Get(i).entry->checksum);
-      REQUIRE(one->Get(i).entry->label == two->Get(i).entry->label);
+      REQUIRE(one->At(i).ValueOrDie().entry->checksum == two->At(i).ValueOrDie().entry->checksum);
+      REQUIRE(one->At(i).ValueOrDie().entry->checksum == seven->At(i).ValueOrDie().entry->checksum);
+      REQUIRE(one->At(i).ValueOrDie().entry->label == two->At(i).ValueOrDie().entry->label);
     }
     CHECK(one->manifest().shards[0].content_hash == two->manifest().shards[0].content_hash);
     one.reset(), two.reset(), seven.reset();
@@ -158,10 +163,10 @@ TEST_CASE("the archive does not depend on the worker count; shuffle is seeded") 
   std::multiset<uint64_t> all1, all3;
   bool same_as_other_seed = true;
   for (uint64_t i = 0; i < s1->size(); ++i) {
-    REQUIRE(s1->Get(i).entry->checksum == s2->Get(i).entry->checksum);
-    same_as_other_seed &= s1->Get(i).entry->checksum == s3->Get(i).entry->checksum;
-    all1.insert(s1->Get(i).entry->checksum);
-    all3.insert(s3->Get(i).entry->checksum);
+    REQUIRE(s1->At(i).ValueOrDie().entry->checksum == s2->At(i).ValueOrDie().entry->checksum);
+    same_as_other_seed &= s1->At(i).ValueOrDie().entry->checksum == s3->At(i).ValueOrDie().entry->checksum;
+    all1.insert(s1->At(i).ValueOrDie().entry->checksum);
+    all3.insert(s3->At(i).ValueOrDie().entry->checksum);
   }
   CHECK(!same_as_other_seed);
   CHECK(all1 == all3);
@@ -248,7 +253,7 @@ TEST_CASE("a list file gives paths and labels") {
   CHECK(src->items.size() == 12);
   CHECK(src->class_names.size() == 5);  // labels 0, 2, 4 -> classes "0".."4"
   auto a = PackOrDie(*src, dir / "a", PackOptions());
-  CHECK(a->Get(11).entry->label == 4);
+  CHECK(a->At(11).ValueOrDie().entry->label == 4);
   {
     std::ofstream bad(dir / "bad.txt");
     bad << "a.jpg 1\nb.jpg x\n";
@@ -265,7 +270,7 @@ TEST_CASE("verify names the sample whose payload was damaged") {
   std::string sample17;
   {
     auto a = PackOrDie(*src, dir / "a", opt);
-    auto r = a->Get(17);
+    auto r = a->At(17).ValueOrDie();
     sample17.assign(reinterpret_cast<const char*>(r.data), r.size);
   }
   std::string shard = dir / "a/shard-00000.mdb";
@@ -283,6 +288,25 @@ TEST_CASE("verify names the sample whose payload was damaged") {
   CHECK(report.bad_samples[0].index == 17);
   CHECK(report.bad_shards.size() == 1);
   CHECK(report.ToJson().find("\"index\": 17") != std::string::npos);
+}
+
+TEST_CASE("extract from a lazily opened archive opens each shard it reads") {
+  // Before: Extract read records through Archive::Get, which dereferenced a shard not opened yet.
+  TempDir dir;
+  auto src = ScanImageFolder(SampleDir());
+  REQUIRE(src.ok());
+  PackOptions opt;
+  opt.writer.shard_bytes = 4096;  // several shards
+  PackOrDie(*src, dir / "a", opt);
+  auto lazy = Archive::Open(dir / "a", format::IndexCheck::kLazy);
+  REQUIRE(lazy.ok());
+  REQUIRE((*lazy)->manifest().shards.size() > 2);
+  REQUIRE((*lazy)->OpenedShards() == 0);
+  auto n = Extract(**lazy, dir / "x");
+  INFO(n.status().ToString());
+  REQUIRE(n.ok());
+  CHECK(*n == (*lazy)->size());
+  CHECK((*lazy)->OpenedShards() == (*lazy)->manifest().shards.size());
 }
 
 }  // namespace

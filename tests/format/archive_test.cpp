@@ -79,7 +79,7 @@ TEST_CASE("records round-trip through chunks and shards with O(1) access") {
   std::vector<uint64_t> order(n);
   for (uint64_t i = 0; i < n; ++i) order[i] = (i * 263) % n;
   for (uint64_t i : order) {
-    RecordView r = a.Get(i);
+    RecordView r = a.At(i).ValueOrDie();
     auto want = Payload(i);
     REQUIRE(r.size == want.size());
     REQUIRE(std::equal(want.begin(), want.end(), r.data));
@@ -100,7 +100,7 @@ TEST_CASE("views stay valid while the archive is referenced") {
     auto archive = Archive::Open(dir / "a");
     REQUIRE(archive.ok());
     std::shared_ptr<Archive> keep = *archive;
-    r = keep->Get(7);
+    r = keep->At(7).ValueOrDie();
     archive = Status::Cancelled("drop the Result's reference");
     REQUIRE(std::equal(want.begin(), want.end(), r.data));
   }
@@ -128,7 +128,7 @@ TEST_CASE("a damaged index or manifest is refused at open with a reason") {
     auto archive = Archive::Open(dir / "a");
     REQUIRE(archive.ok());
     // Locate the index through its first entry's bytes.
-    const IndexEntry& e0 = *(*archive)->Get(0).entry;
+    const IndexEntry& e0 = *(*archive)->At(0).ValueOrDie().entry;
     std::vector<uint8_t> first(reinterpret_cast<const uint8_t*>(&e0),
                                reinterpret_cast<const uint8_t*>(&e0) + sizeof(IndexEntry));
     archive = Status::Cancelled("close");

@@ -1,11 +1,17 @@
 // Data safety at the library level (docs/DESIGN.md, "Data safety"): limits applied at read time
 // to records that pass every checksum, and the writer's lock inside one process. The commands'
 // side is in tests/cli/test_data_safety.py.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstring>
 
-#include "shardfeed/converter/archive_tools.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/reader/transform.h"
+#include "shardfeed/validate/verify.h"
 #include "test_util.h"
 
 namespace shardfeed {
@@ -53,16 +59,18 @@ TEST_CASE("a record declaring 20000x20000 pixels is refused at read, never alloc
   CHECK(s.message().find("sample 0") != std::string::npos);
   CHECK(s.message().find("max_pixels") != std::string::npos);
 
-  converter::VerifyOptions vo;
+  validate::VerifyOptions vo;
   vo.decode = true;
-  auto report = converter::Verify(**archive, vo);
+  auto report = validate::Verify(**archive, vo);
   REQUIRE(report.bad_samples.size() == 1);
   CHECK(report.bad_samples[0].reason.find("above the limit") != std::string::npos);
 }
 
 TEST_CASE("a record without pixels is refused by the writer") {
   TempDir dir;
-  auto w = format::ArchiveWriter::Create(dir / "a", {});
+  format::WriterOptions wo;
+  wo.encoding = format::Encoding::kRaw;
+  auto w = format::ArchiveWriter::Create(dir / "a", wo);
   REQUIRE(w.ok());
   format::IndexEntry e{};
   e.channels = 3;
@@ -93,6 +101,76 @@ TEST_CASE("a second writer of the same path fails and leaves the first one's wor
   auto archive = format::Archive::Open(dir / "a");
   REQUIRE(archive.ok());
   CHECK((*archive)->size() == 1);
+}
+
+TEST_CASE("a record of another encoding than the archive's is refused by the writer") {
+  TempDir dir;
+  format::WriterOptions wo;
+  wo.encoding = format::Encoding::kZstd;
+  auto w = format::ArchiveWriter::Create(dir / "a", wo);
+  REQUIRE(w.ok());
+  format::IndexEntry e{};
+  e.height = e.width = 1;
+  e.channels = 3;
+  e.encoding = static_cast<uint8_t>(format::Encoding::kJpeg);
+  e.orientation = 1;
+  const uint8_t payload[4] = {1, 2, 3, 4};
+  Status s = (*w)->Append(e, payload, sizeof(payload));
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().find("encoding jpeg") != std::string::npos);
+  CHECK((*w)->samples_written() == 0);
+  e.encoding = 9;
+  CHECK((*w)->Append(e, payload, sizeof(payload)).code() == StatusCode::kInvalidArgument);
+}
+
+// Writes a small LMDB archive: its index is a few entries, stored inside a B-tree leaf at an
+// offset that is not 8-byte aligned, so the reader keeps a heap copy of it.
+std::string SmallLmdbArchive(const TempDir& dir) {
+  auto w = format::ArchiveWriter::Create(dir / "small", {});
+  REQUIRE(w.ok());
+  format::IndexEntry e{};
+  e.height = e.width = 1;
+  e.channels = 3;
+  e.encoding = static_cast<uint8_t>(format::Encoding::kJpeg);
+  e.orientation = 1;
+  const uint8_t payload[4] = {1, 2, 3, 4};
+  for (int i = 0; i < 3; ++i) REQUIRE((*w)->Append(e, payload, sizeof(payload)).ok());
+  format::Manifest m;
+  m.class_names = {"x"};
+  REQUIRE((*w)->Finish(m).ok());
+  return dir / "small";
+}
+
+TEST_CASE("the SIGBUS guard leaves a fault outside the archive's mappings alone") {
+  // Before: the guarded range of an LMDB shard whose index was copied to the heap ran from the
+  // heap to the map, so a SIGBUS in any mapping in between (here a file of the user's that
+  // shrank) was answered by mapping zeros over everything up to the shard's map.
+  TempDir dir;
+  auto archive = format::Archive::Open(SmallLmdbArchive(dir), format::IndexCheck::kFull);
+  REQUIRE(archive.ok());
+  REQUIRE((*archive)->At(0).ok());
+  const std::string other = dir / "users-file";
+  const long page = ::sysconf(_SC_PAGESIZE);
+  int fd = ::open(other.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  REQUIRE(fd >= 0);
+  REQUIRE(::ftruncate(fd, 4 * page) == 0);
+  auto* map =
+      static_cast<volatile uint8_t*>(::mmap(nullptr, 4 * page, PROT_READ, MAP_SHARED, fd, 0));
+  REQUIRE(map != MAP_FAILED);
+  REQUIRE(::ftruncate(fd, 0) == 0);
+  ::close(fd);
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    uint8_t sum = map[2 * page];  // past the file's end: the kernel raises SIGBUS
+    ::_exit(sum == 0 ? 0 : 1);    // reached only if something answered it with a page
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  ::munmap(const_cast<uint8_t*>(map), 4 * page);
+  INFO("exit status " << status);
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGBUS);
 }
 
 }  // namespace

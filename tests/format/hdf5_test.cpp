@@ -4,10 +4,11 @@
 #include <filesystem>
 #include <thread>
 
-#include "shardfeed/converter/archive_tools.h"
+#include "shardfeed/converter/convert.h"
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/reader/loader.h"
+#include "shardfeed/validate/verify.h"
 #include "test_util.h"
 
 namespace shardfeed::format {
@@ -76,16 +77,16 @@ TEST_CASE("LMDB and HDF5 archives of one folder give the same samples through th
     CHECK(hdf5->manifest().backend == Backend::kHdf5);
     REQUIRE(lmdb->size() == hdf5->size());
     for (uint64_t i = 0; i < lmdb->size(); ++i) {
-      auto a = lmdb->Get(i), b = hdf5->Get(i);
+      auto a = lmdb->At(i).ValueOrDie(), b = hdf5->At(i).ValueOrDie();
       REQUIRE(a.size == b.size);
       REQUIRE(std::equal(a.data, a.data + a.size, b.data));
       REQUIRE(a.entry->label == b.entry->label);
       REQUIRE(hdf5->VerifyRecord(i).ok());
     }
     CHECK(Epoch(lmdb) == Epoch(hdf5));
-    converter::VerifyOptions vo;
+    validate::VerifyOptions vo;
     vo.decode = true;
-    CHECK(converter::Verify(*hdf5, vo).ok());
+    CHECK(validate::Verify(*hdf5, vo).ok());
   }
 }
 
@@ -105,8 +106,8 @@ TEST_CASE("convert round-trips between backends without changing a record") {
     CHECK(hdf5->manifest().shards[s].sample_count == original->manifest().shards[s].sample_count);
   }
   for (uint64_t i = 0; i < original->size(); ++i) {
-    REQUIRE(hdf5->Get(i).entry->checksum == original->Get(i).entry->checksum);
-    REQUIRE(lmdb->Get(i).entry->checksum == original->Get(i).entry->checksum);
+    REQUIRE(hdf5->At(i).ValueOrDie().entry->checksum == original->At(i).ValueOrDie().entry->checksum);
+    REQUIRE(lmdb->At(i).ValueOrDie().entry->checksum == original->At(i).ValueOrDie().entry->checksum);
   }
   CHECK(lmdb->manifest().class_names == original->manifest().class_names);
 
@@ -115,7 +116,7 @@ TEST_CASE("convert round-trips between backends without changing a record") {
   REQUIRE(converter::Convert(*z, dir / "zl", Backend::kLmdb).ok());
   auto zl = *Archive::Open(dir / "zl");
   for (uint64_t i = 0; i < z->size(); ++i)
-    REQUIRE(zl->Get(i).entry->checksum == z->Get(i).entry->checksum);
+    REQUIRE(zl->At(i).ValueOrDie().entry->checksum == z->At(i).ValueOrDie().entry->checksum);
 }
 
 TEST_CASE("a flipped byte in an HDF5 chunk is caught by verify") {
@@ -123,7 +124,7 @@ TEST_CASE("a flipped byte in an HDF5 chunk is caught by verify") {
   std::vector<uint8_t> record;
   {
     auto a = PackAs(dir / "a", Backend::kHdf5, Encoding::kJpeg);
-    auto r = a->Get(20);
+    auto r = a->At(20).ValueOrDie();
     record.assign(r.data, r.data + r.size);
   }
   std::string shard = dir / "a/shard-00000.h5";
@@ -134,7 +135,7 @@ TEST_CASE("a flipped byte in an HDF5 chunk is caught by verify") {
   testing::WriteBytes(shard, bytes);
   auto a = Archive::Open(dir / "a");
   REQUIRE(a.ok());
-  converter::VerifyReport report = converter::Verify(**a, {});
+  validate::VerifyReport report = validate::Verify(**a, {});
   REQUIRE(report.bad_samples.size() == 1);
   CHECK(report.bad_samples[0].index == 20);
   CHECK(report.bad_shards.size() == 1);
@@ -165,7 +166,7 @@ TEST_CASE("HDF5 archives read correctly from threads and forked processes at onc
     for (int pass = 0; pass < 5; ++pass) {
       for (uint64_t i = 0; i < a->size(); ++i) {
         if (!a->VerifyRecord(i).ok()) return false;
-        auto r = a->Get(i);
+        auto r = a->At(i).ValueOrDie();
         if (!d.DecodeJpegRegion(r.data, r.size, {}, &img, {}).ok()) return false;
         if (img.width != r.entry->width) return false;
       }

@@ -77,7 +77,7 @@ TEST_CASE("a lazy archive opens shards on first use, and reads like a fully chec
 void DamageEntry(const std::string& archive, uint64_t index, const std::string& shard_file) {
   auto a = Archive::Open(archive, IndexCheck::kFull);
   REQUIRE(a.ok());
-  const uint64_t checksum = (*a)->Get(index).entry->checksum;
+  const uint64_t checksum = (*a)->At(index).ValueOrDie().entry->checksum;
   a->reset();
   auto bytes = testing::ReadBytes(archive + "/" + shard_file);
   size_t found = 0;

@@ -79,15 +79,24 @@ def all_indices(l):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_break_after_k_batches_repeatedly(archive_path, mode):
+    # Each new pass continues the epoch where the last one broke off (no set_epoch between):
+    # 12 passes of up to 4 batches are epochs 0 and 1 whole and part of epoch 2, none repeated.
     before = fds()
     l = loader(archive_path, mode)
+    seen = {}
     for repeat in range(3):
         for k in range(0, 2 + 2):  # 0 .. prefetch + 1
             for n, b in enumerate(l):
+                seen.setdefault(b.epoch, []).extend(int(i) for i in b.indices)
                 if n == k:
                     break
-            del b  # a batch kept across epochs holds its slot (prefetch is 2 here)
-    assert all_indices(l) == list(range(180))
+            b = None  # a batch kept across passes holds its slot (prefetch is 2 here)
+    assert sorted(seen) == [0, 1, 2] and 0 < l.state_dict()["position"] < 12
+    for b in l:  # the rest of epoch 2
+        seen[b.epoch].extend(int(i) for i in b.indices)
+    b = None
+    assert all(sorted(v) == list(range(180)) for v in seen.values())
+    assert l.epoch == 3 and all_indices(l) == list(range(180))
     l.close()
     assert children() == []
     assert fds() == before
@@ -112,14 +121,18 @@ def test_set_epoch_and_load_state_dict_mid_epoch(archive_path, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_an_exception_in_the_training_loop_then_the_next_epoch(archive_path, mode):
+def test_an_exception_in_the_training_loop_then_the_rest_of_the_epoch(archive_path, mode):
     l = loader(archive_path, mode)
+    got = []
     with pytest.raises(ZeroDivisionError):
         for n, b in enumerate(l):
+            got += [int(i) for i in b.indices]
             if n == 2:
                 1 / 0
     del b
-    assert all_indices(l) == list(range(180))
+    got += [int(i) for b in l for i in b.indices]  # the next pass: the rest of epoch 0
+    assert sorted(got) == list(range(180))
+    assert l.epoch == 1 and all_indices(l) == list(range(180))
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -182,9 +195,27 @@ def test_a_stopped_worker_times_out(archive_path):
     assert children() == []
 
 
+# Sends Ctrl-C once the main thread waits inside the loader: its Python frame is at the native
+# next() call and has let go of the GIL (polled every 10 ms, for at most 30 s). No sleep decides
+# the order: the signal can only arrive while next() runs.
+INTERRUPT_WHEN_WAITING = """
+def _interrupt_when_waiting():
+    main = threading.main_thread().ident
+    for _ in range(3000):
+        f = sys._current_frames().get(main)
+        if (f is not None and f.f_code.co_name == "__next__" and
+                "self._native.next(" in linecache.getline(f.f_code.co_filename, f.f_lineno)):
+            break
+        time.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGINT)
+threading.Thread(target=_interrupt_when_waiting, daemon=True).start()
+"""
+
+
 def run_script(body, timeout=60):
     env = dict(os.environ)
-    code = "import os, signal, sys, threading, time\nimport shardfeed\n" + textwrap.dedent(body)
+    code = ("import linecache, os, signal, sys, threading, time\nimport shardfeed\n" +
+            textwrap.dedent(body))
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=timeout)
 
@@ -198,7 +229,7 @@ def test_ctrl_c_while_a_stopped_worker_process_holds_the_batch(archive_path):
         pids = l.worker_pids
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
-        threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        %s
         try:
             next(it)
             print("no interrupt")
@@ -207,7 +238,7 @@ def test_ctrl_c_while_a_stopped_worker_process_holds_the_batch(archive_path):
         l.close()
         alive = [p for p in pids if os.path.exists("/proc/%%d" %% p)]
         print("closed, alive", alive, flush=True)
-    """ % archive_path)
+    """ % (archive_path, textwrap.indent(INTERRUPT_WHEN_WAITING, " " * 8).strip()))
     assert "interrupted" in r.stdout and "closed, alive []" in r.stdout, r.stdout + r.stderr
 
 
@@ -216,16 +247,16 @@ def test_ctrl_c_while_a_worker_thread_hangs(archive_path):
     # still ends on Ctrl-C.
     env = dict(os.environ, SHARDFEED_FAILPOINTS="decode_hang=1")
     code = textwrap.dedent("""
-        import os, signal, threading, shardfeed
+        import linecache, os, signal, sys, threading, time, shardfeed
         l = shardfeed.Loader(%r, batch_size=200, size=32, workers=1, timeout=0)
-        threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        %s
         try:
             next(iter(l))
             print("no interrupt", flush=True)
         except KeyboardInterrupt:
             print("interrupted", flush=True)
         os._exit(0)  # the hung thread cannot be joined
-    """ % archive_path)
+    """ % (archive_path, textwrap.indent(INTERRUPT_WHEN_WAITING, " " * 8).strip()))
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        timeout=60)
     assert "interrupted" in r.stdout, r.stdout + r.stderr
@@ -291,12 +322,13 @@ def test_workers_exit_when_the_parent_process_is_killed(archive_path):
         l = shardfeed.Loader(%r, batch_size=16, size=32, workers=2, mode="processes")
         next(iter(l))
         print(" ".join(map(str, l.worker_pids)), flush=True)
-        time.sleep(60)
-    """ % archive_path)], stdout=subprocess.PIPE, text=True)
+        sys.stdin.read()  # until killed (or the test's end of the pipe closes)
+    """ % archive_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     pids = [int(p) for p in r.stdout.readline().split()]
     assert len(pids) == 2
     os.kill(r.pid, signal.SIGKILL)
     r.wait()
+    r.stdin.close()
     deadline = time.time() + 10
     while time.time() < deadline and any(os.path.exists("/proc/%d" % p) and
                                          "Z" not in open("/proc/%d/stat" % p).read().split()[2]
@@ -311,10 +343,20 @@ def test_a_loader_made_in_a_thread_that_exits_keeps_its_workers(archive_path):
     # PR_SET_PDEATHSIG would have killed the workers when the creating thread ended.
     import threading
     made = {}
-    t = threading.Thread(target=lambda: made.setdefault(
-        "l", loader(archive_path, "processes", shuffle=False)))
+
+    def make():
+        made["tid"] = threading.get_native_id()
+        made["l"] = loader(archive_path, "processes", shuffle=False)
+
+    t = threading.Thread(target=make)
     t.start()
     t.join()
-    time.sleep(0.3)
+    # The kernel sends a parent-death signal as the thread's task is released, which may come
+    # after join() returns: wait (bounded) until the task is gone from /proc.
+    task = "/proc/self/task/%d" % made["tid"]
+    deadline = time.monotonic() + 30
+    while os.path.exists(task) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not os.path.exists(task)
     assert all_indices(made["l"]) == list(range(180))
     made["l"].close()

@@ -160,3 +160,27 @@ def test_cli_and_python_packs_record_the_same_options(tmp_path):
     assert ma["options"] == mb["options"] and ma["options"]["size"] == 32, (ma["options"],
                                                                              mb["options"])
     assert a["samples"] == b["samples"] == 36
+
+
+def test_an_unknown_keyword_suggests_the_closest_option(archive_path, tmp_path):
+    # The same function (base's ClosestName through OptionTable::Unknown) as the CLI and C++.
+    with pytest.raises(TypeError, match=r"unexpected loader option 'batch_sise'; did you mean "
+                                        r"'batch_size'\?"):
+        shardfeed.Loader(archive_path, batch_sise=8)
+    with pytest.raises(TypeError, match=r"did you mean 'chunk_size'\?"):
+        shardfeed.pack(GOOD, str(tmp_path / "o"), chunk_bytes="1M")
+
+
+def test_refusals_state_the_range_and_quote_what_python_passed(archive_path):
+    with pytest.raises(Exception, match=r"rank \(--rank\) must be a whole number in "
+                                        r"0\.\.4294967295, not '-1'"):
+        shardfeed.Loader(archive_path, rank=-1)
+    with pytest.raises(Exception, match=r"seed \(--seed\) must be a whole number >= 0, "
+                                        r"not 'None'"):
+        shardfeed.Loader(archive_path, seed=None)
+    with pytest.raises(Exception, match=r"max_workers \(--max-workers\) must be a whole number "
+                                        r"in 0\.\.4096"):
+        shardfeed.Loader(archive_path, max_workers=100000)
+    ranges = {o["name"]: o["range"] for o in OPTIONS}
+    assert ranges["batch_size"] == "a whole number in 1..65536"
+    assert all(ranges[o["name"]] for o in OPTIONS if o["kind"] in ("count", "number"))

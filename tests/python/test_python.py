@@ -269,3 +269,22 @@ def test_torch_distributed_rank_and_world_are_picked_up(archive_path, tmp_path):
     assert results[0][1] == results[1][1]  # equal len() on every rank
     a, b = set(results[0][2]), set(results[1][2])
     assert not (a & b) and a | b == set(range(36))
+
+
+def test_archive_item_is_decoded_as_extract_and_verify_do(tmp_path):
+    # archive[i] is the reader's own DecodeSample (converter/archive_tools.h): the record's
+    # checksum is checked, so one flipped pixel byte of a raw record is an error naming the
+    # sample, not a silently different image.
+    out = tmp_path / "raw"
+    shardfeed.pack(GOOD, out, encoding="raw", size=16, crop="center")
+    a = shardfeed.Archive(out)
+    good_image, _ = a[3]
+    record = bytes(a.record(3))
+    shard = out / "shard-00000.mdb"
+    data = bytearray(shard.read_bytes())
+    at = data.find(record) + len(record) // 2
+    data[at] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(shardfeed.DataError, match="sample 3"):
+        shardfeed.Archive(out)[3]
+    assert np.array_equal(shardfeed.Archive(out)[2][0].shape, good_image.shape)

@@ -1,5 +1,6 @@
 // A fixed-shape raw archive for reader tests: sample i has every pixel byte equal to i % 251
-// (so any crop, resize or flip of it is too) and label i % 5, over 5 classes.
+// (so any crop, resize or flip of it is too) and label i % 5, over 5 classes. With `shift`,
+// (i + shift) % 251: another archive of the same shape and size.
 #pragma once
 
 #include <algorithm>
@@ -14,7 +15,7 @@ namespace shardfeed::testing {
 
 inline std::shared_ptr<format::Archive> MakeConstantArchive(
     const std::string& path, uint64_t n, uint32_t side,
-    format::Backend backend = format::Backend::kLmdb) {
+    format::Backend backend = format::Backend::kLmdb, uint32_t shift = 0) {
   format::WriterOptions wo;
   wo.backend = backend;
   wo.encoding = format::Encoding::kRaw;
@@ -23,7 +24,7 @@ inline std::shared_ptr<format::Archive> MakeConstantArchive(
   REQUIRE(w.ok());
   std::vector<uint8_t> px(size_t{side} * side * 3);
   for (uint64_t i = 0; i < n; ++i) {
-    std::fill(px.begin(), px.end(), static_cast<uint8_t>(i % 251));
+    std::fill(px.begin(), px.end(), static_cast<uint8_t>((i + shift) % 251));
     format::IndexEntry e{};
     e.label = static_cast<int32_t>(i % 5);
     e.height = e.width = static_cast<uint16_t>(side);

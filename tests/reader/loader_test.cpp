@@ -17,6 +17,7 @@
 
 #include "constant_archive.h"
 #include "loader_util.h"
+#include "raw_loader.h"
 #include "shardfeed/converter/pack.h"
 #include "test_util.h"
 
@@ -25,49 +26,6 @@ namespace {
 
 using format::Archive;
 using testing::TempDir;
-
-constexpr uint32_t kSide = 6;
-
-std::shared_ptr<Archive> MakeRawArchive(const std::string& path, uint64_t n) {
-  return testing::MakeConstantArchive(path, n, kSide);
-}
-
-LoaderOptions CopyOptions(uint32_t batch, int workers) {
-  LoaderOptions o;
-  o.batch_size = batch;
-  o.workers = workers;
-  o.prefetch = 3;
-  o.transform.crop = Crop::kNone;
-  o.transform.size = 0;
-  return o;
-}
-
-struct Delivered {
-  std::vector<uint64_t> indices;
-  std::vector<uint32_t> batch_sizes;
-};
-
-// Reads one epoch, checking each sample's pixels and label against its index.
-Delivered ReadEpoch(Loader& loader, uint64_t epoch, uint64_t start = 0) {
-  Delivered d;
-  REQUIRE(loader.StartEpoch(epoch, start).ok());
-  for (;;) {
-    auto b = loader.Next();
-    REQUIRE(b.ok());
-    if (!*b) break;
-    d.batch_sizes.push_back(b->size());
-    const size_t per = b->image_bytes() / b->size();
-    for (uint32_t j = 0; j < b->size(); ++j) {
-      uint64_t idx = b->indices()[j];
-      d.indices.push_back(idx);
-      REQUIRE(b->labels()[j] == static_cast<int64_t>(idx % 5));
-      const uint8_t* img = b->images() + j * per;
-      REQUIRE(img[0] == idx % 251);
-      REQUIRE(img[per - 1] == idx % 251);
-    }
-  }
-  return d;
-}
 
 TEST_CASE("every sample of an epoch arrives exactly once, in whole batches") {
   TempDir dir;
@@ -221,6 +179,52 @@ TEST_CASE("resuming mid-epoch gives exactly the batches of an uninterrupted run"
   CHECK(rest.indices == tail);
 }
 
+TEST_CASE("resuming with another batch size neither repeats nor skips a sample") {
+  // Regression: the saved position (batches) was taken in the new loader's batch size, so a
+  // resume from batch size 8 into 12 repeated or skipped samples.
+  TempDir dir;
+  auto archive = MakeRawArchive(dir / "a", 150);
+  for (uint32_t resumed_batch : {12u, 5u, 8u}) {
+    CAPTURE(resumed_batch);
+    LoaderOptions o = CopyOptions(8, 2);
+    o.shuffle = true;
+    o.seed = 77;
+    auto first = Loader::Create(archive, o);
+    REQUIRE(first.ok());
+    REQUIRE((*first)->StartEpoch(3).ok());
+    std::vector<uint64_t> seen;
+    for (int i = 0; i < 5; ++i) {
+      auto b = (*first)->Next();
+      REQUIRE(b.ok());
+      seen.insert(seen.end(), b->indices(), b->indices() + b->size());
+    }
+    const LoaderState state = (*first)->State();
+    CHECK(state.batch_size == 8);
+    o.batch_size = resumed_batch;
+    auto resumed = Loader::Create(archive, o);
+    REQUIRE(resumed.ok());
+    REQUIRE((*resumed)->Resume(state).ok());
+    for (;;) {
+      auto b = (*resumed)->Next();
+      REQUIRE(b.ok());
+      if (!*b) break;
+      CHECK(b->epoch() == 3);
+      seen.insert(seen.end(), b->indices(), b->indices() + b->size());
+    }
+    std::sort(seen.begin(), seen.end());
+    REQUIRE(seen.size() == 150);
+    for (uint64_t i = 0; i < 150; ++i) REQUIRE(seen[i] == i);
+  }
+}
+
+// Threads of this process now.
+size_t Threads() {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task"))
+    n += !e.path().empty();
+  return n;
+}
+
 TEST_CASE("workers=auto delivers what a fixed count does; sleeping workers end cleanly") {
   testing::TempDir dir;
   auto archive = MakeRawArchive(dir / "a", 203);
@@ -241,169 +245,22 @@ TEST_CASE("workers=auto delivers what a fixed count does; sleeping workers end c
     CHECK(st.workers <= 3);
     CHECK(st.tuning.find("consumer waited") != std::string::npos);
   }
-  // Leave an epoch early, with workers asleep, and destroy the loader: no hang, no leak.
-  REQUIRE((*b)->StartEpoch(7).ok());
-  REQUIRE((*b)->Next().ok());
   b->reset();
-}
-
-TEST_CASE("a held batch keeps its memory; holding every slot is an error, not a hang") {
-  TempDir dir;
-  auto archive = MakeRawArchive(dir / "a", 60);
-  LoaderOptions o = CopyOptions(4, 2);
-  o.prefetch = 2;
-  auto loader = Loader::Create(archive, o);
-  REQUIRE(loader.ok());
-  REQUIRE((*loader)->StartEpoch(0).ok());
-  auto held = (*loader)->Next();
-  REQUIRE(held.ok());
-  std::vector<uint8_t> copy(held->images(), held->images() + held->image_bytes());
-  for (int i = 0; i < 10; ++i) {
-    auto b = (*loader)->Next();
-    REQUIRE(b.ok());
-    REQUIRE(b->images() != held->images());
-  }
-  CHECK(std::equal(copy.begin(), copy.end(), held->images()));
-  auto second = (*loader)->Next();
-  REQUIRE(second.ok());
-  auto starved = (*loader)->Next();
-  CHECK(starved.status().code() == StatusCode::kResourceExhausted);
-  second->Release();
-  CHECK((*loader)->Next().ok());
-}
-
-TEST_CASE("prefetch=auto: two slots at first, a slot more while the consumer holds them all") {
-  TempDir dir;
-  auto archive = MakeRawArchive(dir / "a", 200);
-  LoaderOptions o = CopyOptions(4, 2);
-  o.prefetch = LoaderOptions::kAutoPrefetch;
-  o.max_prefetch = 5;
-  auto loader = Loader::Create(archive, o);
-  REQUIRE(loader.ok());
-  Loader& l = **loader;
-  REQUIRE(l.StartEpoch(0).ok());
-  EpochStats st = l.Stats();
-  CHECK(st.prefetch == 2);
-  const uint64_t slot = st.ring_bytes / 2;
-  CHECK(slot >= uint64_t{4} * kSide * kSide * 3);
-  // Held batches stay intact while the ring grows under them, up to max_prefetch.
-  std::vector<Batch> held;
-  std::vector<std::vector<uint8_t>> copies;
-  for (int i = 0; i < 5; ++i) {
-    auto b = l.Next();
-    REQUIRE(b.ok());
-    REQUIRE(*b);
-    copies.emplace_back(b->images(), b->images() + b->image_bytes());
-    held.push_back(*b);
-  }
-  st = l.Stats();
-  CHECK(st.prefetch == 5);
-  CHECK(st.ring_bytes == 5 * slot);
-  CHECK(st.tuning.find("slot") != std::string::npos);  // says what the ring did
-  for (size_t i = 0; i < held.size(); ++i) {
-    CHECK(std::equal(copies[i].begin(), copies[i].end(), held[i].images()));
-    CHECK(held[i].number() == i);
-  }
-  auto starved = l.Next();  // the budget is spent: the same clear error as a fixed ring's
-  CHECK(starved.status().code() == StatusCode::kResourceExhausted);
-  CHECK(starved.status().message().find("all 5 prefetch slots") != std::string::npos);
-  held.clear();
-  auto next = l.Next();  // the batch the refusal did not consume
-  REQUIRE(next.ok());
-  CHECK(next->number() == 5);
-}
-
-TEST_CASE("prefetch=auto grows by exactly what a consumer holding every batch needs") {
-  // Regression: a batch that became ready while the ring grew was taken for another starved
-  // wait, and the ring grew again, up to its limit and a refusal, with 2 batches held.
-  TempDir dir;
-  auto archive = MakeRawArchive(dir / "a", 36);
-  for (int round = 0; round < 200; ++round) {
-    LoaderOptions o = CopyOptions(4, LoaderOptions::kAutoWorkers);
-    o.prefetch = LoaderOptions::kAutoPrefetch;
-    auto loader = Loader::Create(archive, o);
-    REQUIRE(loader.ok());
-    REQUIRE((*loader)->StartEpoch(0).ok());
-    std::vector<Batch> held;
-    for (;;) {
-      auto b = (*loader)->Next();
-      REQUIRE(b.ok());
-      if (!*b) break;
-      held.push_back(*b);
-      REQUIRE((*loader)->Stats().prefetch <= int(held.size()) + 1);
-    }
-    REQUIRE(held.size() == 9);
-  }
-}
-
-TEST_CASE("prefetch=auto gives slots and their memory back once a slower consumer is fed") {
-  TempDir dir;
-  auto archive = MakeRawArchive(dir / "a", 200);
-  LoaderOptions o = CopyOptions(2, 2);
-  o.prefetch = LoaderOptions::kAutoPrefetch;
-  o.max_prefetch = 6;
-  // Calm means waiting at most half the target: a loose target keeps a scheduler hiccup
-  // (TSan, a loaded CI machine) from resetting the calm spell; this test is about shrinking.
-  o.wait_target = 0.5;
-  auto loader = Loader::Create(archive, o);
-  REQUIRE(loader.ok());
-  Loader& l = **loader;
-  REQUIRE(l.StartEpoch(0).ok());
-  std::vector<Batch> held;
-  for (int i = 0; i < 6; ++i) held.push_back(*l.Next());  // grow the ring to 6
-  const EpochStats grown = l.Stats();
-  REQUIRE(grown.prefetch == 6);
-  held.clear();
-  // A consumer slower than the workers: a ready batch is always to spare, so the ring gives
-  // slots back, one per calm spell, down to 2 (and no further). Each calm spell is 4 tuning
-  // windows, so 4 slots take about 80 batches; the epochs repeat (the ring's depth carries
-  // over) so that a window lost to a scheduling delay only postpones the shrink.
-  EpochStats st = grown;
-  for (uint64_t epoch = 0; epoch < 10 && st.prefetch > 2; ++epoch) {
-    if (epoch > 0) REQUIRE(l.StartEpoch(epoch).ok());
-    for (;;) {
-      auto b = l.Next();
-      REQUIRE(b.ok());
-      if (!*b) break;
-      b->Release();
-      REQUIRE(l.Stats().prefetch >= 2);
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    st = l.Stats();
-    CHECK(st.ring_full_seconds > 0);  // the workers waited for the consumer, and it shows
-  }
-  CHECK(st.prefetch == 2);
-  CHECK(st.ring_bytes == grown.ring_bytes / 3);
-  // The delivered data is unaffected: a full epoch after the shrink checks every sample.
-  const Delivered d = ReadEpoch(l, 20);
-  CHECK(d.indices.size() == 200);
-}
-
-TEST_CASE("prefetch=auto delivers what a fixed ring does, in threads and processes") {
-  TempDir dir;
-  auto archive = MakeRawArchive(dir / "a", 97);
-  for (WorkerMode mode : {WorkerMode::kThreads, WorkerMode::kProcesses}) {
-    LoaderOptions fixed = CopyOptions(8, 2);
-    fixed.shuffle = true;
-    fixed.seed = 9;
-    fixed.mode = mode;
-    LoaderOptions tuned = fixed;
-    tuned.prefetch = LoaderOptions::kAutoPrefetch;
-    tuned.workers = LoaderOptions::kAutoWorkers;
-    tuned.max_workers = 2;
-    auto a = Loader::Create(archive, fixed);
-    auto b = Loader::Create(archive, tuned);
-    REQUIRE(a.ok());
-    REQUIRE(b.ok());
-    for (uint64_t e = 0; e < 2; ++e) CHECK(ReadEpoch(**a, e).indices == ReadEpoch(**b, e).indices);
-    // Holding batches grows a shared (process-mode) ring too; the held ones stay intact.
-    REQUIRE((*b)->StartEpoch(2).ok());
-    std::vector<Batch> held;
-    for (int i = 0; i < 4; ++i) held.push_back(*(*b)->Next());
-    for (const Batch& h : held) {
-      for (uint32_t j = 0; j < h.size(); ++j) CHECK(h.images()[j * 108] == h.indices()[j] % 251);
-    }
-  }
+  // Leave an epoch early with workers asleep, and destroy the loader: every thread ends. A
+  // fresh loader has one worker claiming work and two asleep until its first tuning window
+  // closes (Tuner::kWindow + 1 batches), so one batch in, two are asleep.
+  const size_t threads_before = Threads();
+  auto c = Loader::Create(archive, tuned);
+  REQUIRE(c.ok());
+  CHECK(Threads() == threads_before + 3);
+  REQUIRE((*c)->StartEpoch(7).ok());
+  auto first = (*c)->Next();
+  REQUIRE(first.ok());
+  REQUIRE(*first);
+  CHECK((*c)->Stats().workers == 1);
+  c->reset();
+  CHECK(Threads() == threads_before);
+  CHECK(first->images()[0] == first->indices()[0] % 251);  // the lease outlives the loader
 }
 
 TEST_CASE(
@@ -448,46 +305,6 @@ TEST_CASE(
     CHECK((*a)->Stats().run_ahead_batches == 0);
     CHECK(ReadEpoch(**a, 11).indices == ReadEpoch(**b, 11).indices);
   }
-}
-
-TEST_CASE("run_ahead takes no slot the epoch in progress needs, even when batches are held") {
-  TempDir dir;
-  auto archive = MakeRawArchive(dir / "a", 40);  // 10 batches of 4
-  LoaderOptions o = CopyOptions(4, 2);
-  o.prefetch = LoaderOptions::kAutoPrefetch;  // grows while the consumer holds every batch
-  auto loader = Loader::Create(archive, o);
-  REQUIRE(loader.ok());
-  Loader& l = **loader;
-  for (uint64_t epoch = 0; epoch < 3; ++epoch) {
-    REQUIRE(l.StartEpoch(epoch).ok());
-    std::vector<Batch> held;
-    for (;;) {
-      auto b = l.Next();
-      REQUIRE(b.ok());
-      if (!*b) break;
-      CHECK(b->epoch() == epoch);
-      held.push_back(*b);
-    }
-    REQUIRE(held.size() == 10);
-    for (const Batch& h : held) {
-      for (uint32_t j = 0; j < h.size(); ++j) CHECK(h.images()[j * 108] == h.indices()[j] % 251);
-    }
-  }
-}
-
-TEST_CASE("prefetch=auto refuses a ring budget too small for two slots, naming it") {
-  TempDir dir;
-  auto archive = MakeRawArchive(dir / "a", 10);
-  LoaderOptions o = CopyOptions(4, 1);
-  o.transform.crop = Crop::kSquash;
-  o.transform.size = 1024;  // 12 MiB per batch of 4
-  o.prefetch = LoaderOptions::kAutoPrefetch;
-  o.ring_mb = 16;
-  auto loader = Loader::Create(archive, o);
-  REQUIRE_FALSE(loader.ok());
-  CHECK(loader.status().message().find("ring_mb=16") != std::string::npos);
-  o.ring_mb = 32;
-  CHECK(Loader::Create(archive, o).ok());
 }
 
 // [no-tsan]: TSan's mmap interceptor counts the zero pages mapped by the SIGBUS handler as a
@@ -556,6 +373,9 @@ TEST_CASE("memory does not grow over 20 epochs", "[no-tsan]") {
   o.transform.crop = Crop::kRandom;
   o.transform.size = 64;
   o.transform.flip = true;
+  // A fixed ring: prefetch=auto would commit slots as the machine's speed asks, and what is
+  // measured here is leaks, not the ring (one slot is 8 x 64 x 64 x 3 = 96 KiB).
+  o.prefetch = 3;
   auto loader = Loader::Create(*archive, o);
   REQUIRE(loader.ok());
   long after_warmup = 0;
@@ -584,7 +404,7 @@ TEST_CASE("a sample that fails to decode is named in the consumer, or skipped on
   std::vector<uint8_t> record;
   {
     auto a = Archive::Open(dir / "a");
-    auto r = (*a)->Get(target);
+    auto r = (*a)->At(target).ValueOrDie();
     record.assign(r.data, r.data + r.size);
   }
   std::string shard = dir / "a/shard-00000.mdb";
@@ -632,6 +452,47 @@ TEST_CASE("a sample that fails to decode is named in the consumer, or skipped on
   REQUIRE(loader.ok());
   auto b = (*loader)->Next();
   CHECK(b.status().code() == StatusCode::kChecksumMismatch);
+}
+
+TEST_CASE("a byte flipped in a record is an error naming it under default options") {
+  // Regression: payload checksums were checked only on request, so a flipped pixel byte in a
+  // raw record was delivered (and trained on) silently.
+  TempDir dir;
+  MakeRawArchive(dir / "a", 100);
+  const std::string shard = dir / "a/shard-00000.mdb";
+  auto bytes = testing::ReadBytes(shard);
+  const std::vector<uint8_t> record(kSide * kSide * 3, 77);  // sample 77's pixels
+  auto at = std::search(bytes.begin(), bytes.end(), record.begin(), record.end());
+  REQUIRE(at != bytes.end());
+  at[record.size() / 2] ^= 0x10;
+  testing::WriteBytes(shard, bytes);
+  auto archive = Archive::Open(dir / "a");
+  REQUIRE(archive.ok());
+  for (WorkerMode mode : {WorkerMode::kThreads, WorkerMode::kProcesses}) {
+    CAPTURE(int(mode));
+    LoaderOptions o;  // defaults, as a user has them
+    o.batch_size = 10;
+    o.mode = mode;
+    o.transform.crop = Crop::kNone;
+    o.transform.size = 0;
+    auto loader = Loader::Create(*archive, o);
+    REQUIRE(loader.ok());
+    Status error;
+    uint64_t delivered = 0;
+    for (;;) {
+      auto b = (*loader)->Next();
+      if (!b.ok()) {
+        error = b.status();
+        continue;  // the loader goes on past a damaged batch
+      }
+      if (!*b) break;
+      delivered += b->size();
+    }
+    CHECK(delivered == 90);  // every batch but the damaged one
+    CHECK(error.code() == StatusCode::kChecksumMismatch);
+    CHECK(error.message().find(dir / "a") != std::string::npos);
+    CHECK(error.message().find("sample 77") != std::string::npos);
+  }
 }
 
 TEST_CASE("worker processes give the same batches; a killed worker is an error, not a hang") {

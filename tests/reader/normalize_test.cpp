@@ -223,6 +223,12 @@ TEST_CASE("normalisation options are validated") {
   CHECK(ValidateTransform(o).message().find("std") != std::string::npos);
   o.std = {1.f, NAN, 1.f};
   CHECK(!ValidateTransform(o).ok());
+  o.std = {1.f, 1e-4f, 1.f};  // +-inf in float16 outputs
+  CHECK(ValidateTransform(o).message().find("at least 0.001") != std::string::npos);
+  o.std = {1.f, 1.f, 1.f};
+  o.mean = {123.7f, 116.3f, 103.5f};  // 0..255 units
+  CHECK(ValidateTransform(o).message().find("0..1 units") != std::string::npos);
+  o.mean = {0.5f, 0.5f, 0.5f};
   CHECK(!ParseDType("float64").ok());
   CHECK(*ParseDType("bfloat16") == DType::kBFloat16);
   LoaderOptions lo;

@@ -33,7 +33,7 @@ std::shared_ptr<Archive> PackSample(const std::string& out,
 std::vector<uint8_t> Reference(const Archive& a, uint64_t i, const CropRect& rect, uint32_t size) {
   imaging::Decoder d;
   imaging::Image img;
-  auto r = a.Get(i);
+  auto r = a.At(i).ValueOrDie();
   REQUIRE(d.Decode(r.data, r.size, &img, {}).ok());
   std::vector<uint8_t> out(size_t{size} * size * 3);
   const uint8_t* origin = img.pixels.data() + (size_t{rect.y} * img.width + rect.x) * 3;
@@ -63,7 +63,7 @@ TEST_CASE("center crop equals a reference decode of the same image") {
     StageTimes t;
     REQUIRE(exact.DecodeInto(i, 0, got.data(), &t).ok());
     REQUIRE(scaled.DecodeInto(i, 0, got_scaled.data(), &t).ok());
-    const auto& e = *a->Get(i).entry;
+    const auto& e = *a->At(i).ValueOrDie().entry;
     uint32_t w = e.orientation >= 5 ? e.height : e.width,
              h = e.orientation >= 5 ? e.width : e.height;
     auto want = Reference(*a, i, CenterCropRect(w, h, o.center_ratio), 40);

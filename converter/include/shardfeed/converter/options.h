@@ -1,4 +1,5 @@
-// Every pack option, declared once (as reader/options.h does for the loader): the CLI
+// Every pack option, declared once (base/option_table.h, as reader/options.h for the loader): the
+// CLI
 // (`shardfeed pack SRC OUT --size 512`), the Python bindings (`shardfeed.pack(src, out,
 // size=512)`) and C++ (PackOptions fields, then ValidatePackOptions, which Pack() calls) read
 // the same names and values and refuse them with the same messages. The record-shaping ones are
@@ -13,26 +14,17 @@
 #include <string_view>
 #include <vector>
 
-#include "shardfeed/base/option_text.h"
+#include "shardfeed/base/option_table.h"
 #include "shardfeed/base/status.h"
 #include "shardfeed/converter/pack.h"
 
 namespace shardfeed::converter {
 
-enum class PackOptionKind { kBool, kCount, kChoice, kBytes, kText };
+using PackOption = Option<PackOptions>;  // base/option_table.h: the mechanism both sides share
 
-struct PackOption {
-  const char* name;  // Python keyword; the CLI flag is OptionFlag(name)
-  PackOptionKind kind;
-  const char* choices;  // kChoice: "a|b|c"
-  const char* help;
-  bool recorded;  // shapes the records: written to the manifest's "options"
-  Status (*set)(PackOptions* options, std::string_view text);
-  std::string (*get)(const PackOptions& options);
-};
-
-const std::vector<PackOption>& PackOptionTable();
+const OptionTable<PackOptions>& PackOptionTable();
 const PackOption* FindPackOption(std::string_view name);  // "max_side" or "max-side"
+// An unknown name is kInvalidArgument naming it and the closest known one.
 Status SetPackOption(PackOptions* options, std::string_view name, std::string_view text);
 // Rules across options (what Pack() refuses before reading anything).
 Status ValidatePackOptions(const PackOptions& options);

@@ -66,11 +66,10 @@ class Archive {
   bool lazy() const { return lazy_; }
 
   // The record `index`: O(1) once its shard is open (the first access to a shard of a lazy
-  // archive opens it). Errors name the archive, the shard and the sample. Thread-safe.
+  // archive opens it). Errors name the archive, the shard and the sample. Thread-safe. The only
+  // way to a record: every accessor opens its shard or fails with a Status (there is no
+  // unchecked variant; a shard not opened yet is never dereferenced).
   Result<RecordView> At(uint64_t index) const;
-  // At() without the checks, for an index whose At() succeeded (or any index of an archive
-  // opened with IndexCheck::kFull). O(1); thread-safe.
-  RecordView Get(uint64_t index) const;
   // The label of `index`, or -1 when its record cannot be read (At() says why).
   int32_t Label(uint64_t index) const {
     auto r = At(index);
@@ -86,6 +85,16 @@ class Archive {
   Status VerifyRecord(uint64_t index) const;
   // Recomputes a shard's content hash and compares it with the header and the manifest.
   Status VerifyShard(size_t shard) const;
+  // Cross-checks every field of the manifest that is derived from the shards against the shards
+  // themselves (what a recomputed "manifest_xxh3" does not catch): per shard, payload_bytes (the
+  // sum of its records' sizes, and of its chunks), file_bytes (LMDB: the file's size; HDF5
+  // records the size before the manifest attribute was added, so it is not compared),
+  // sample_count, chunk_count and first_sample (header); for the archive, class_counts against
+  // the labels stored and the fixed shape against every record. Also runs every check of
+  // IndexCheck::kFull (index checksums, every entry), so a lazily opened archive is checked
+  // as fully as a fully opened one. kCorrupt naming the shard and the field. O(samples).
+  // Thread-safe. verify calls it.
+  Status VerifyDerived() const;
 
   // Advises the kernel about the access pattern of every shard mapping (madvise).
   enum class Access { kNormal, kSequential, kRandom, kWillNeed };
@@ -104,6 +113,7 @@ class Archive {
   Status OpenShard(size_t s) const;
   void FetchAll() const;  // remote: opens every shard, 4 downloads at a time
   const Shard* Ready(size_t s, Status* error) const;
+  RecordView Record(const Shard& shard, size_t s, uint64_t index) const;  // shard s is ready
 
   std::string path_;
   Manifest manifest_;
@@ -134,17 +144,20 @@ struct WriterOptions {
 // (docs/DESIGN.md, "Data safety"):
 // - Create() takes an exclusive lock (<path>.lock) before touching anything; a writer that does
 //   not get it fails and, destroyed, touches nothing.
-// - Everything is written to "<path>.partial/" (marked as ours by a ".shardfeed-partial" file).
-//   Finish() writes and syncs the manifest, then swaps the partial directory into place with
-//   renameat2(RENAME_EXCHANGE): at every instant <path> is the old archive or the new one. (On a
-//   filesystem without it: rename to <path>.old and back, recovered by the next writer.)
+// - Everything is written to "<path>.partial/" (marked as ours by a ".shardfeed-partial" file,
+//   kept until the swap is done). Finish() writes and syncs the manifest, then swaps the partial
+//   directory into place with renameat2(RENAME_EXCHANGE): at every instant <path> is the old
+//   archive or the new one. (On a filesystem without it: a ".shardfeed-replaced" marker naming
+//   the new directory's identity is written into the old archive, which is renamed to
+//   <path>.old and the new one in; refused if a <path>.old exists.)
 // - An existing <path> is replaced only with `overwrite`, only if it is a shardfeed archive
 //   (its manifest names this format), and never if it is or contains a `protect` path.
 // - Destroying the writer without Finish() removes its own partial directory. Leftovers of a
-//   killed writer are recovered by the next writer of the same path under the lock: a stranded
-//   <path>.old archive is restored if <path> is missing, else removed; a partial directory is
-//   removed only if it carries the marker or is an archive; anything else there is an error
-//   naming it.
+//   killed writer are recovered by the next writer of the same path, under the lock, and only
+//   what carries this program's markers: a <path>.old with the ".shardfeed-replaced" marker is
+//   restored if <path> is missing, removed if <path> is the directory the marker names, else an
+//   error; a <path>.old without it (a user's backup) is never touched. A partial directory is
+//   removed only if it carries ".shardfeed-partial"; anything else there is an error naming it.
 // Not thread-safe: one thread appends.
 class ArchiveWriter {
  public:

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "shardfeed/format/layout.h"
 #include "shardfeed/base/status.h"
+#include "shardfeed/format/layout.h"
 
 namespace shardfeed::format {
 
@@ -18,7 +18,8 @@ struct ShardInfo {
   uint64_t sample_count = 0;
   uint64_t chunk_count = 0;
   uint64_t payload_bytes = 0;  // sum of record payload sizes
-  uint64_t file_bytes = 0;     // size of the shard file on disk
+  uint64_t file_bytes = 0;     // size of the shard file on disk (HDF5: before annotation)
+  bool sizes_recorded = true;  // payload_bytes and file_bytes were in the manifest (optional)
   uint64_t content_hash = 0;   // ShardHeader::content_hash, repeated here
   // A merged archive links its parts' shard files unchanged, so a shard's header may record
   // another position than the shard has here: the number and first sample it had in its part.
@@ -76,6 +77,12 @@ inline constexpr int kMaxManifestDepth = 32;
 // True when `text` is a manifest of this format (any version): {"format": "shardfeed", ...}.
 // What --overwrite requires before it replaces a directory.
 bool IsShardfeedManifest(const std::string& text);
+
+// The number of entries in a manifest's "shards" list, counted without building the JSON
+// document (memory independent of the text's size): Archive::Open checks it against the files
+// of the archive directory before FromJson allocates a document for them. kCorrupt for text that
+// is not JSON or is nested deeper than kMaxManifestDepth.
+Result<uint64_t> CountManifestShards(const std::string& text, const std::string& origin);
 
 // Formats a 64-bit hash as 16 lowercase hex digits, and back.
 std::string HashToHex(uint64_t hash);

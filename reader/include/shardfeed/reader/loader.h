@@ -30,9 +30,15 @@
 // - A worker process that dies (a crash, SIGKILL, killed after a timeout) fails the loader:
 //   Next() and StartEpoch() return the error naming the worker and the sample, for good. Make a
 //   new Loader to go on.
-// - Destruction is bounded: worker processes are asked to exit, killed after a grace period
-//   (kShutdownGrace) and reaped; worker threads finish the one sample they hold. Nothing is left
-//   behind: no process, no shared memory, no descriptor.
+// - Destruction is bounded by kShutdownGrace: worker processes are asked to exit, killed after
+//   the grace period and reaped. Worker threads finish the one sample they hold and are joined;
+//   a thread still decoding after the grace period (a stuck read, a huge image) is detached and
+//   ends on its own once that sample is done, keeping the archive's mapping and the ring alive
+//   until then (a thread cannot be killed). Nothing is left behind: no process, no shared
+//   memory, no descriptor (a detached thread's, once it ends).
+// - Worker processes reopen the archive by its path and check it is the one the loader opened
+//   (its manifest, which names every shard's content hash): an archive replaced on disk, or a
+//   relative path after a chdir, makes Create() fail naming the path, never read another one.
 // - fork(): a child's copy of a Loader is inert. Destroying it neither joins, signals nor waits
 //   for the parent's workers, and leaks its memory rather than touching state a parent thread
 //   may have held at fork time; calling Next()/StartEpoch() on it returns an error. The child
@@ -66,6 +72,8 @@ inline constexpr double kShutdownGrace = 2.0;  // seconds
 // Create() refuses output images above this many pixels, and rings above this many bytes.
 inline constexpr uint64_t kMaxOutputPixels = uint64_t{1} << 28;
 inline constexpr uint64_t kMaxRingBytes = uint64_t{1} << 36;
+// The most batches LoaderOptions::kept_mb lets the consumer keep beyond the ring.
+inline constexpr uint32_t kMaxKeptBatches = 4096;
 
 struct LoaderOptions {
   uint32_t batch_size = 64;
@@ -101,6 +109,14 @@ struct LoaderOptions {
   uint32_t prefetch = kAutoPrefetch;
   uint32_t max_prefetch = 0;
   uint32_t ring_mb = 0;
+  // Batches the consumer keeps (a list of batches, a view of one image kept past the loop)
+  // never make iteration fail: when the consumer holds every ring slot, Next() commits a slot
+  // beyond the ring for the next batch, and gives its memory back once that batch is released.
+  // At most kept_mb MiB of such slots (0: a quarter of the memory this process may use) and
+  // kMaxKeptBatches of them; past that, Next() returns kResourceExhausted naming kept_mb.
+  // EpochStats::kept_slots counts them; the first one also prints a warning on stderr (each
+  // kept batch costs a slot of pinned memory; copy what you keep, e.g. labels).
+  uint32_t kept_mb = 0;
   // Once every sample of the epoch in progress is handed out, workers start the epoch expected
   // next (epoch + 1, or the same epoch again if the last StartEpoch repeated one) in the ring's
   // free slots, so it does not begin with an empty ring. StartEpoch of that epoch from its
@@ -132,6 +148,7 @@ struct LoaderState {
   uint64_t plan_start = 0;  // global position the current plan started at (0: a whole epoch)
   uint64_t consumed = 0;    // global positions consumed, once every rank is at `position`
   uint32_t world_size = 1;  // of the run that saved it
+  uint32_t batch_size = 0;  // of the run that saved it (0: not recorded, taken as this loader's)
 };
 
 struct EpochStats {
@@ -149,6 +166,9 @@ struct EpochStats {
   // batches of this epoch begun before it started that StartEpoch kept.
   uint64_t run_ahead_batches = 0, ahead_kept = 0;
   std::string tuning;  // workers or prefetch "auto": the last decision and its reason
+  // Slots committed beyond the ring for batches the consumer kept (the most at once, this
+  // epoch; LoaderOptions::kept_mb).
+  uint64_t kept_slots = 0;
   // Fraction of the consumer's time spent waiting for data.
   double wait_fraction() const {
     double t = wait_seconds + consumer_seconds;
@@ -218,9 +238,12 @@ class Loader {
   // `start_position` (0: the whole epoch; see sampler.h), abandoning any epoch in progress (see
   // the lifecycle notes above). Fails if the loader has failed or this is a forked copy.
   Status StartEpoch(uint64_t epoch, uint64_t start_batch = 0, uint64_t start_position = 0);
-  // Resumes from a saved State(): exactly the next batch when `state.world_size` is this
-  // loader's, else (elastic) the rest of the epoch's global order spread over this world size,
-  // so the interrupted epoch is covered exactly once across ranks (padding aside).
+  // Resumes from a saved State(): exactly the next batch when `state.world_size` and
+  // `state.batch_size` are this loader's, else by samples consumed (elastic): the rest of the
+  // epoch's global order spread over this world size and batch size, so the interrupted epoch
+  // is covered exactly once across ranks (padding aside), no sample repeated or skipped.
+  // To continue the current epoch where it stands after leaving it early (a `break`), call
+  // StartEpoch(State().epoch, State().position): only StartEpoch moves the plan.
   Status Resume(const LoaderState& state);
 
   // Called about every kWaitPollSeconds while Next() waits; a non-OK Status ends the wait and
@@ -229,14 +252,24 @@ class Loader {
   using WaitHook = std::function<Status()>;
   static constexpr double kWaitPollSeconds = 0.05;
 
-  // The next batch, in order. Returns an empty Batch at the end of the epoch. An error from a
-  // worker (decode failure naming the sample, dead worker process, timeout) is returned here.
+  // The next batch, in order. Returns an empty Batch at the end of the epoch (and again on
+  // every later call, until StartEpoch). Before the first StartEpoch, Next() starts epoch 0
+  // from its start, as StartEpoch(0) would. An error from a worker (decode failure naming the
+  // sample, dead worker process, timeout) is returned here; the batch it concerns is consumed
+  // (the next call delivers the one after), except a wait that ends without a batch (the
+  // hook's error, kTimeout, kResourceExhausted for kept_mb), after which the next call waits
+  // for the same batch again.
   Result<Batch> Next(const WaitHook& hook = {});
 
   LoaderState State() const;  // to resume: Resume(state)
   EpochStats Stats() const;   // of the current (or just finished) epoch
   uint64_t batches_per_epoch() const;
   uint64_t samples_per_epoch() const;  // on this rank
+  // The options as the loader runs them, resolved: `workers` (auto or 0) is the number of
+  // worker threads or processes started (auto: the most that may wake; Stats().workers says
+  // how many claim work now), `device_index` the device used, and with normalize_on_device the
+  // workers' transform (uint8 NHWC, mean 0, std 1; Batch::device_dtype() is the target).
+  // `prefetch` stays 0 for auto (Stats().prefetch is the depth now). Valid for the Loader's life.
   const LoaderOptions& options() const;
   uint32_t out_height() const;
   uint32_t out_width() const;

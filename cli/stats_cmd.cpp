@@ -1,0 +1,141 @@
+// shardfeed stats: the command over validate/stats.h. Exit 0 clean, 1 when a --fail-on check
+// fails (one line on stderr says what), 2 for usage and I/O errors.
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "cli_internal.h"
+#include "shardfeed/validate/extract.h"
+#include "shardfeed/validate/stats.h"
+
+namespace po = boost::program_options;
+
+namespace shardfeed::cli {
+namespace {
+
+int Error(const Status& s) {
+  std::fprintf(stderr, "shardfeed: error: %s\n", s.ToString().c_str());
+  return 2;
+}
+
+Status WriteText(const std::string& path, const std::string& text) {
+  if (path == "-") {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return Status::OK();
+  }
+  return validate::WriteNewFile(path, reinterpret_cast<const uint8_t*>(text.data()), text.size());
+}
+
+void PrintSummary(const validate::StatsReport& r) {
+  std::printf("%s: %llu samples, %llu decoded\n", r.archive.c_str(),
+              static_cast<unsigned long long>(r.samples),
+              static_cast<unsigned long long>(r.decoded));
+  std::printf("mean  %.4f %.4f %.4f  (0-255: %.2f %.2f %.2f)%s\n", r.mean[0], r.mean[1], r.mean[2],
+              r.mean[0] * 255, r.mean[1] * 255, r.mean[2] * 255,
+              r.size ? " after the centre crop" : "");
+  std::printf("std   %.4f %.4f %.4f  (0-255: %.2f %.2f %.2f)\n", r.std[0], r.std[1], r.std[2],
+              r.std[0] * 255, r.std[1] * 255, r.std[2] * 255);
+  std::printf("labels: %zu classes, imbalance ratio %.2f\n", r.class_names.size(),
+              r.imbalance_ratio);
+  std::printf(
+      "sizes: width %.0f..%.0f, height %.0f..%.0f; %llu grayscale, %llu CMYK, %llu "
+      "EXIF-rotated\n",
+      r.width.min, r.width.max, r.height.min, r.height.max,
+      static_cast<unsigned long long>(r.grayscale), static_cast<unsigned long long>(r.cmyk),
+      static_cast<unsigned long long>(r.exif_rotated));
+  std::printf("duplicates: %zu groups exact, %zu across labels, %zu near (within %d bits)\n",
+              r.duplicates.size(), r.cross_label_duplicates.size(), r.near_duplicates.size(),
+              r.options.near_threshold);
+  std::printf(
+      "flags: %zu uniform, %zu dark, %zu bright, %zu blurry, %zu extreme aspect, %zu "
+      "tiny, %zu not decodable\n",
+      r.uniform.size(), r.dark.size(), r.bright.size(), r.blurry.size(), r.extreme_aspect.size(),
+      r.tiny.size(), r.errors.size());
+  std::printf("leaks: %zu\n", r.leaks.size());
+}
+
+}  // namespace
+
+int CmdStats(int argc, char** argv) {
+  po::options_description desc("stats options");
+  std::string path, json_out, html_out, fail_on_text;
+  std::vector<std::string> against;
+  validate::StatsOptions o;
+  desc.add_options()("archive", po::value(&path)->required(), "archive to describe")(
+      "against", po::value(&against)->multitoken(),
+      "other archives (val/test) to check for samples of this one: exact and near leaks")(
+      "json", po::value(&json_out), "write the JSON report here ('-': stdout)")(
+      "html", po::value(&html_out), "write a self-contained HTML page here")(
+      "fail-on", po::value(&fail_on_text),
+      "exit 1 when any of these is found: duplicates,leaks,cross-label,flags,imbalance=RATIO")(
+      "size", po::value(&o.size)->default_value(0),
+      "mean/std after the loader's centre crop resized to SIZE x SIZE (0: stored images)")(
+      "workers", po::value(&o.workers)->default_value(0), "threads (0: all cores)")(
+      "near-threshold", po::value(&o.near_threshold)->default_value(o.near_threshold),
+      "near duplicates: perceptual hashes at most this many bits apart (0..16)")(
+      "dark", po::value(&o.dark)->default_value(o.dark), "flag: mean luma below (0..255)")(
+      "bright", po::value(&o.bright)->default_value(o.bright), "flag: mean luma above (0..255)")(
+      "uniform", po::value(&o.uniform)->default_value(o.uniform),
+      "flag: luma standard deviation below (0..255)")(
+      "blurry", po::value(&o.blurry)->default_value(o.blurry),
+      "flag: variance of the Laplacian of luma (at most 256 px a side) below")(
+      "extreme-aspect", po::value(&o.extreme_aspect)->default_value(o.extreme_aspect),
+      "flag: long side / short side above")("tiny", po::value(&o.tiny)->default_value(o.tiny),
+                                            "flag: short side below (pixels)")(
+      "max-pixels", po::value(&o.max_pixels)->default_value(o.max_pixels),
+      "refuse records declaring more pixels (as verify --decode and the loader)")(
+      "quiet,q", "no progress bar");
+  po::positional_options_description pos;
+  pos.add("archive", 1);
+  po::variables_map vm;
+  int rc = ParseArgs(argc, argv, desc, pos, vm,
+                     "shardfeed stats ARCHIVE [--against OTHER ...] [--json FILE] [--html FILE] "
+                     "[--fail-on duplicates,leaks,cross-label,flags,imbalance=RATIO] [--size N] "
+                     "[-q]");
+  if (rc >= 0) return rc;
+  validate::FailOn fail_on;
+  if (!fail_on_text.empty()) {
+    auto f = validate::ParseFailOn(fail_on_text);
+    if (!f.ok()) return Error(f.status());
+    fail_on = *f;
+  }
+  if (Status s = validate::ValidateStatsOptions(o); !s.ok()) return Error(s);
+  auto archive = format::Archive::Open(path, format::IndexCheck::kFull);
+  if (!archive.ok()) return Error(archive.status());
+  std::vector<validate::OtherArchive> others;
+  for (const std::string& a : against) {
+    auto other = format::Archive::Open(a, format::IndexCheck::kFull);
+    if (!other.ok()) return Error(other.status());
+    others.push_back({a, *other});
+  }
+  const bool tty = !vm.count("quiet") && ::isatty(STDERR_FILENO);
+  auto progress = [tty](uint64_t done, uint64_t total) {
+    if (!tty) return;
+    std::fprintf(stderr, "\r\033[Kstats %llu/%llu (%.1f%%)", static_cast<unsigned long long>(done),
+                 static_cast<unsigned long long>(total), total ? 100.0 * done / total : 100.0);
+    std::fflush(stderr);
+  };
+  auto report = validate::Stats(**archive, o, others, progress);
+  if (tty) std::fprintf(stderr, "\n");
+  if (!report.ok()) return Error(report.status());
+  if (json_out != "-") PrintSummary(*report);
+  if (!json_out.empty()) {
+    if (Status s = WriteText(json_out, report->ToJson()); !s.ok()) return Error(s);
+  }
+  if (!html_out.empty()) {
+    auto html = validate::StatsHtml(*report, **archive, others);
+    if (!html.ok()) return Error(html.status());
+    if (Status s = WriteText(html_out, *html); !s.ok()) return Error(s);
+  }
+  const std::string failed = validate::FailureSummary(*report, fail_on);
+  if (!failed.empty()) {
+    std::fprintf(stderr, "shardfeed stats: FAILED: %s\n", failed.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace shardfeed::cli

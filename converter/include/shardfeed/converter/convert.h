@@ -1,0 +1,20 @@
+// convert: an archive rewritten into the other backend (LMDB <-> HDF5), records unchanged.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "shardfeed/base/status.h"
+#include "shardfeed/format/archive.h"
+
+namespace shardfeed::converter {
+
+// Rewrites an archive into another backend without decoding anything: the same records, labels,
+// shards (sample ranges) and checksums. Writes as format::ArchiveWriter does (atomically, never
+// replacing what is not an archive; `overwrite` to replace one). Returns the number of records
+// written. A record whose checksum does not match is an error (damage is never copied into a
+// fresh checksum).
+Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
+                         format::Backend backend, bool overwrite = false);
+
+}  // namespace shardfeed::converter

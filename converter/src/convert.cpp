@@ -1,0 +1,55 @@
+#include "shardfeed/converter/convert.h"
+
+#include <nlohmann/json.hpp>
+
+namespace shardfeed::converter {
+
+using nlohmann::json;
+
+Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
+                         format::Backend backend, bool overwrite) {
+  const format::Manifest& m = archive.manifest();
+  format::WriterOptions wo;
+  wo.backend = backend;
+  wo.overwrite = overwrite;
+  wo.protect.push_back(archive.path());
+  wo.encoding = m.encoding;
+  wo.height = m.height;
+  wo.width = m.width;
+  // The pack options are free-form, for humans: take a value only if it has the right type.
+  if (auto j = json::parse(m.options_json, nullptr, false); j.is_object()) {
+    // "chunk_size" since the pack options table (converter/options.h); "chunk_bytes" before.
+    for (const char* key : {"chunk_size", "chunk_bytes"}) {
+      if (auto it = j.find(key); it != j.end() && it->is_number_unsigned() &&
+                                 it->get<uint64_t>() > 0 &&
+                                 it->get<uint64_t>() <= (uint64_t{1} << 31)) {
+        wo.chunk_bytes = it->get<uint64_t>();
+        break;
+      }
+    }
+    if (auto it = j.find("level"); it != j.end() && it->is_number_integer() &&
+                                   it->get<int64_t>() >= 1 && it->get<int64_t>() <= 22) {
+      wo.zstd_level = static_cast<int>(it->get<int64_t>());
+    }
+  }
+  if (wo.chunk_bytes == 0) wo.chunk_bytes = 1 << 20;
+  SF_ASSIGN_OR_RETURN(auto writer, format::ArchiveWriter::Create(out, wo));
+  size_t shard = 0;
+  for (uint64_t i = 0; i < archive.size(); ++i) {
+    while (shard + 1 < m.shards.size() && i >= m.shards[shard + 1].first_sample) {
+      ++shard;
+      SF_RETURN_IF_ERROR(writer->NextShard());
+    }
+    SF_RETURN_IF_ERROR(archive.VerifyRecord(i));  // never copy damage into a fresh checksum
+    SF_ASSIGN_OR_RETURN(format::RecordView r, archive.At(i));
+    SF_RETURN_IF_ERROR(writer->Append(*r.entry, r.data, r.size));
+  }
+  format::Manifest copy = format::SameRecordsAs(m);
+  copy.source_bytes = m.source_bytes;
+  copy.created_by = "shardfeed " SHARDFEED_VERSION " (converted from " +
+                    std::string(format::BackendName(m.backend)) + ")";
+  SF_RETURN_IF_ERROR(writer->Finish(std::move(copy)));
+  return archive.size();
+}
+
+}  // namespace shardfeed::converter

@@ -1,0 +1,242 @@
+// shardfeed._native.Loader: the C++ loader as python/shardfeed/__init__.py drives it.
+//
+// Zero-copy: a batch's images reach Python as a numpy array pointing into the loader's ring
+// slot; its base object holds the slot's lease, so the slot returns to the ring only when the
+// last array (or a torch tensor made from it) is gone. Labels and indices are copied (a few
+// bytes) so that keeping them holds no slot.
+#include <unistd.h>
+
+#include "common.h"
+#include "dlpack_export.h"
+#include "shardfeed/reader/loader.h"
+#include "shardfeed/reader/options.h"
+
+namespace shardfeed_py {
+namespace {
+
+using namespace shardfeed;
+
+// Appended to a damaged sample's error from the loader (issue 20 item 11).
+constexpr const char* kSkipErrorsHint =
+    " (skip_errors=True trains on: bad samples become zero images labelled -1, to be ignored "
+    "with F.cross_entropy(..., ignore_index=-1))";
+
+// The numpy dtype of a batch's images. numpy has no bfloat16: its bits come as uint16
+// (shardfeed.torch views them as torch.bfloat16).
+py::dtype NumpyDType(reader::DType d) {
+  switch (d) {
+    case reader::DType::kFloat32:
+      return py::dtype("float32");
+    case reader::DType::kFloat16:
+      return py::dtype("float16");
+    case reader::DType::kBFloat16:
+      return py::dtype("uint16");
+    case reader::DType::kUint8:
+      break;
+  }
+  return py::dtype("uint8");
+}
+
+DLDataType DlpackType(reader::DType d) {
+  switch (d) {
+    case reader::DType::kFloat32:
+      return {kDLFloat, 32, 1};
+    case reader::DType::kFloat16:
+      return {kDLFloat, 16, 1};
+    case reader::DType::kBFloat16:
+      return {kDLBfloat, 16, 1};
+    case reader::DType::kUint8:
+      break;
+  }
+  return {kDLUInt, 8, 1};
+}
+
+reader::LoaderOptions ParseLoaderOptions(const py::dict& kw) {
+  reader::LoaderOptions o;
+  for (auto item : kw) {
+    const std::string name = py::str(item.first);
+    const reader::LoaderOption* option = reader::FindLoaderOption(name);
+    if (!option || name.find('-') != std::string::npos) {  // as Python: an unknown keyword
+      throw py::type_error(reader::LoaderOptionTable().Unknown(name).message());
+    }
+    Status set = option->set(&o, OptionText(item.second));
+    if (!set.ok() && item.second.is_none()) {  // name Python's None, not its text form
+      std::string message = set.message();
+      if (auto at = message.rfind("'none'"); at != std::string::npos) {
+        message.replace(at, 6, "None");
+      }
+      set = Status(set.code(), message);
+    }
+    Check(set);
+  }
+  Check(reader::ValidateLoaderOptions(o));
+  return o;
+}
+
+struct PyLoader {
+  std::unique_ptr<reader::Loader> loader;
+  pid_t pid = 0;
+  // The native loader, or a clear error once close() ran.
+  reader::Loader& get() const {
+    if (!loader) RaiseError("this Loader is closed");
+    return *loader;
+  }
+};
+
+PyLoader Create(const py::handle& archive, const py::kwargs& kw) {
+  reader::LoaderOptions o = ParseLoaderOptions(kw);
+  std::shared_ptr<format::Archive> a = ArchiveOf(archive);
+  Result<std::unique_ptr<reader::Loader>> r = Status::Internal("unset");
+  {
+    py::gil_scoped_release release;
+    r = reader::Loader::Create(a, o);
+  }
+  PyLoader l;
+  l.loader = Check(std::move(r));
+  l.pid = ::getpid();
+  return l;
+}
+
+// The loader's next batch, waiting with Python's signal handlers live (Ctrl-C raises
+// KeyboardInterrupt within kWaitPollSeconds). None at the end of the epoch.
+Result<reader::Batch> WaitForBatch(reader::Loader& loader) {
+  Result<reader::Batch> r = Status::Internal("unset");
+  bool interrupted = false;
+  {
+    py::gil_scoped_release release;
+    r = loader.Next([&interrupted]() -> Status {
+      py::gil_scoped_acquire acquire;
+      if (PyErr_CheckSignals() != 0) {
+        interrupted = true;
+        return Status::Cancelled("interrupted by a signal");
+      }
+      return Status::OK();
+    });
+  }
+  if (interrupted) throw py::error_already_set();
+  if (!r.ok() && (r.status().code() == StatusCode::kCorrupt ||
+                  r.status().code() == StatusCode::kChecksumMismatch)) {
+    Raise(Status(r.status().code(), r.status().message() + kSkipErrorsHint));
+  }
+  return r;
+}
+
+// (images, labels, indices), plus (device images, device labels) as DLPack capsules with
+// `device`, ordered after the batch's copy on `consumer_stream`; None at the end of the epoch.
+py::object Next(PyLoader& l, uintptr_t consumer_stream) {
+  if (::getpid() != l.pid) {
+    throw py::value_error("this Loader's workers live in process " + std::to_string(l.pid) +
+                          "; create the loader in the process that iterates it");
+  }
+  reader::Loader& loader = l.get();
+  reader::Batch b = Check(WaitForBatch(loader));
+  if (!b) return py::none();
+  const std::vector<int64_t> batch_shape = b.shape();
+  auto images = ViewOf(NumpyDType(b.dtype()), b.images(),
+                       std::vector<ssize_t>(batch_shape.begin(), batch_shape.end()), b.lease());
+  py::array_t<int64_t> labels(static_cast<ssize_t>(b.size()), b.labels());
+  py::array_t<uint64_t> indices(static_cast<ssize_t>(b.size()), b.indices());
+  if (!loader.on_device()) return py::make_tuple(images, labels, indices);
+  // The consumer's stream waits for this batch's copy; the host does not block.
+  Check(b.Wait(reinterpret_cast<void*>(consumer_stream)));
+  const int device = b.device();
+  const DLDataType dt = DlpackType(b.device_dtype());
+  const std::vector<int64_t> device_shape = b.device_shape();
+  auto dimages =
+      ExportDlpack(const_cast<void*>(b.device_images()),
+                   std::vector<ssize_t>(device_shape.begin(), device_shape.end()),
+                   static_cast<DLDataTypeCode>(dt.code), dt.bits, kDLCUDA, device, b.lease());
+  auto dlabels = ExportDlpack(const_cast<int64_t*>(b.device_labels()), {b.size()}, kDLInt, 64,
+                              kDLCUDA, device, b.lease());
+  return py::make_tuple(images, labels, indices, dimages, dlabels);
+}
+
+void Resume(PyLoader& l, const py::dict& d) {
+  reader::LoaderState s;
+  s.epoch = d["epoch"].cast<uint64_t>();
+  s.position = d["position"].cast<uint64_t>();
+  s.seed = d["seed"].cast<uint64_t>();
+  s.plan_start = d.contains("plan_start") ? d["plan_start"].cast<uint64_t>() : 0;
+  s.world_size =
+      d.contains("world_size") ? d["world_size"].cast<uint32_t>() : l.get().options().world_size;
+  s.consumed = d.contains("consumed") ? d["consumed"].cast<uint64_t>() : 0;
+  Check(l.get().Resume(s));
+}
+
+py::dict StateDict(const PyLoader& l) {
+  reader::LoaderState s = l.get().State();
+  py::dict d;
+  d["epoch"] = s.epoch;
+  d["position"] = s.position;
+  d["seed"] = s.seed;
+  d["plan_start"] = s.plan_start;
+  d["consumed"] = s.consumed;
+  d["world_size"] = s.world_size;
+  return d;
+}
+
+py::dict StatsDict(const PyLoader& l) {
+  const reader::EpochStats s = l.get().Stats();
+  py::dict d;
+  d["epoch"] = s.epoch;
+  d["batches"] = s.batches;
+  d["images"] = s.images;
+  d["skipped"] = s.skipped;
+  d["seconds"] = s.seconds;
+  d["wait_seconds"] = s.wait_seconds;
+  d["consumer_seconds"] = s.consumer_seconds;
+  d["wait_fraction"] = s.wait_fraction();
+  d["workers"] = s.workers;    // claiming work at the end of the epoch (workers="auto": tuned)
+  d["prefetch"] = s.prefetch;  // ring slots in use (prefetch="auto": tuned)
+  d["ring_bytes"] = s.ring_bytes;
+  d["ring_full_seconds"] = s.ring_full_seconds;
+  d["run_ahead_batches"] = s.run_ahead_batches;
+  d["ahead_kept"] = s.ahead_kept;
+  d["tuning"] = s.tuning;
+  d["images_per_second"] = s.seconds > 0 ? s.images / s.seconds : 0.0;
+  py::dict stages;
+  stages["read"] = s.read;
+  stages["decode"] = s.decode;
+  stages["collate"] = s.collate;
+  stages["copy"] = s.copy;
+  d["stage_seconds"] = stages;
+  return d;
+}
+
+}  // namespace
+
+void BindLoader(py::module_& m) {
+  py::class_<PyLoader>(m, "Loader")
+      .def(py::init(&Create), py::arg("archive"))
+      .def(
+          "start_epoch",
+          [](PyLoader& l, uint64_t epoch, uint64_t position, uint64_t plan_start) {
+            Check(l.get().StartEpoch(epoch, position, plan_start));
+          },
+          py::arg("epoch"), py::arg("position") = 0, py::arg("plan_start") = 0)
+      .def("resume", &Resume, py::arg("state"))
+      .def("next", &Next, py::arg("consumer_stream") = 0)
+      .def("state", &StateDict)
+      .def("stats", &StatsDict)
+      .def("__len__", [](const PyLoader& l) { return l.get().batches_per_epoch(); })
+      .def_property_readonly("batch_size",
+                             [](const PyLoader& l) { return l.get().options().batch_size; })
+      .def_property_readonly("samples_per_epoch",
+                             [](const PyLoader& l) { return l.get().samples_per_epoch(); })
+      .def_property_readonly("out_size",
+                             [](const PyLoader& l) {
+                               return py::make_tuple(l.get().out_height(), l.get().out_width());
+                             })
+      .def_property_readonly(
+          "pinned", [](const PyLoader& l) { return reader::PinKindName(l.get().pin_kind()); })
+      .def_property_readonly("on_device", [](const PyLoader& l) { return l.get().on_device(); })
+      .def_property_readonly("worker_pids", [](const PyLoader& l) { return l.get().worker_pids(); })
+      .def_property_readonly("closed", [](const PyLoader& l) { return !l.loader; })
+      .def("close", [](PyLoader& l) {
+        std::unique_ptr<reader::Loader> doomed = std::move(l.loader);
+        py::gil_scoped_release release;
+        doomed.reset();
+      });
+}
+
+}  // namespace shardfeed_py

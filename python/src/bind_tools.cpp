@@ -1,0 +1,178 @@
+// The whole-archive tools as Python functions (pack, verify, convert, merge, inspect), the
+// option tables, and what CUDA this build and machine offer.
+#include "common.h"
+#include "shardfeed/base/option_text.h"
+#include "shardfeed/converter/convert.h"
+#include "shardfeed/converter/options.h"
+#include "shardfeed/converter/pack.h"
+#include "shardfeed/format/archive.h"
+#include "shardfeed/reader/options.h"
+#include "shardfeed/reader/pinned.h"
+#include "shardfeed/validate/inspect.h"
+#include "shardfeed/validate/stats.h"
+#include "shardfeed/validate/verify.h"
+
+namespace shardfeed_py {
+namespace {
+
+using namespace shardfeed;
+
+// An option table as a list of dicts: name, flag, kind, choices, default, help (+ `extra`).
+template <typename Table, typename Options, typename Extra>
+py::list OptionList(const Table& table, const Options& defaults, Extra extra) {
+  py::list out;
+  for (const auto& o : table) {
+    py::dict d;
+    d["name"] = o.name;
+    d["flag"] = OptionFlag(o.name);
+    d["kind"] = OptionKindName(o.kind);
+    d["range"] = o.range;
+    d["choices"] = o.choices ? py::cast(std::string(o.choices)) : py::none();
+    d["default"] = o.get(defaults);
+    d["help"] = o.help;
+    extra(o, d);
+    out.append(d);
+  }
+  return out;
+}
+
+py::object Pack(const std::string& src, const std::string& out, const py::kwargs& kw) {
+  converter::PackOptions o;
+  std::string list, parts_dir;
+  for (auto item : kw) {
+    const std::string k = py::str(item.first);
+    if (k == "list") {
+      list = item.second.cast<std::string>();
+    } else if (k == "parts_dir") {
+      parts_dir = item.second.cast<std::string>();
+    } else if (const converter::PackOption* option = converter::FindPackOption(k);
+               option && k.find('-') == std::string::npos) {
+      Check(option->set(&o, OptionText(item.second)));
+    } else {
+      throw py::type_error(converter::PackOptionTable().Unknown(k).message());
+    }
+  }
+  Check(converter::ValidatePackOptions(o));
+  o.options_json = converter::PackOptionsJson(o, list.empty() ? "folder" : "list");
+  converter::PackResult result;
+  Status st;
+  std::string target = out;
+  if (o.part_record) {
+    target = converter::DefaultPartPath(out, o.part, o.parts);
+    if (!parts_dir.empty()) target = parts_dir + "/" + target.substr(target.find_last_of('/') + 1);
+  }
+  {
+    py::gil_scoped_release release;
+    auto source = list.empty() ? converter::ScanImageFolder(src, converter::OutputPaths(out))
+                               : converter::ReadListFile(list, src);
+    st = source.ok() ? converter::Pack(*source, target, o, &result) : source.status();
+  }
+  Check(st);
+  return FromJson(converter::PackReportJson(result, src));
+}
+
+// Damage of any kind is a report with ok False; only a path that is not there or not an
+// archive at all raises.
+py::object Verify(const std::string& path, bool decode, int workers, uint64_t max_pixels) {
+  validate::VerifyOptions o;
+  o.decode = decode;
+  o.workers = workers;
+  if (max_pixels) o.max_pixels = max_pixels;
+  Result<validate::VerifyReport> report = Status::Internal("unset");
+  {
+    py::gil_scoped_release release;
+    report = validate::VerifyPath(path, o);
+  }
+  return FromJson(Check(std::move(report)).ToJson());
+}
+
+uint64_t Convert(const std::string& path, const std::string& out, const std::string& backend,
+                 bool overwrite) {
+  format::Backend b;
+  if (!format::ParseBackend(backend, &b)) throw py::value_error("backend must be lmdb or hdf5");
+  auto archive = Check(format::Archive::Open(path, format::IndexCheck::kFull));
+  Result<uint64_t> n = Status::Internal("unset");
+  {
+    py::gil_scoped_release release;
+    n = converter::Convert(*archive, out, b, overwrite);
+  }
+  return Check(std::move(n));
+}
+
+py::dict Merge(const std::vector<std::string>& parts, const std::string& out, bool overwrite) {
+  converter::MergeResult r;
+  Status st;
+  {
+    py::gil_scoped_release release;
+    st = converter::Merge(parts, out, overwrite, &r);
+  }
+  Check(st);
+  py::dict d;
+  d["parts"] = r.parts;
+  d["shards"] = r.shards;
+  d["samples"] = r.samples;
+  d["copied_shards"] = r.copied_shards;
+  return d;
+}
+
+}  // namespace
+
+void BindTools(py::module_& m) {
+  m.def("cuda_available", &reader::CudaAvailable);
+  m.def("cuda_kernels_built", &reader::CudaKernelsBuilt);
+  m.def("cuda_unavailable_reason", &reader::CudaUnavailableReason);
+  // The option tables (reader/options.h, converter/options.h) as the CLI and this module
+  // both read them.
+  m.def("loader_options", [] {
+    return OptionList(reader::LoaderOptionTable(), reader::LoaderOptions(),
+                      [](const reader::LoaderOption&, py::dict&) {});
+  });
+  m.def("pack_options", [] {
+    return OptionList(
+        converter::PackOptionTable(), converter::PackOptions(),
+        [](const converter::PackOption& o, py::dict& d) { d["recorded"] = o.recorded; });
+  });
+  m.def(
+      "stats",
+      [](const std::string& path, const std::vector<std::string>& against, uint32_t size,
+         int workers, int near_threshold, double dark, double bright, double uniform, double blurry,
+         double extreme_aspect, uint32_t tiny) {
+        validate::StatsOptions o;
+        o.size = size;
+        o.workers = workers;
+        o.near_threshold = near_threshold;
+        o.dark = dark, o.bright = bright, o.uniform = uniform, o.blurry = blurry;
+        o.extreme_aspect = extreme_aspect;
+        o.tiny = tiny;
+        Check(validate::ValidateStatsOptions(o));
+        auto archive = Check(format::Archive::Open(path, format::IndexCheck::kFull));
+        std::vector<validate::OtherArchive> others;
+        for (const std::string& a : against) {
+          others.push_back({a, Check(format::Archive::Open(a, format::IndexCheck::kFull))});
+        }
+        Result<validate::StatsReport> report = Status::Internal("unset");
+        {
+          py::gil_scoped_release release;
+          report = validate::Stats(*archive, o, others);
+        }
+        return FromJson(Check(std::move(report)).ToJson());
+      },
+      py::arg("path"), py::arg("against"), py::arg("size"), py::arg("workers"),
+      py::arg("near_threshold"), py::arg("dark"), py::arg("bright"), py::arg("uniform"),
+      py::arg("blurry"), py::arg("extreme_aspect"), py::arg("tiny"));
+  m.def("pack", &Pack, py::arg("src"), py::arg("out"));
+  m.def("verify", &Verify, py::arg("path"), py::arg("decode") = false, py::arg("workers") = 0,
+        py::arg("max_pixels") = 0);
+  m.def("convert", &Convert, py::arg("path"), py::arg("out"), py::arg("backend"),
+        py::arg("overwrite") = false);
+  m.def("merge", &Merge, py::arg("parts"), py::arg("out"), py::arg("overwrite") = false);
+  m.def(
+      "inspect",
+      [](const std::string& path) {
+        auto archive = Check(format::Archive::Open(path, format::IndexCheck::kFull));
+        return FromJson(validate::InspectJson(*archive));
+      },
+      py::arg("path"));
+}
+
+}  // namespace shardfeed_py

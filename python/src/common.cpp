@@ -1,0 +1,82 @@
+#include "common.h"
+
+namespace shardfeed_py {
+namespace {
+
+PyObject* g_error = nullptr;         // shardfeed.Error
+PyObject* g_data_error = nullptr;    // shardfeed.DataError
+PyObject* g_worker_error = nullptr;  // shardfeed.WorkerError
+PyObject* g_timeout = nullptr;       // shardfeed.Timeout
+
+// A name from a str or a torch.dtype / torch.device ("torch.float32" -> "float32").
+std::string OptionName(const py::handle& v) {
+  std::string s = py::str(v);
+  if (s.rfind("torch.", 0) == 0) s = s.substr(6);
+  return s;
+}
+
+}  // namespace
+
+void BindErrors(py::module_& m) {
+  static py::exception<std::runtime_error> error(m, "Error", PyExc_RuntimeError);
+  g_error = error.ptr();
+  static py::exception<std::runtime_error> data_error(m, "DataError", g_error);
+  g_data_error = data_error.ptr();
+  static py::exception<std::runtime_error> worker_error(m, "WorkerError", g_error);
+  g_worker_error = worker_error.ptr();
+  static py::exception<std::runtime_error> timeout(m, "Timeout", g_error);
+  g_timeout = timeout.ptr();
+}
+
+void Raise(const shardfeed::Status& s) {
+  using shardfeed::StatusCode;
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument:
+      throw py::value_error(s.message());
+    case StatusCode::kNotFound:
+      PyErr_SetString(PyExc_FileNotFoundError, s.message().c_str());
+      break;
+    case StatusCode::kCorrupt:
+    case StatusCode::kChecksumMismatch:
+      PyErr_SetString(g_data_error, s.ToString().c_str());
+      break;
+    case StatusCode::kTimeout:
+      PyErr_SetString(g_timeout, s.message().c_str());
+      break;
+    default:
+      if (s.message().find("worker process") != std::string::npos) {
+        PyErr_SetString(g_worker_error, s.message().c_str());
+      } else {
+        PyErr_SetString(g_error, s.ToString().c_str());
+      }
+  }
+  throw py::error_already_set();
+}
+
+void RaiseError(const std::string& message) {
+  PyErr_SetString(g_error, message.c_str());
+  throw py::error_already_set();
+}
+
+py::object FromJson(const std::string& text) {
+  return py::module_::import("json").attr("loads")(text);
+}
+
+py::capsule Keeper(std::shared_ptr<void> owner) {
+  auto* holder = new std::shared_ptr<void>(std::move(owner));
+  return py::capsule(holder, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
+}
+
+std::string OptionText(const py::handle& v) {
+  if (v.is_none()) return "None";
+  if (py::isinstance<py::bool_>(v)) return v.cast<bool>() ? "true" : "false";
+  if (py::isinstance<py::str>(v)) return v.cast<std::string>();
+  if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
+    std::string out;
+    for (py::handle item : v) out += (out.empty() ? "" : ",") + OptionText(item);
+    return out;
+  }
+  return OptionName(v);
+}
+
+}  // namespace shardfeed_py

@@ -1,0 +1,69 @@
+// What the binding files share: Status -> Python exceptions, numpy views over memory a
+// shared_ptr keeps alive, keyword arguments in the option tables' text form.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>  // in every file: type casters must agree across them
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardfeed/base/status.h"
+
+namespace shardfeed::format {
+class Archive;
+}
+
+namespace shardfeed_py {
+
+namespace py = pybind11;
+
+// Creates shardfeed.Error and its subclasses DataError (corrupt data, checksum mismatch),
+// WorkerError (a worker process died) and Timeout (no batch within the loader's timeout).
+void BindErrors(py::module_& m);
+
+// Raises the Python exception for a failed Status: kInvalidArgument -> ValueError, kNotFound ->
+// FileNotFoundError, kCorrupt/kChecksumMismatch -> DataError, kTimeout -> Timeout, a dead worker
+// process -> WorkerError, anything else -> Error. Call with the GIL held.
+[[noreturn]] void Raise(const shardfeed::Status& s);
+[[noreturn]] void RaiseError(const std::string& message);  // shardfeed.Error(message)
+
+template <typename T>
+T Check(shardfeed::Result<T> r) {
+  if (!r.ok()) Raise(r.status());
+  return std::move(*r);
+}
+inline void Check(const shardfeed::Status& s) {
+  if (!s.ok()) Raise(s);
+}
+
+// json.loads(text).
+py::object FromJson(const std::string& text);
+
+// A capsule holding a copy of `owner`: the base object of arrays over memory it keeps alive.
+py::capsule Keeper(std::shared_ptr<void> owner);
+// A numpy array over memory kept alive by `owner`.
+inline py::array ViewOf(const py::dtype& dtype, void* data, std::vector<ssize_t> shape,
+                        std::shared_ptr<void> owner) {
+  return py::array(dtype, shape, data, Keeper(std::move(owner)));
+}
+template <typename T>
+py::array_t<T> View(T* data, std::vector<ssize_t> shape, std::shared_ptr<void> owner) {
+  return py::array_t<T>(shape, data, Keeper(std::move(owner)));
+}
+
+// A keyword argument's text form, as the CLI would receive it (the option tables parse both):
+// bools true/false, numbers as Python prints them, sequences comma-separated, None "None" (as
+// Python spells it, so a refusal quotes what the caller wrote; timeout takes it),
+// torch dtypes and devices by name.
+std::string OptionText(const py::handle& v);
+
+void BindArchive(py::module_& m);  // bind_archive.cpp: shardfeed._native.Archive
+// The archive a shardfeed._native.Archive holds (bind_archive.cpp).
+std::shared_ptr<shardfeed::format::Archive> ArchiveOf(const py::handle& archive);
+void BindLoader(py::module_& m);  // bind_loader.cpp: shardfeed._native.Loader
+void BindTools(py::module_& m);   // bind_tools.cpp: pack, verify, convert, merge, inspect, ...
+
+}  // namespace shardfeed_py

@@ -1,0 +1,226 @@
+"""`shardfeed stats` and `shardfeed.stats()` on archives made from generated images where every
+answer is known (tests/cli/stats_corpus.py): planted exact, cross-label and near duplicates,
+look-alikes that must not match, dark/uniform/blurred/tiny/wide images, and a val archive with
+planted leaks."""
+import html.parser
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import stats_corpus as sc  # noqa: E402
+
+CLI = os.environ.get("SHARDFEED_CLI", "shardfeed")
+PYTHONPATH = os.environ.get("SHARDFEED_PYTHONPATH", "")
+
+
+def run(*args, timeout=120):
+    return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def save(path, img_or_bytes):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(img_or_bytes if isinstance(img_or_bytes, bytes) else sc.jpeg(img_or_bytes))
+
+
+# Sample indices: class folders in order, files sorted by name within each.
+A, B, C = 0, 15, 31
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("stats")
+    train, val = root / "train", root / "val"
+    photos = {s: sc.photo(s) for s in list(range(20)) + [100, 101]}
+    for s in range(10):
+        save(train / "a" / ("%02d_p%d.jpg" % (s, s)), photos[s])
+    save(train / "a" / "10_dup0.jpg", (train / "a" / "00_p0.jpg").read_bytes())
+    for k, (name, f) in enumerate(sc.PERTURBATIONS.items()):
+        save(train / "a" / ("%02d_near%d_%s.jpg" % (11 + k, k + 1, name)), f(photos[k + 1]))
+    for s in range(10, 20):
+        save(train / "b" / ("%02d_p%d.jpg" % (s - 10, s)), photos[s])
+    save(train / "b" / "10_cross5.jpg", (train / "a" / "05_p5.jpg").read_bytes())
+    for k in range(5):  # the palette and brightness of b/0k, other shapes: alike, not the same
+        save(train / "b" / ("%02d_lookalike%d.jpg" % (11 + k, k)), sc.photo(10 + k, lookalike=k))
+    save(train / "c" / "0_dark.jpg", sc.dark(sc.photo(30)))
+    save(train / "c" / "1_uniform.jpg", sc.uniform())
+    save(train / "c" / "2_blurred.jpg", sc.blurred(sc.photo(31)))
+    save(train / "c" / "3_tiny.jpg", sc.photo(32, size=20))
+    save(train / "c" / "4_wide.jpg", sc.photo(33, size=(40, 240)))
+    save(val / "a" / "0_v100.jpg", photos[100])
+    save(val / "a" / "1_leak6.jpg", (train / "a" / "06_p6.jpg").read_bytes())
+    save(val / "a" / "2_leak7.jpg", sc.reencoded(photos[7]))
+    save(val / "b" / "0_v101.jpg", photos[101])
+    for src in (train, val):
+        p = run("pack", src, str(src) + ".sf", "-q")
+        assert p.returncode == 0, p.stderr
+    return root
+
+
+def stats_json(corpus, *extra):
+    out = corpus / ("s%d.json" % len(os.listdir(corpus)))
+    p = run("stats", corpus / "train.sf", "--json", out, "-q", *extra)
+    assert p.returncode == 0, p.stderr
+    return json.loads(out.read_text())
+
+
+def test_duplicates_near_duplicates_and_cross_label(corpus):
+    s = stats_json(corpus)
+    assert s["samples"] == 36 and s["decoded"] == 36
+    assert s["duplicates"] == [[A + 0, A + 10], [A + 5, B + 10]]
+    assert s["cross_label_duplicates"] == [[A + 5, B + 10]]
+    # Re-encoded at quality 50, resized by 10%, shifted by 2 px, 8% brighter: all found; the
+    # look-alikes (b/11-15 against b/0-4) and every other distinct photo are not.
+    assert s["near_duplicates"] == [[A + 1, A + 11], [A + 2, A + 12], [A + 3, A + 13],
+                                    [A + 4, A + 14]]
+    assert s["thresholds"]["near_threshold"] == 10
+
+
+def test_quality_flags(corpus):
+    f = stats_json(corpus)["flags"]
+    assert f["dark"] == [C + 0]
+    assert f["uniform"] == [C + 1]
+    assert f["blurry"] == [C + 2]
+    assert f["tiny"] == [C + 3]
+    assert f["extreme_aspect"] == [C + 4]
+    assert f["bright"] == []
+
+
+def test_labels_and_sizes(corpus):
+    s = stats_json(corpus)
+    assert s["labels"]["names"] == ["a", "b", "c"]
+    assert s["labels"]["counts"] == [15, 16, 5]
+    assert s["labels"]["imbalance_ratio"] == pytest.approx(16 / 5)
+    sizes = s["sizes"]
+    assert sizes["width"]["min"] == 20 and sizes["width"]["max"] == 240
+    assert sizes["height"]["min"] == 20 and sizes["height"]["max"] == 128
+    assert sum(b["count"] for b in sizes["width"]["bins"]) == 36
+    assert sum(b["count"] for b in sizes["file_bytes"]["bins"]) == 36
+    assert sizes["grayscale"] == 0  # R = G = B in every pixel (or a 1-channel JPEG)
+    assert sizes["cmyk"] == 0 and sizes["exif_rotated"] == 0
+
+
+def test_mean_and_std_equal_numpy_over_the_same_pixels(corpus):
+    if not PYTHONPATH:
+        pytest.skip("needs the Python package (SHARDFEED_PYTHONPATH)")
+    s = stats_json(corpus)
+    code = r"""
+import json, sys
+import numpy as np
+import shardfeed
+a = shardfeed.Archive(sys.argv[1])
+px = np.concatenate([a[i][0].reshape(-1, 3).astype(np.float64) for i in range(len(a))])
+print(json.dumps({"mean": (px.mean(0) / 255).tolist(), "std": (px.std(0) / 255).tolist(),
+                  "stats": shardfeed.stats(sys.argv[1])}))
+"""
+    env = dict(os.environ, PYTHONPATH=PYTHONPATH)
+    p = subprocess.run(["/usr/bin/python3", "-c", code, str(corpus / "train.sf")],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    want = json.loads(p.stdout)
+    assert np.allclose(s["mean"], want["mean"], atol=1e-4, rtol=0), (s["mean"], want["mean"])
+    assert np.allclose(s["std"], want["std"], atol=1e-4, rtol=0), (s["std"], want["std"])
+    assert np.allclose(s["mean_255"], np.array(want["mean"]) * 255, atol=1e-3)
+    py = want["stats"]  # shardfeed.stats(): the same dict as the command's JSON
+    for key in ("mean", "std", "labels", "sizes", "flags", "duplicates", "near_duplicates",
+                "cross_label_duplicates", "leaks"):
+        assert py[key] == s[key], key
+
+
+def test_size_takes_the_loaders_centre_crop(corpus):
+    whole = stats_json(corpus)
+    cropped = stats_json(corpus, "--size", "32")
+    assert cropped["size"] == 32 and cropped["pixels"] == 36 * 32 * 32
+    assert cropped["mean"] != whole["mean"]
+    assert all(abs(a - b) < 0.1 for a, b in zip(cropped["mean"], whole["mean"]))
+
+
+def test_leaks_against_a_val_archive(corpus):
+    val = str(corpus / "val.sf")
+    s = stats_json(corpus, "--against", val)
+    assert s["leaks"] == [
+        {"index": A + 6, "other": val, "other_index": 1, "kind": "exact"},
+        {"index": A + 7, "other": val, "other_index": 2, "kind": "near"},
+    ]
+
+
+def test_fail_on_exit_codes(corpus):
+    train, val = corpus / "train.sf", corpus / "val.sf"
+    p = run("stats", train, "-q", "--fail-on", "leaks", "--against", val)
+    assert p.returncode == 1
+    assert p.stderr.strip().splitlines()[-1] == "shardfeed stats: FAILED: 2 leaks", p.stderr
+    p = run("stats", train, "-q", "--fail-on", "duplicates,cross-label,imbalance=3")
+    assert p.returncode == 1
+    assert ("FAILED: 2 duplicate groups, 4 near-duplicate groups, 1 cross-label duplicate "
+            "group, class imbalance 3.2 > 3") in p.stderr, p.stderr
+    assert run("stats", train, "-q", "--fail-on", "imbalance=4").returncode == 0
+    assert run("stats", val, "-q", "--fail-on", "duplicates,cross-label,flags").returncode == 0
+    assert run("stats", train, "-q", "--fail-on", "flags").returncode == 1
+    # usage and I/O: exit 2
+    assert run("stats", train, "--fail-on", "dupes").returncode == 2
+    assert run("stats", train, "--fail-on", "imbalance=x").returncode == 2
+    assert run("stats", train, "--near-threshold", "40").returncode == 2
+    assert run("stats", corpus / "missing").returncode == 2
+    assert run("stats", train, "--against", corpus / "missing").returncode == 2
+    assert run("stats").returncode == 2
+
+
+class _Page(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.images, self.refs = [], []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "img":
+            self.images.append(a)
+        for key in ("href", "src"):
+            if key in a and tag != "img":
+                self.refs.append(a[key])
+
+
+def test_html_is_one_self_contained_page(corpus, tmp_path):
+    import base64
+    import io
+    from PIL import Image
+    page = tmp_path / "s.html"
+    p = run("stats", corpus / "train.sf", "-q", "--html", page, "--against", corpus / "val.sf")
+    assert p.returncode == 0, p.stderr
+    parser = _Page()
+    parser.feed(page.read_text())
+    assert parser.refs == []  # nothing outside the page
+    # duplicates (4 + 2 cross-label) + near (8) + 5 flagged + 2 leaks side by side (4)
+    assert len(parser.images) == 4 + 2 + 8 + 5 + 4
+    for img in parser.images:
+        assert img["src"].startswith("data:image/png;base64,")
+        thumb = Image.open(io.BytesIO(base64.b64decode(img["src"].split(",", 1)[1])))
+        assert thumb.size == (96, 96)
+    alts = [img["alt"] for img in parser.images]
+    assert alts[:4] == ["sample 0", "sample 10", "sample 5", "sample 25"]
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser:  # a real browser renders it without a network
+        shot = tmp_path / "shot.png"
+        subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                        "--screenshot=%s" % shot, "--window-size=1200,2000", page.as_uri()],
+                       capture_output=True, timeout=120)
+        assert shot.exists() and Image.open(shot).size == (1200, 2000)
+
+
+def test_a_sample_that_does_not_decode_is_listed_not_fatal(corpus, tmp_path):
+    src = tmp_path / "src"
+    save(src / "a" / "0.jpg", sc.photo(1))
+    data = sc.jpeg(sc.photo(2))
+    save(src / "a" / "1.jpg", data[:len(data) // 2] + b"\xff\xd9")  # a truncated scan
+    assert run("pack", src, tmp_path / "x.sf", "-q", "--validate", "none").returncode == 0
+    out = tmp_path / "s.json"
+    p = run("stats", tmp_path / "x.sf", "-q", "--json", out, "--fail-on", "duplicates")
+    assert p.returncode == 0, p.stderr
+    s = json.loads(out.read_text())
+    assert s["samples"] == 2 and s["decoded"] == 1
+    assert [e["index"] for e in s["errors"]] == [1] and "sample 1" in s["errors"][0]["reason"]
+    assert run("stats", tmp_path / "x.sf", "-q", "--fail-on", "flags").returncode == 1

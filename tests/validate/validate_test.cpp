@@ -1,0 +1,178 @@
+// validate/: verify, inspect and extract at the library level. The commands' side is in
+// tests/cli/test_data_safety.py and tests/cli/test_stats.py.
+#include <filesystem>
+#include <random>
+
+#include "shardfeed/converter/pack.h"
+#include "shardfeed/format/archive.h"
+#include "shardfeed/validate/extract.h"
+#include "shardfeed/validate/inspect.h"
+#include "shardfeed/validate/stats.h"
+#include "shardfeed/validate/verify.h"
+#include "test_util.h"
+
+namespace shardfeed::validate {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+// A zstd frame that declares `content` bytes and holds one empty raw block.
+std::vector<uint8_t> FrameDeclaring(uint64_t content) {
+  std::vector<uint8_t> f = {0x28, 0xB5, 0x2F, 0xFD, 0xE0};  // magic; single segment, 8-byte size
+  for (int i = 0; i < 8; ++i) f.push_back(static_cast<uint8_t>(content >> (8 * i)));
+  f.insert(f.end(), {0x01, 0x00, 0x00});  // last block, raw, 0 bytes
+  return f;
+}
+
+// An archive of one zstd record whose checksums are all valid and whose entry declares
+// side x side pixels.
+std::shared_ptr<format::Archive> ArchiveDeclaring(const std::string& path, uint16_t side) {
+  format::WriterOptions wo;
+  wo.encoding = format::Encoding::kZstd;
+  auto w = format::ArchiveWriter::Create(path, wo);
+  REQUIRE(w.ok());
+  format::IndexEntry e{};
+  e.height = e.width = side;
+  e.channels = 3;
+  e.encoding = static_cast<uint8_t>(format::Encoding::kZstd);
+  e.orientation = 1;
+  auto frame = FrameDeclaring(uint64_t{side} * side * 3);
+  REQUIRE((*w)->Append(e, frame.data(), frame.size()).ok());
+  format::Manifest m;
+  m.encoding = format::Encoding::kZstd;
+  m.class_names = {"x"};
+  REQUIRE((*w)->Finish(m).ok());
+  auto archive = format::Archive::Open(path);
+  REQUIRE(archive.ok());
+  return *archive;
+}
+
+std::vector<std::string> Entries(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST_CASE("extract refuses a record above the pixel limit before decompressing it") {
+  // Issue 19: extract decompressed what verify --decode, the loader and inspect --grid refuse.
+  TempDir dir;
+  auto archive = ArchiveDeclaring(dir / "a", 20000);
+  auto n = Extract(*archive, dir / "x");
+  REQUIRE(!n.ok());
+  CHECK(n.status().code() == StatusCode::kResourceExhausted);
+  CHECK(n.status().message().find("sample 0: record declares 20000x20000") != std::string::npos);
+  CHECK(Entries(dir.path()) == std::vector<std::string>{"a"});  // nothing written
+  imaging::Image img;
+  Status decoded = DecodeSample(*archive, 0, &img);  // what inspect --grid does
+  CHECK(decoded.code() == StatusCode::kResourceExhausted);
+
+  // The limit is the caller's, the same number for everyone: below it the record is read.
+  auto small = ArchiveDeclaring(dir / "b", 40);
+  ExtractOptions tight;
+  tight.max_pixels = 40 * 40 - 1;
+  CHECK(Extract(*small, dir / "y", tight).status().code() == StatusCode::kResourceExhausted);
+  VerifyOptions vo;
+  vo.decode = true;
+  vo.max_pixels = tight.max_pixels;
+  CHECK(!Verify(*small, vo).ok());
+}
+
+TEST_CASE("a failed extract leaves nothing behind, a finished one everything") {
+  TempDir dir;
+  auto src = converter::ScanImageFolder(testing::SampleDir());
+  REQUIRE(src.ok());
+  converter::PackOptions po;
+  po.encoding = format::Encoding::kZstd;
+  po.size = 24;
+  converter::PackResult result;
+  REQUIRE(converter::Pack(*src, dir / "a", po, &result).ok());
+  auto archive = format::Archive::Open(dir / "a");
+  REQUIRE(archive.ok());
+  // An existing empty folder is taken; the files appear only at the end.
+  fs::create_directories(dir / "out");
+  auto n = Extract(**archive, dir / "out");
+  REQUIRE(n.ok());
+  CHECK(*n == 36);
+  CHECK(Entries(dir / "out") == std::vector<std::string>{"cat", "dog", "zebra"});
+  CHECK(Entries(dir / "out/cat").size() == 12);
+  CHECK(Entries(dir.path()) == std::vector<std::string>{"a", "out"});
+  // A folder that is not empty is never touched.
+  auto again = Extract(**archive, dir / "out");
+  CHECK(again.status().code() == StatusCode::kInvalidArgument);
+  CHECK(Entries(dir / "out/cat").size() == 12);
+
+  // A record that fails midway: no partial folder, and the same call works once it is fixed.
+  auto bad = ArchiveDeclaring(dir / "b", 20000);
+  CHECK(!Extract(*bad, dir / "x").ok());
+  CHECK(!fs::exists(dir / "x"));
+  CHECK(Entries(dir.path()) == std::vector<std::string>{"a", "b", "out"});
+  ExtractOptions roomy;
+  roomy.max_pixels = uint64_t{20000} * 20000;
+  auto second = Extract(*bad, dir / "x", roomy);  // now the frame itself is found short
+  CHECK(second.status().code() == StatusCode::kCorrupt);
+  CHECK(Entries(dir.path()) == std::vector<std::string>{"a", "b", "out"});
+}
+
+TEST_CASE("Printable escapes control and bidirectional-override characters") {
+  CHECK(Printable("cat") == "cat");
+  CHECK(Printable("caf\xc3\xa9") == "caf\xc3\xa9");  // é stays
+  CHECK(Printable("a\x1b[31mb") == "a\\x1b[31mb");
+  CHECK(Printable("x\\y") == "x\\\\y");
+  CHECK(Printable("\xc2\x85") == "\\xc2\\x85");  // C1 NEL
+  // U+202E RIGHT-TO-LEFT OVERRIDE (e2 80 ae) makes "gpj.exe" show as "exe.jpg".
+  CHECK(Printable("doc\xe2\x80\xaegpj.exe") == "doc\\xe2\\x80\\xaegpj.exe");
+  CHECK(Printable("\xe2\x81\xa6x\xe2\x81\xa9") == "\\xe2\\x81\\xa6x\\xe2\\x81\\xa9");  // U+2066/9
+  CHECK(Printable("\xe2\x80\x8f") == "\\xe2\\x80\\x8f");                               // U+200F
+  CHECK(Printable("\xff") == "\\xff");
+}
+
+TEST_CASE("the multi-index search finds exactly the pairs an all-pairs scan finds") {
+  std::mt19937_64 rng(7);
+  std::vector<uint64_t> hashes;
+  for (int i = 0; i < 3000; ++i) hashes.push_back(rng());
+  // Clusters: copies of a few hashes with 0..16 bits flipped, so every distance is exercised.
+  for (int i = 0; i < 1500; ++i) {
+    uint64_t h = hashes[rng() % 50];
+    const int flips = int(rng() % 17);
+    for (int k = 0; k < flips; ++k) h ^= uint64_t{1} << (rng() % 64);
+    hashes.push_back(h);
+  }
+  std::vector<bool> skip(hashes.size());
+  for (size_t i = 0; i < skip.size(); i += 37) skip[i] = true;
+  for (int threshold : {0, 3, 8, 10, 16}) {
+    std::vector<std::pair<uint32_t, uint32_t>> want;
+    for (uint32_t i = 0; i < hashes.size(); ++i) {
+      for (uint32_t j = i + 1; j < hashes.size(); ++j) {
+        if (!skip[i] && !skip[j] && __builtin_popcountll(hashes[i] ^ hashes[j]) <= threshold) {
+          want.emplace_back(i, j);
+        }
+      }
+    }
+    INFO("threshold " << threshold);
+    CHECK(NearPairs(hashes, threshold, skip) == want);
+    CHECK(!want.empty());
+  }
+}
+
+TEST_CASE("the perceptual hash of an image and of a uniform image") {
+  imaging::Image img;
+  img.Resize(100, 80, 3);
+  for (uint32_t y = 0; y < img.height; ++y) {
+    for (uint32_t x = 0; x < img.width; ++x) {
+      uint8_t* p = img.pixels.data() + (size_t{y} * img.width + x) * 3;
+      p[0] = uint8_t(x * 2), p[1] = uint8_t(y * 3), p[2] = uint8_t((x * y) % 256);
+    }
+  }
+  const uint64_t h = PerceptualHash(img.pixels.data(), img.width, img.height, 0);
+  CHECK(h == PerceptualHash(img.pixels.data(), img.width, img.height, 0));  // deterministic
+  // Brighter by a constant: the AC coefficients and their median move together.
+  imaging::Image brighter = img;
+  for (auto& v : brighter.pixels) v = uint8_t(std::min(255, v + 10));
+  CHECK(__builtin_popcountll(h ^ PerceptualHash(brighter.pixels.data(), 100, 80, 0)) <= 10);
+  CHECK(__builtin_popcountll(h) > 8);  // not degenerate
+}
+
+}  // namespace
+}  // namespace shardfeed::validate

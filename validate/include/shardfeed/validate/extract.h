@@ -1,0 +1,32 @@
+// extract: an archive written back as an image folder. Reads the archive; writes only a folder
+// that did not exist before (or was empty), and only once every file is written.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "shardfeed/base/status.h"
+#include "shardfeed/format/archive.h"
+#include "shardfeed/imaging/image.h"
+
+namespace shardfeed::validate {
+
+struct ExtractOptions {
+  // A record declaring more pixels than this is refused before anything is decompressed or
+  // written (the same limit as verify --decode, the loader and inspect --grid).
+  uint64_t max_pixels = imaging::Limits().max_pixels;
+};
+
+// Writes every sample to DIR/<class>/<index>.jpg (JPEG records, their exact bytes) or .png
+// (pixel records), after checking its checksum. DIR must not exist or be an empty directory.
+// Atomic: the files are written into "DIR.extracting-<pid>" (marked as ours), renamed to DIR at
+// the end; on any error that folder is removed and DIR is as it was, so a rerun starts afresh.
+// Returns the number of files written. Errors name the archive and the sample.
+Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
+                         const ExtractOptions& options = {});
+
+// Creates `path` and writes `data` to it; never replaces anything: an existing path is
+// kInvalidArgument naming it (O_EXCL, so no race either).
+Status WriteNewFile(const std::string& path, const uint8_t* data, size_t size);
+
+}  // namespace shardfeed::validate

@@ -1,0 +1,68 @@
+// verify: is this archive what was written? Every record checksum, every shard hash, every
+// derived manifest field against the shards, and (with `decode`) every payload decoded. Reads
+// only; writes nothing.
+//
+// Thread-safety: Verify() runs its own worker threads over an Archive (which is thread-safe);
+// callers may run several Verify() calls at once. Errors: damage is never a Status here but a
+// report (VerifyReport::ok() false): a record or shard that does not match, a manifest whose
+// derived fields disagree with the shards, an archive too damaged to open, a shard file missing.
+// Only "this is not an archive at all" is a Status (VerifyPath).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "shardfeed/base/status.h"
+#include "shardfeed/format/archive.h"
+#include "shardfeed/imaging/image.h"
+
+namespace shardfeed::validate {
+
+struct VerifyOptions {
+  bool decode = false;  // also decode every record (JPEG fully, zstd decompressed, sizes checked)
+  int workers = 0;      // 0: all cores
+  // With decode: a record declaring more pixels than this is reported, not decoded. The one
+  // limit every reader of records applies (pack, the loader, inspect --grid, extract, stats):
+  // a crafted record cannot make any of them allocate gigabytes.
+  uint64_t max_pixels = imaging::Limits().max_pixels;
+};
+
+struct BadSample {
+  uint64_t index = 0;
+  std::string reason;  // names the sample once ("sample 7: payload checksum mismatch")
+};
+
+struct VerifyReport {
+  std::string archive;
+  uint64_t samples = 0, checked = 0;
+  // Set when the archive could not be opened although it is one (a damaged manifest or shard
+  // header, a shard file missing): nothing else could be checked.
+  std::string error;
+  std::vector<BadSample> bad_samples;
+  std::vector<std::string> bad_shards;  // one message per shard whose hash does not match
+  // Manifest fields derived from the shards (payload bytes, counts, shapes) that disagree.
+  std::vector<std::string> bad_manifest;
+  bool ok() const {
+    return error.empty() && bad_samples.empty() && bad_shards.empty() && bad_manifest.empty();
+  }
+  // {"archive", "ok", "samples", "checked", "bad_samples": [{"index", "reason"}], "bad_shards",
+  //  "bad_manifest", "error" (only when set)}; ends with a newline.
+  std::string ToJson() const;
+};
+
+// Checks every record checksum and every shard hash (and, with `decode`, every payload) of an
+// open archive. `progress` (may be null) is called from the calling thread with the samples
+// done so far, at most every 100 ms, and once at the end.
+VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options,
+                    const std::function<void(uint64_t done, uint64_t total)>& progress = nullptr);
+
+// Opens `path` with every check (format::IndexCheck::kFull) and verifies it. A path that does
+// not exist or is not an archive at all (a file, a folder without manifest.json) is a Status
+// (kNotFound / kInvalidArgument); an archive too damaged to open is a report with `error` set.
+Result<VerifyReport> VerifyPath(
+    const std::string& path, const VerifyOptions& options,
+    const std::function<void(uint64_t done, uint64_t total)>& progress = nullptr);
+
+}  // namespace shardfeed::validate

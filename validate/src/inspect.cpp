@@ -1,0 +1,248 @@
+#include "shardfeed/validate/inspect.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "sample_context.h"
+#include "shardfeed/codec/codec.h"
+#include "shardfeed/imaging/image.h"
+
+namespace shardfeed::validate {
+namespace {
+
+using nlohmann::json;
+
+struct Summary {
+  uint64_t payload = 0, pixels = 0;
+  uint32_t min_h = UINT32_MAX, max_h = 0, min_w = UINT32_MAX, max_w = 0;
+};
+
+Summary Summarize(const format::Archive& archive) {
+  Summary s;
+  for (uint64_t i = 0; i < archive.size(); ++i) {
+    auto r = archive.At(i);
+    if (!r.ok()) continue;  // counted by verify; inspect summarises what can be read
+    const format::IndexEntry& e = *r->entry;
+    s.payload += e.size;
+    s.pixels += uint64_t{e.height} * e.width * 3;
+    s.min_h = std::min<uint32_t>(s.min_h, e.height);
+    s.max_h = std::max<uint32_t>(s.max_h, e.height);
+    s.min_w = std::min<uint32_t>(s.min_w, e.width);
+    s.max_w = std::max<uint32_t>(s.max_w, e.width);
+  }
+  if (archive.size() == 0) s.min_h = s.min_w = 0;
+  return s;
+}
+
+}  // namespace
+
+std::string Printable(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    bool valid = len > 0 && i + len <= text.size();
+    for (size_t k = 1; valid && k < len; ++k) valid = (text[i + k] & 0xC0) == 0x80;
+    uint32_t code = 0;  // the code point, when valid
+    if (valid) {
+      code = len == 1 ? c : c & (0xFF >> (len + 1));
+      for (size_t k = 1; k < len; ++k) code = (code << 6) | (text[i + k] & 0x3F);
+    }
+    // C1 controls, and the bidirectional formatting characters that reorder what a terminal
+    // shows (U+202E makes "gpj.exe" read as "exe.jpg"): shown escaped like C0 controls.
+    const bool hidden = (code >= 0x80 && code <= 0x9F) || code == 0x61C || code == 0x200E ||
+                        code == 0x200F || (code >= 0x202A && code <= 0x202E) ||
+                        (code >= 0x2066 && code <= 0x2069);
+    if (!valid || c < 0x20 || c == 0x7F || c == '\\' || hidden) {
+      const size_t n = valid && hidden ? len : 1;
+      for (size_t k = 0; k < n; ++k) {
+        const unsigned char b = static_cast<unsigned char>(text[i + k]);
+        char buf[8];
+        std::snprintf(buf, sizeof(buf), b == '\\' ? "\\\\" : "\\x%02x", b);
+        out += buf;
+      }
+      i += n;
+      continue;
+    }
+    out.append(text, i, len);
+    i += len;
+  }
+  return out;
+}
+
+std::string InspectJson(const format::Archive& archive) {
+  const format::Manifest& m = archive.manifest();
+  Summary s = Summarize(archive);
+  json classes = json::array();
+  for (size_t c = 0; c < m.class_names.size(); ++c) {
+    classes.push_back({{"label", c},
+                       {"name", m.class_names[c]},
+                       {"count", c < m.class_counts.size() ? m.class_counts[c] : 0}});
+  }
+  json shards = json::array();
+  for (const auto& sh : m.shards) {
+    shards.push_back({{"file", sh.file}, {"samples", sh.sample_count}, {"bytes", sh.file_bytes}});
+  }
+  json j = {
+      {"archive", archive.path()},
+      {"format_version", m.format_version},
+      {"backend", std::string(format::BackendName(m.backend))},
+      {"encoding", std::string(format::EncodingName(m.encoding))},
+      {"samples", m.sample_count},
+      {"classes", classes},
+      {"shape", m.height ? json::array({m.height, m.width, m.channels}) : json(nullptr)},
+      {"height_range", {s.min_h, s.max_h}},
+      {"width_range", {s.min_w, s.max_w}},
+      {"payload_bytes", s.payload},
+      {"bytes_on_disk", archive.FileBytes()},
+      {"decoded_bytes", s.pixels},
+      {"source_bytes", m.source_bytes},
+      {"resized_records", m.resized_records ? json(*m.resized_records) : json(nullptr)},
+      {"compression_ratio", s.payload ? double(s.pixels) / double(s.payload) : 0.0},
+      {"shards", shards},
+      {"created_by", m.created_by},
+      {"created_at", m.created_at},
+  };
+  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+std::string InspectText(const format::Archive& archive) {
+  const format::Manifest& m = archive.manifest();
+  Summary s = Summarize(archive);
+  std::ostringstream o;
+  auto mb = [](uint64_t b) { return double(b) / 1e6; };
+  o << "archive:     " << Printable(archive.path()) << "\n";
+  o << "format:      shardfeed v" << m.format_version << ", " << format::BackendName(m.backend)
+    << ", " << m.shards.size() << " shard(s)\n";
+  o << "encoding:    " << format::EncodingName(m.encoding);
+  if (auto c = codec::CodecFor(m.encoding); c.ok()) o << " (" << (*c)->description() << ")";
+  o << "\n";
+  o << "samples:     " << m.sample_count << "\n";
+  if (m.height) {
+    o << "shape:       " << m.height << "x" << m.width << "x" << m.channels << " (fixed)\n";
+  } else {
+    o << "shape:       variable, height " << s.min_h << ".." << s.max_h << ", width " << s.min_w
+      << ".." << s.max_w << "\n";
+  }
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "bytes:       %.2f MB on disk, %.2f MB of records, %.2f MB of source files\n"
+                "compression: %.2fx (decoded RGB bytes / record bytes)\n",
+                mb(archive.FileBytes()), mb(s.payload), mb(m.source_bytes),
+                s.payload ? double(s.pixels) / double(s.payload) : 0.0);
+  o << buf;
+  if (m.resized_records) {
+    // The cap is in the recorded pack options.
+    json opts = json::parse(m.options_json.empty() ? "{}" : m.options_json, nullptr, false);
+    std::string cap;
+    if (opts.is_object() && opts.contains("size") && opts["size"].is_number_unsigned()) {
+      const bool long_side = opts.value("max_side", false);
+      cap = " (" + std::string(long_side ? "long" : "short") + " side over " +
+            std::to_string(opts["size"].get<uint64_t>()) + " px" +
+            (opts.contains("quality") ? ", re-encoded at quality " + opts["quality"].dump() : "") +
+            ")";
+    }
+    o << "resized:     " << *m.resized_records << " of " << m.sample_count
+      << " records decoded, resized and re-encoded at pack" << cap
+      << "; the others are the source files' bytes\n";
+  }
+  o << "classes:     " << m.class_names.size() << "\n";
+  for (size_t c = 0; c < m.class_names.size(); ++c) {
+    o << "  " << c << "\t" << (c < m.class_counts.size() ? m.class_counts[c] : 0) << "\t"
+      << Printable(m.class_names[c]) << "\n";
+  }
+  return o.str();
+}
+
+Status DecodeSample(const format::Archive& archive, uint64_t index, imaging::Image* out,
+                    uint64_t max_pixels) {
+  auto decode = [&]() -> Status {
+    SF_RETURN_IF_ERROR(archive.VerifyRecord(index));
+    SF_ASSIGN_OR_RETURN(const format::RecordView r, archive.At(index));
+    SF_RETURN_IF_ERROR(format::CheckPixelLimit(*r.entry, max_pixels));
+    SF_ASSIGN_OR_RETURN(const codec::Codec* c, codec::CodecFor(*r.entry));
+    codec::Context ctx;
+    imaging::Limits limits;
+    limits.max_pixels = max_pixels;
+    return c->Decode(ctx, r, limits, /*strict=*/false, out);
+  };
+  return ForSample(archive.path(), index, decode());
+}
+
+void DrawTile(imaging::Image* sheet, uint32_t x0, uint32_t y0, uint32_t tile,
+              const imaging::Image* img) {
+  const bool ok = img != nullptr;
+  for (uint32_t y = 0; y < tile; ++y) {
+    uint8_t* row = sheet->pixels.data() + (size_t{y0 + y} * sheet->width + x0) * 3;
+    for (uint32_t x = 0; x < tile; ++x) {
+      row[3 * x] = ok ? 225 : 220;
+      row[3 * x + 1] = ok ? 225 : 40;
+      row[3 * x + 2] = ok ? 225 : 40;
+    }
+  }
+  if (ok && img->width > 0 && img->height > 0) {
+    const double s = std::min(double(tile) / img->width, double(tile) / img->height);
+    const uint32_t tw = std::max<uint32_t>(1, static_cast<uint32_t>(img->width * s));
+    const uint32_t th = std::max<uint32_t>(1, static_cast<uint32_t>(img->height * s));
+    const uint32_t tx = x0 + (tile - tw) / 2, ty = y0 + (tile - th) / 2;
+    imaging::ResizeInto(img->pixels.data(), img->width, img->height, 0, 3,
+                        sheet->pixels.data() + (size_t{ty} * sheet->width + tx) * 3, tw, th,
+                        size_t{sheet->width} * 3);
+  }
+}
+
+Result<imaging::Image> ContactSheet(const format::Archive& archive, const ContactSheetOptions& o) {
+  if (o.per_class == 0 || o.per_class > 64) {
+    return Status::InvalidArgument("per_class (--per-class) must be in 1..64, not ", o.per_class);
+  }
+  if (o.tile < 16 || o.tile > 512) {
+    return Status::InvalidArgument("size (--size) must be in 16..512, not ", o.tile);
+  }
+  const format::Manifest& m = archive.manifest();
+  const size_t classes = std::min<size_t>(m.class_names.size(), o.max_classes);
+  if (classes == 0) return Status::InvalidArgument(archive.path(), ": no classes to show");
+  // The first per_class samples of each class, in archive order (one pass over the index).
+  std::vector<std::vector<uint64_t>> picked(classes);
+  size_t full = 0;
+  for (uint64_t i = 0; i < archive.size() && full < classes; ++i) {
+    SF_ASSIGN_OR_RETURN(const format::RecordView r, archive.At(i));
+    const size_t label = static_cast<size_t>(r.entry->label);
+    if (label < classes && picked[label].size() < o.per_class) {
+      picked[label].push_back(i);
+      full += picked[label].size() == o.per_class;
+    }
+  }
+  // Layout: a label column, then tiles with a caption line beneath each.
+  const uint32_t pad = 6, caption = imaging::kTextCellHeight + 4;
+  size_t longest = 0;
+  for (size_t c = 0; c < classes; ++c) {
+    longest = std::max(longest, std::to_string(c).size() + 1 + m.class_names[c].size());
+  }
+  const uint32_t label_w =
+      static_cast<uint32_t>(std::min<size_t>(longest, 28) * imaging::kTextCellWidth) + 2 * pad;
+  const uint32_t row_h = o.tile + caption + pad;
+  imaging::Image sheet;
+  sheet.Resize(label_w + o.per_class * (o.tile + pad) + pad,
+               static_cast<uint32_t>(classes) * row_h + pad, 3);
+  std::fill(sheet.pixels.begin(), sheet.pixels.end(), uint8_t{255});
+  const uint8_t black[3] = {0, 0, 0}, grey[3] = {90, 90, 90};
+  imaging::Image img;
+  for (size_t c = 0; c < classes; ++c) {
+    const uint32_t y0 = pad + static_cast<uint32_t>(c) * row_h;
+    std::string label = std::to_string(c) + " " + Printable(m.class_names[c]);
+    if (label.size() > 28) label = label.substr(0, 27) + "~";
+    imaging::DrawText(&sheet, pad, y0 + (o.tile - imaging::kTextCellHeight) / 2, label, 1, black);
+    for (size_t k = 0; k < picked[c].size(); ++k) {
+      const uint64_t index = picked[c][k];
+      const uint32_t x0 = label_w + static_cast<uint32_t>(k) * (o.tile + pad);
+      const bool ok = DecodeSample(archive, index, &img).ok();
+      DrawTile(&sheet, x0, y0, o.tile, ok ? &img : nullptr);
+      imaging::DrawText(&sheet, x0, y0 + o.tile + 2, "#" + std::to_string(index), 1, grey);
+    }
+  }
+  return sheet;
+}
+
+}  // namespace shardfeed::validate

@@ -1,0 +1,558 @@
+#include "shardfeed/validate/stats.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+#include <thread>
+#include <unordered_map>
+
+#include "sample_context.h"
+#include "shardfeed/base/cpus.h"
+#include "shardfeed/codec/codec.h"
+
+namespace shardfeed::validate {
+namespace {
+
+using nlohmann::json;
+
+enum ColorBits : uint8_t { kGrayJpeg = 1, kGrayPixels = 2, kCmyk = 4, kRotated = 8 };
+
+// What the pass keeps of each sample (about 48 bytes: 10^6 samples take 48 MB).
+struct SampleStat {
+  uint64_t hash = 0, phash = 0;  // XXH3 of the decoded pixels (and size); perceptual hash
+  uint32_t width = 0, height = 0;
+  uint64_t bytes = 0;
+  int32_t label = -1;
+  float luma_mean = 0, luma_std = 0, laplacian = 0;
+  uint8_t color = 0;
+  bool ok = false;
+};
+
+// Per-channel sums over the pixels of one image (or of its resized crop), exact in integers.
+struct Sums {
+  uint64_t pixels = 0;
+  uint64_t sum[3] = {0, 0, 0}, squares[3] = {0, 0, 0};
+  void Add(const uint8_t* p, uint32_t w, uint32_t h, size_t stride) {
+    // 48 lanes (16 pixels) of 32-bit sums the compiler vectorises, flushed to 64 bits every
+    // 4096 blocks (4096 * 255^2 < 2^32); lane k holds channel k % 3.
+    for (uint32_t y = 0; y < h; ++y) {
+      const uint8_t* row = p + y * stride;
+      const size_t bytes = size_t{w} * 3, blocks = bytes / 48;
+      for (size_t b0 = 0; b0 < blocks; b0 += 4096) {
+        uint32_t s[48] = {}, q[48] = {};
+        const size_t b1 = std::min(blocks, b0 + 4096);
+        for (size_t b = b0; b < b1; ++b) {
+          const uint8_t* v = row + b * 48;
+          for (int k = 0; k < 48; ++k) s[k] += v[k], q[k] += uint32_t(v[k]) * v[k];
+        }
+        for (int k = 0; k < 48; ++k) sum[k % 3] += s[k], squares[k % 3] += q[k];
+      }
+      for (size_t i = blocks * 48; i < bytes; ++i) {
+        sum[i % 3] += row[i], squares[i % 3] += uint32_t(row[i]) * row[i];
+      }
+    }
+    pixels += uint64_t{w} * h;
+  }
+  void Merge(const Sums& o) {
+    pixels += o.pixels;
+    for (int c = 0; c < 3; ++c) sum[c] += o.sum[c], squares[c] += o.squares[c];
+  }
+};
+
+// Luma measures on the image reduced by a whole factor f to at most 256 pixels a side (never
+// enlarged): every f-th pixel of every f-th row (the centre of each f x f block). Point
+// samples, not block averages: a box filter over every pixel cost more than the JPEG decode,
+// and the hash averages 32 x 32 cells of these samples anyway.
+void MeasureLuma(const imaging::Image& img, SampleStat* s) {
+  const uint32_t side = std::max(img.width, img.height);
+  const uint32_t f = (side + 255) / 256;
+  const uint32_t w = std::max<uint32_t>(1, img.width / f),
+                 h = std::max<uint32_t>(1, img.height / f);
+  std::vector<float> luma(size_t{w} * h);
+  uint32_t differ = 0;  // any bit set: some sampled pixel has R != G or G != B
+  for (uint32_t yo = 0; yo < h; ++yo) {
+    const uint32_t y = std::min(img.height - 1, yo * f + f / 2);
+    const uint8_t* row = img.pixels.data() + size_t{y} * img.width * 3;
+    float* out = luma.data() + size_t{yo} * w;
+    for (uint32_t xo = 0; xo < w; ++xo) {
+      const uint8_t* p = row + size_t{std::min(img.width - 1, xo * f + f / 2)} * 3;
+      out[xo] = 0.299f * p[0] + 0.587f * p[1] + 0.114f * p[2];
+      differ |= (p[0] ^ p[1]) | (p[1] ^ p[2]);
+    }
+  }
+  const bool gray = differ == 0;
+  s->phash = LumaHash(luma.data(), w, h);
+  double sum = 0, squares = 0;
+  for (float l : luma) sum += l, squares += double(l) * l;
+  const double n = double(luma.size());
+  s->luma_mean = float(sum / n);
+  s->luma_std = float(std::sqrt(std::max(0.0, squares / n - (sum / n) * (sum / n))));
+  double ls = 0, lq = 0;
+  uint64_t ln = 0;
+  for (uint32_t y = 1; y + 1 < h; ++y) {
+    for (uint32_t x = 1; x + 1 < w; ++x) {
+      const size_t i = size_t{y} * w + x;
+      const double l = luma[i - 1] + luma[i + 1] + luma[i - w] + luma[i + w] - 4 * luma[i];
+      ls += l, lq += l * l, ++ln;
+    }
+  }
+  s->laplacian = ln ? float(lq / ln - (ls / ln) * (ls / ln)) : 0.f;
+  if (gray) s->color |= kGrayPixels;
+}
+
+// One sample: decoded upright as a reader sees it, measured, hashed.
+Status MeasureSample(const format::Archive& archive, uint64_t i, const StatsOptions& o,
+                     codec::Context& ctx, imaging::Image& img, imaging::Image& scratch, Sums* sums,
+                     SampleStat* s) {
+  SF_ASSIGN_OR_RETURN(const format::RecordView r, archive.At(i));
+  const format::IndexEntry& e = *r.entry;
+  s->label = e.label;
+  s->bytes = r.size;
+  if (e.orientation > 1) s->color |= kRotated;
+  if (e.encoding == uint8_t(format::Encoding::kJpeg)) {
+    imaging::Limits limits;
+    limits.max_pixels = o.max_pixels;
+    auto info = imaging::ProbeJpeg(r.data, r.size, false, limits);
+    if (info.ok() && info->components == 1) s->color |= kGrayJpeg;
+    if (info.ok() && info->components == 4) s->color |= kCmyk;
+  }
+  SF_RETURN_IF_ERROR(format::CheckPixelLimit(e, o.max_pixels));
+  SF_ASSIGN_OR_RETURN(const codec::Codec* c, codec::CodecFor(e));
+  imaging::Limits limits;
+  limits.max_pixels = o.max_pixels;
+  // Strictly: an image the decoder had to guess at (a truncated scan) is a broken image, listed
+  // in `errors`, not a sample to average.
+  SF_RETURN_IF_ERROR(c->Decode(ctx, r, limits, /*strict=*/true, &img));
+  SF_RETURN_IF_ERROR(archive.CheckUnchanged(i));
+  s->width = img.width;
+  s->height = img.height;
+  const uint64_t seed = (uint64_t{img.width} << 32) | img.height;
+  s->hash = XXH3_64bits_withSeed(img.pixels.data(), img.pixels.size(), seed);
+  MeasureLuma(img, s);
+  if (o.size == 0) {
+    sums->Add(img.pixels.data(), img.width, img.height, size_t{img.width} * 3);
+  } else {
+    // The loader's evaluation transform (crop="center"): the centre square of 224/256 of the
+    // short side, resized to size x size.
+    const uint32_t short_side = std::min(img.width, img.height);
+    const uint32_t crop = std::max<uint32_t>(1, uint32_t(short_side * (224.0 / 256.0)));
+    const uint32_t x0 = (img.width - crop) / 2, y0 = (img.height - crop) / 2;
+    scratch.Resize(o.size, o.size, 3);
+    imaging::ResizeInto(img.pixels.data() + (size_t{y0} * img.width + x0) * 3, crop, crop,
+                        size_t{img.width} * 3, 3, scratch.pixels.data(), o.size, o.size);
+    sums->Add(scratch.pixels.data(), o.size, o.size, size_t{o.size} * 3);
+  }
+  s->ok = true;
+  return Status::OK();
+}
+
+struct Measured {
+  std::vector<SampleStat> samples;
+  Sums sums;
+  std::vector<std::pair<uint64_t, std::string>> errors;
+};
+
+// The decoding pass over one archive: blocks of samples claimed by `workers` threads, each
+// with its own decoder context and sums, merged at the end. `done` counts samples finished.
+Measured MeasureArchive(const format::Archive& archive, const StatsOptions& o,
+                        const StatsProgress& progress, uint64_t done_before, uint64_t total) {
+  std::atomic<uint64_t> done_here{0};
+  std::atomic<uint64_t>* done = &done_here;
+  Measured m;
+  const uint64_t n = archive.size();
+  m.samples.resize(n);
+  archive.Advise(format::Archive::Access::kSequential);
+  std::atomic<uint64_t> next{0};
+  std::mutex mu;
+  auto work = [&]() {
+    codec::Context ctx;
+    imaging::Image img, scratch;
+    Sums sums;
+    std::vector<std::pair<uint64_t, std::string>> errors;
+    const uint64_t block = 64;
+    for (;;) {
+      const uint64_t begin = next.fetch_add(block);
+      if (begin >= n) break;
+      const uint64_t end = std::min(n, begin + block);
+      for (uint64_t i = begin; i < end; ++i) {
+        SampleStat& s = m.samples[i];
+        Status st = MeasureSample(archive, i, o, ctx, img, scratch, &sums, &s);
+        if (!st.ok()) {
+          s.ok = false;
+          errors.emplace_back(i, ForSample(archive.path(), i, st).message());
+        }
+      }
+      *done += end - begin;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    m.sums.Merge(sums);
+    m.errors.insert(m.errors.end(), errors.begin(), errors.end());
+  };
+  std::vector<std::thread> threads;
+  const int workers = o.workers > 0 ? o.workers : AvailableCpus();
+  for (int t = 0; t < workers; ++t) threads.emplace_back(work);
+  if (progress) {
+    // Polls for the display only; the joins below are what waits for the work.
+    while (done->load() < n) {
+      progress(done_before + done->load(), total);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  for (auto& t : threads) t.join();
+  std::sort(m.errors.begin(), m.errors.end());
+  return m;
+}
+
+}  // namespace
+
+Status ValidateStatsOptions(const StatsOptions& o) {
+  if (o.workers < 0 || o.workers > 4096) {
+    return Status::InvalidArgument("workers (--workers) must be in 0..4096, not ", o.workers);
+  }
+  if (o.size > 4096)
+    return Status::InvalidArgument("size (--size) must be in 0..4096, not ", o.size);
+  if (o.near_threshold < 0 || o.near_threshold > 16) {
+    return Status::InvalidArgument("near_threshold (--near-threshold) must be in 0..16, not ",
+                                   o.near_threshold);
+  }
+  for (auto [name, v, lo, hi] :
+       {std::tuple{"dark", o.dark, 0.0, 255.0}, std::tuple{"bright", o.bright, 0.0, 255.0},
+        std::tuple{"uniform", o.uniform, 0.0, 255.0}, std::tuple{"blurry", o.blurry, 0.0, 1e9},
+        std::tuple{"extreme_aspect", o.extreme_aspect, 1.0, 1e6}}) {
+    if (!(v >= lo && v <= hi)) {
+      return Status::InvalidArgument(name, " must be in ", lo, "..", hi, ", not ", v);
+    }
+  }
+  if (o.max_pixels == 0) return Status::InvalidArgument("max_pixels must be positive");
+  return Status::OK();
+}
+
+namespace {
+
+Histogram MakeHistogram(std::vector<double> edges, const std::vector<double>& values) {
+  Histogram h;
+  h.edges = std::move(edges);
+  h.counts.assign(h.edges.size(), 0);
+  if (values.empty()) return h;
+  h.min = *std::min_element(values.begin(), values.end());
+  h.max = *std::max_element(values.begin(), values.end());
+  h.mean = std::accumulate(values.begin(), values.end(), 0.0) / double(values.size());
+  for (double v : values) {
+    size_t b = size_t(std::upper_bound(h.edges.begin(), h.edges.end(), v) - h.edges.begin());
+    h.counts[b == 0 ? 0 : b - 1]++;
+  }
+  return h;
+}
+
+std::vector<double> Powers(double first, double last) {
+  std::vector<double> e = {0};
+  for (double v = first; v <= last; v *= 2) e.push_back(v);
+  return e;
+}
+
+// Union-find over sample indices, for grouping pairs.
+struct Groups {
+  std::vector<uint32_t> parent;
+  explicit Groups(size_t n) : parent(n) { std::iota(parent.begin(), parent.end(), 0u); }
+  uint32_t Find(uint32_t x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  }
+  void Join(uint32_t a, uint32_t b) {
+    a = Find(a), b = Find(b);
+    if (a != b) parent[std::max(a, b)] = std::min(a, b);
+  }
+  // Every set of two or more, each ascending, sets ordered by their first member.
+  std::vector<std::vector<uint64_t>> Sets() {
+    std::map<uint32_t, std::vector<uint64_t>> sets;
+    for (uint32_t i = 0; i < parent.size(); ++i) sets[Find(i)].push_back(i);
+    std::vector<std::vector<uint64_t>> out;
+    for (auto& [root, members] : sets) {
+      if (members.size() > 1) out.push_back(std::move(members));
+    }
+    return out;
+  }
+};
+
+void FindDuplicates(const std::vector<SampleStat>& s, const StatsOptions& o, StatsReport* r) {
+  const size_t n = s.size();
+  Groups exact(n);
+  std::unordered_map<uint64_t, uint32_t> first;  // pixel hash -> first sample holding it
+  first.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    if (!s[i].ok) continue;
+    auto [it, added] = first.emplace(s[i].hash, i);
+    if (!added) exact.Join(it->second, i);
+  }
+  r->duplicates = exact.Sets();
+  for (const auto& g : r->duplicates) {
+    for (uint64_t i : g) {
+      if (s[i].label != s[g[0]].label) {
+        r->cross_label_duplicates.push_back(g);
+        break;
+      }
+    }
+  }
+  // Near: pairs within the threshold that are not the same pixels; uniform images (all
+  // hashes alike) and failed samples take no part.
+  std::vector<uint64_t> hashes(n);
+  std::vector<bool> skip(n);
+  for (size_t i = 0; i < n; ++i) {
+    hashes[i] = s[i].phash;
+    skip[i] = !s[i].ok || s[i].luma_std < o.uniform;
+  }
+  Groups near(n);
+  for (auto [a, b] : NearPairs(hashes, o.near_threshold, skip)) {
+    if (s[a].hash != s[b].hash) near.Join(a, b);
+  }
+  r->near_duplicates = near.Sets();
+}
+
+void FindLeaks(const std::vector<SampleStat>& mine, const std::string& name,
+               const std::vector<SampleStat>& theirs, const StatsOptions& o, StatsReport* r) {
+  std::unordered_map<uint64_t, uint32_t> exact;
+  for (uint32_t j = 0; j < theirs.size(); ++j) {
+    if (theirs[j].ok) exact.emplace(theirs[j].hash, j);
+  }
+  std::vector<bool> exact_hit(mine.size());
+  for (uint32_t i = 0; i < mine.size(); ++i) {
+    if (!mine[i].ok) continue;
+    if (auto it = exact.find(mine[i].hash); it != exact.end()) {
+      r->leaks.push_back({i, name, it->second, true});
+      exact_hit[i] = true;
+    }
+  }
+  std::vector<uint64_t> hashes(theirs.size()), queries(mine.size());
+  std::vector<bool> skip(theirs.size()), skip_query(mine.size());
+  for (size_t j = 0; j < theirs.size(); ++j) {
+    hashes[j] = theirs[j].phash;
+    skip[j] = !theirs[j].ok || theirs[j].luma_std < o.uniform;
+  }
+  for (size_t i = 0; i < mine.size(); ++i) {
+    queries[i] = mine[i].phash;
+    skip_query[i] = exact_hit[i] || !mine[i].ok || mine[i].luma_std < o.uniform;
+  }
+  // One near leak per sample: its closest match.
+  std::vector<std::pair<int, uint32_t>> best(mine.size(), {65, 0});
+  for (auto [q, j] : NearMatches(hashes, queries, o.near_threshold, skip, skip_query)) {
+    const int d = __builtin_popcountll(queries[q] ^ hashes[j]);
+    if (d < best[q].first) best[q] = {d, j};
+  }
+  for (uint32_t i = 0; i < mine.size(); ++i) {
+    if (best[i].first <= 64) r->leaks.push_back({i, name, best[i].second, false});
+  }
+}
+
+void Summarize(const format::Archive& archive, const std::vector<SampleStat>& s,
+               const StatsOptions& o, StatsReport* r) {
+  const auto& m = archive.manifest();
+  r->class_names = m.class_names;
+  r->label_counts.assign(m.class_names.size(), 0);
+  std::vector<double> widths, heights, aspects, bytes;
+  for (uint64_t i = 0; i < s.size(); ++i) {
+    const SampleStat& x = s[i];
+    if (x.label >= 0 && size_t(x.label) < r->label_counts.size()) r->label_counts[x.label]++;
+    bytes.push_back(double(x.bytes));
+    if (!x.ok) continue;
+    r->decoded++;
+    widths.push_back(x.width);
+    heights.push_back(x.height);
+    const double aspect = double(x.width) / x.height;
+    aspects.push_back(aspect);
+    r->grayscale += (x.color & (kGrayJpeg | kGrayPixels)) != 0;
+    r->cmyk += (x.color & kCmyk) != 0;
+    r->exif_rotated += (x.color & kRotated) != 0;
+    if (x.luma_std < o.uniform) r->uniform.push_back(i);
+    if (x.luma_mean < o.dark) r->dark.push_back(i);
+    if (x.luma_mean > o.bright) r->bright.push_back(i);
+    // A dark or uniform image has no edges to measure: flagged as such, not also as blurry.
+    if (x.laplacian < o.blurry && x.luma_std >= o.uniform && x.luma_mean >= o.dark) {
+      r->blurry.push_back(i);
+    }
+    if (std::max(aspect, 1 / aspect) > o.extreme_aspect) r->extreme_aspect.push_back(i);
+    if (std::min(x.width, x.height) < o.tiny) r->tiny.push_back(i);
+  }
+  if (!r->label_counts.empty()) {
+    const auto [lo, hi] = std::minmax_element(r->label_counts.begin(), r->label_counts.end());
+    r->imbalance_ratio = *lo == 0 ? std::numeric_limits<double>::infinity() : double(*hi) / *lo;
+  }
+  r->width = MakeHistogram(Powers(16, 4096), widths);
+  r->height = MakeHistogram(Powers(16, 4096), heights);
+  r->aspect = MakeHistogram({0, 0.25, 0.5, 0.75, 0.9, 1.1, 1.34, 2, 4}, aspects);
+  r->file_bytes = MakeHistogram(Powers(1024, 16 << 20), bytes);
+}
+
+json HistogramJson(const Histogram& h) {
+  json bins = json::array();
+  for (size_t i = 0; i < h.counts.size(); ++i) {
+    bins.push_back({{"lo", h.edges[i]},
+                    {"hi", i + 1 < h.edges.size() ? json(h.edges[i + 1]) : json(nullptr)},
+                    {"count", h.counts[i]}});
+  }
+  return {{"min", h.min}, {"max", h.max}, {"mean", h.mean}, {"bins", bins}};
+}
+
+}  // namespace
+
+Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
+                          const std::vector<OtherArchive>& against, const StatsProgress& progress) {
+  SF_RETURN_IF_ERROR(ValidateStatsOptions(o));
+  if (archive.size() > std::numeric_limits<uint32_t>::max()) {
+    return Status::InvalidArgument(archive.path(), ": stats handles up to 2^32 samples");
+  }
+  uint64_t total = archive.size();
+  for (const auto& a : against) total += a.archive->size();
+  StatsReport r;
+  r.archive = archive.path();
+  r.samples = archive.size();
+  r.size = o.size;
+  r.options = o;
+  Measured m = MeasureArchive(archive, o, progress, 0, total);
+  r.pixels = m.sums.pixels;
+  for (int c = 0; c < 3; ++c) {
+    if (m.sums.pixels == 0) break;
+    const double n = double(m.sums.pixels);
+    const double mean = double(m.sums.sum[c]) / n;
+    // E[x^2] - E[x]^2 from exact integer sums: no cancellation worth the name at 8 bits.
+    const double var = std::max(0.0, double(m.sums.squares[c]) / n - mean * mean);
+    r.mean[c] = mean / 255.0;
+    r.std[c] = std::sqrt(var) / 255.0;
+  }
+  r.errors = std::move(m.errors);
+  Summarize(archive, m.samples, o, &r);
+  FindDuplicates(m.samples, o, &r);
+  uint64_t done = archive.size();
+  for (const auto& other : against) {
+    StatsOptions hashing = o;
+    hashing.size = 0;
+    Measured theirs = MeasureArchive(*other.archive, hashing, progress, done, total);
+    done += other.archive->size();
+    FindLeaks(m.samples, other.name, theirs.samples, o, &r);
+  }
+  if (progress) progress(total, total);
+  return r;
+}
+
+std::string StatsReport::ToJson() const {
+  auto finite = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
+  json j;
+  j["archive"] = archive;
+  j["samples"] = samples;
+  j["decoded"] = decoded;
+  j["size"] = size ? json(size) : json(nullptr);
+  j["pixels"] = pixels;
+  j["mean"] = {mean[0], mean[1], mean[2]};
+  j["std"] = {std[0], std[1], std[2]};
+  j["mean_255"] = {mean[0] * 255, mean[1] * 255, mean[2] * 255};
+  j["std_255"] = {std[0] * 255, std[1] * 255, std[2] * 255};
+  json counts = json::object();
+  for (size_t c = 0; c < class_names.size(); ++c) counts[class_names[c]] = label_counts[c];
+  j["labels"] = {{"names", class_names},
+                 {"counts", label_counts},
+                 {"by_name", counts},
+                 {"imbalance_ratio", finite(imbalance_ratio)}};
+  j["sizes"] = {{"width", HistogramJson(width)},   {"height", HistogramJson(height)},
+                {"aspect", HistogramJson(aspect)}, {"file_bytes", HistogramJson(file_bytes)},
+                {"grayscale", grayscale},          {"cmyk", cmyk},
+                {"exif_rotated", exif_rotated}};
+  j["flags"] = {{"uniform", uniform},
+                {"dark", dark},
+                {"bright", bright},
+                {"blurry", blurry},
+                {"extreme_aspect", extreme_aspect},
+                {"tiny", tiny}};
+  j["thresholds"] = {{"near_threshold", options.near_threshold},
+                     {"dark", options.dark},
+                     {"bright", options.bright},
+                     {"uniform", options.uniform},
+                     {"blurry", options.blurry},
+                     {"extreme_aspect", options.extreme_aspect},
+                     {"tiny", options.tiny}};
+  json errs = json::array();
+  for (const auto& [i, why] : errors) errs.push_back({{"index", i}, {"reason", why}});
+  j["errors"] = errs;
+  j["duplicates"] = duplicates;
+  j["near_duplicates"] = near_duplicates;
+  j["cross_label_duplicates"] = cross_label_duplicates;
+  json leak_list = json::array();
+  for (const auto& l : leaks) {
+    leak_list.push_back({{"index", l.index},
+                         {"other", l.other},
+                         {"other_index", l.other_index},
+                         {"kind", l.exact ? "exact" : "near"}});
+  }
+  j["leaks"] = leak_list;
+  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+Result<FailOn> ParseFailOn(const std::string& text) {
+  FailOn f;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (item == "duplicates") {
+      f.duplicates = true;
+    } else if (item == "leaks") {
+      f.leaks = true;
+    } else if (item == "cross-label") {
+      f.cross_label = true;
+    } else if (item == "flags") {
+      f.flags = true;
+    } else if (item.rfind("imbalance=", 0) == 0) {
+      char* end = nullptr;
+      const std::string v = item.substr(10);
+      f.imbalance = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != 0 || !(f.imbalance >= 1) || !std::isfinite(f.imbalance)) {
+        return Status::InvalidArgument("--fail-on imbalance=RATIO takes a number >= 1, not '", v,
+                                       "'");
+      }
+    } else {
+      return Status::InvalidArgument(
+          "--fail-on takes duplicates, leaks, cross-label, flags, imbalance=RATIO (comma "
+          "separated), not '",
+          item, "'");
+    }
+  }
+  return f;
+}
+
+std::string FailureSummary(const StatsReport& r, const FailOn& f) {
+  std::vector<std::string> parts;
+  auto count = [](size_t n, const char* what) {
+    return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+  };
+  if (f.duplicates && !r.duplicates.empty()) {
+    parts.push_back(count(r.duplicates.size(), "duplicate group"));
+  }
+  if (f.duplicates && !r.near_duplicates.empty()) {
+    parts.push_back(count(r.near_duplicates.size(), "near-duplicate group"));
+  }
+  if (f.cross_label && !r.cross_label_duplicates.empty()) {
+    parts.push_back(count(r.cross_label_duplicates.size(), "cross-label duplicate group"));
+  }
+  if (f.leaks && !r.leaks.empty()) parts.push_back(count(r.leaks.size(), "leak"));
+  if (f.flags) {
+    const size_t flagged = r.uniform.size() + r.dark.size() + r.bright.size() + r.blurry.size() +
+                           r.extreme_aspect.size() + r.tiny.size() + r.errors.size();
+    if (flagged) parts.push_back(count(flagged, "flagged sample"));
+  }
+  if (f.imbalance > 0 && !(r.imbalance_ratio <= f.imbalance)) {
+    std::ostringstream o;
+    o << "class imbalance " << r.imbalance_ratio << " > " << f.imbalance;
+    parts.push_back(o.str());
+  }
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
+  return out;
+}
+
+}  // namespace shardfeed::validate
