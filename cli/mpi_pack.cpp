@@ -18,6 +18,25 @@ namespace shardfeed::cli {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The rule ArchiveWriter::Create applies to OUT, checked before packing (Merge applies it again).
+Status OutputReplaceable(const std::string& out, bool overwrite) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(out, ec))) return Status::OK();
+  if (!overwrite) {
+    return Status::InvalidArgument(out, ": already exists (pass --overwrite to replace it)");
+  }
+  if (!format::IsArchiveDirectory(out)) {
+    return Status::InvalidArgument(out,
+                                   ": exists and is not a shardfeed archive; --overwrite "
+                                   "replaces only an archive, so it is left as it is");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 int MpiWorldSize() {
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
     if (const char* v = std::getenv(name)) return std::atoi(v);
@@ -38,6 +57,22 @@ int MpiPack(const std::string& src, const std::string& list, const std::string& 
   opt.writer.overwrite = true;  // a part left by an earlier, killed job is ours to replace
   const std::string mine = converter::DefaultPartPath(out, opt.part, opt.parts);
 
+  // OUT is checked before any rank packs: a job that cannot write OUT fails in a second, not
+  // after packing everything. Rank 0 decides, every rank exits with its code.
+  int refused = 0;
+  if (rank == 0) {
+    Status free_out = OutputReplaceable(out, overwrite);
+    if (!free_out.ok()) {
+      std::fprintf(stderr, "shardfeed: error: %s\n", free_out.ToString().c_str());
+      refused = ExitCodeFor(free_out);
+    }
+  }
+  MPI_Bcast(&refused, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (refused) {
+    MPI_Finalize();
+    return refused;
+  }
+
   Result<converter::SourceList> source =
       list.empty() ? converter::ScanImageFolder(src, converter::OutputPaths(out))
                    : converter::ReadListFile(list, src);
@@ -51,8 +86,12 @@ int MpiPack(const std::string& src, const std::string& list, const std::string& 
     std::fprintf(stderr, "shardfeed: rank %d of %d: error: %s\n", rank, size,
                  st.ToString().c_str());
   }
-  int ok = st.ok() ? 1 : 0, all_ok = 0;
-  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  // The job's code is the worst rank's, as a single process would give it: a --strict skip is 1
+  // (bad data) on every rank, not 1 on the rank that met it and 3 on the others.
+  const int mine_code = st.ok() ? 0 : opt.strict && !result.skipped.empty() ? 1 : ExitCodeFor(st);
+  int job_code = 0;
+  MPI_Allreduce(&mine_code, &job_code, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  const bool all_ok = job_code == 0;
 
   int code = 0;
   if (rank == 0) {
@@ -84,9 +123,7 @@ int MpiPack(const std::string& src, const std::string& list, const std::string& 
   int rank0_code = code;
   MPI_Bcast(&rank0_code, 1, MPI_INT, 0, MPI_COMM_WORLD);
   MPI_Finalize();
-  if (!st.ok()) return opt.strict && !result.skipped.empty() ? 1 : ExitCodeFor(st);
-  if (!all_ok) return 3;
-  return rank0_code;
+  return all_ok ? rank0_code : job_code;
 }
 
 }  // namespace shardfeed::cli

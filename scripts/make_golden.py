@@ -38,6 +38,31 @@ def make_images(root):
     return files
 
 
+def make_same_size_images(root):
+    """Version 3: 2 classes x 2 JPEGs of one upright shape (20x16), one stored 16x20 with EXIF
+    orientation 6, and (for the auto encoding) a PNG of another size beside them."""
+    for c, name in enumerate(["ant", "bee"]):
+        os.makedirs(os.path.join(root, name))
+        for k in range(2):
+            rotated = c == 1 and k == 1
+            w, h = (16, 20) if rotated else (20, 16)
+            img = Image.new("RGB", (w, h))
+            img.putdata([((x * 255) // w, (y * 255) // h, (60 * c + 100 * k) % 256)
+                         for y in range(h) for x in range(w)])
+            kwargs = {}
+            if rotated:
+                exif = Image.Exif()
+                exif[0x0112] = 6
+                kwargs["exif"] = exif
+            img.save(os.path.join(root, name, "%d.jpg" % k), quality=90, **kwargs)
+
+
+def add_png(root):
+    img = Image.new("RGBA", (9, 7))
+    img.putdata([(x * 28, y * 36, 200, 255 - 20 * x) for y in range(7) for x in range(9)])
+    img.save(os.path.join(root, "bee", "2.png"))
+
+
 def main():
     cli, out = sys.argv[1], sys.argv[2]
     import numpy as np
@@ -46,14 +71,27 @@ def main():
         src = os.path.join(tmp, "src")
         make_images(src)
         expected = {}
-        for backend in ("lmdb", "hdf5"):
-            for encoding, extra in (("jpeg", []), ("raw", ["--size", "12", "--crop", "center"]),
-                                    ("zstd", ["--size", "12", "--crop", "center"])):
-                name = "%s-%s" % (backend, encoding)
+        same = os.path.join(tmp, "same")
+        make_same_size_images(same)
+        mixed = os.path.join(tmp, "mixed")
+        make_same_size_images(mixed)
+        add_png(mixed)
+        cases = [(backend, encoding, extra, src, "%s-%s" % (backend, encoding))
+                 for backend in ("lmdb", "hdf5")
+                 for encoding, extra in (("jpeg", []),
+                                         ("raw", ["--size", "12", "--crop", "center"]),
+                                         ("zstd", ["--size", "12", "--crop", "center"]))]
+        # Version 3: a fixed shape recorded for same-size JPEGs; per-record encodings (auto).
+        cases += [("lmdb", "jpeg", [], same, "lmdb-jpeg-same-shape"),
+                  ("hdf5", "jpeg", [], same, "hdf5-jpeg-same-shape")]
+        if os.environ.get("GOLDEN_AUTO", "1") == "1":
+            cases += [("lmdb", "auto", [], mixed, "lmdb-auto"),
+                      ("hdf5", "auto", [], mixed, "hdf5-auto")]
+        for backend, encoding, extra, source, name in cases:
                 dst = os.path.join(out, name)
-                subprocess.run([cli, "pack", src, dst, "--backend", backend, "--encoding", encoding,
-                                "--workers", "1", "--chunk-size", "512"] + extra, check=True,
-                               stdout=subprocess.DEVNULL)
+                subprocess.run([cli, "pack", source, dst, "--backend", backend, "--encoding",
+                                encoding, "--workers", "1", "--chunk-size", "512"] + extra,
+                               check=True, stdout=subprocess.DEVNULL)
                 a = shardfeed.Archive(dst)
                 samples = []
                 for i in range(len(a)):

@@ -75,7 +75,6 @@ Status Merge(const std::vector<std::string>& args, const std::string& out, bool 
     if (m.part.total_items != first.part.total_items) return differs("the number of items");
     if (m.backend != first.backend) return differs("the backend");
     if (m.encoding != first.encoding) return differs("the encoding");
-    if (m.height != first.height || m.width != first.width) return differs("the record shape");
     if (m.class_names != first.class_names) return differs("the class list");
     const uint64_t want_first = m.part.total_items * m.part.index / m.part.count;
     if (m.part.first_item != want_first) return differs("the split of the source list");
@@ -104,28 +103,36 @@ Status Merge(const std::vector<std::string>& args, const std::string& out, bool 
   wo.protect = paths;
   SF_ASSIGN_OR_RETURN(auto writer, format::ArchiveWriter::Create(out, wo));
   format::Manifest merged = format::SameRecordsAs(m0);
+  merged.height = merged.width = merged.channels = 0;  // the writer records the common shape
   merged.created_by =
       "shardfeed " SHARDFEED_VERSION " (merged from " + std::to_string(count) + " parts)";
   MergeResult r;
   r.parts = count;
   if (merged.resized_records) merged.resized_records = 0;  // summed over the parts below
+  bool reencoded_known = true;
+  uint64_t reencoded = 0;
   for (uint32_t i = 0; i < count; ++i) {
     const format::Archive& part = *parts[by_index[i]];
     const format::Manifest& m = part.manifest();
     merged.source_bytes += m.source_bytes;
     if (merged.resized_records) *merged.resized_records += m.resized_records.value_or(0);
+    reencoded_known &= m.reencoded_records.has_value();
+    reencoded += m.reencoded_records.value_or(0);
     merged.created_at = std::max(merged.created_at, m.created_at);  // the same for every merge
     std::vector<uint64_t> counts = m.class_counts;
     for (size_t s = 0; s < m.shards.size(); ++s) {
       if (m.shards[s].sample_count == 0) continue;
       bool copied = false;
       SF_RETURN_IF_ERROR(writer->LinkShard((fs::path(part.path()) / m.shards[s].file).string(),
-                                           m.shards[s], static_cast<uint32_t>(s), counts, &copied));
+                                           m.shards[s], static_cast<uint32_t>(s), counts, &copied,
+                                           m.height, m.width));
       counts.assign(counts.size(), 0);  // the part's counts go with its first shard
       ++r.shards;
       r.copied_shards += copied;
     }
   }
+  merged.reencoded_records.reset();
+  if (reencoded_known) merged.reencoded_records = reencoded;
   r.samples = writer->samples_written();
   SF_RETURN_IF_ERROR(writer->Finish(std::move(merged)));
   if (result) *result = r;

@@ -35,12 +35,13 @@ PackOption Recorded(PackOption o) {
 
 std::vector<PackOption> MakeTable() {
   return {
-      Recorded({"encoding", OptionKind::kChoice, "jpeg|raw|zstd",
-                "jpeg: JPEG files byte for byte (others encoded once); raw: decoded RGB; zstd: "
-                "raw, compressed",
+      Recorded({"encoding", OptionKind::kChoice, "auto|jpeg|raw|zstd",
+                "auto: JPEG files byte for byte, other images lossless (zstd pixels); jpeg: JPEG "
+                "files byte for byte (others encoded once, lossy); raw: decoded RGB; zstd: raw, "
+                "compressed",
                 [](O* o, V t) -> Status {
                   if (!format::ParseEncoding(t, &o->encoding)) {
-                    return BadOption("encoding", "one of jpeg, raw, zstd", t);
+                    return BadOption("encoding", "one of auto, jpeg, raw, zstd", t);
                   }
                   return Status::OK();
                 },
@@ -147,6 +148,11 @@ Status SetPackOption(PackOptions* options, std::string_view name, std::string_vi
 
 Status ValidatePackOptions(const PackOptions& o) {
   using format::Encoding;
+  if (o.encoding == Encoding::kAuto && (o.size || o.center_crop)) {
+    return Status::InvalidArgument(
+        "encoding auto keeps every image as it is; a size (--size) or crop (--crop) needs "
+        "encoding jpeg, raw or zstd");
+  }
   if (o.encoding != Encoding::kJpeg && o.center_crop && o.size == 0) {
     return Status::InvalidArgument("crop (--crop) center needs a size (--size)");
   }

@@ -85,11 +85,20 @@ struct Prepared {
   IndexEntry entry{};
   imaging::Bytes payload;
   uint64_t source_bytes = 0;
-  bool resized = false;  // re-encoded smaller (PackOptions::size with jpeg)
+  bool resized = false;    // re-encoded smaller (PackOptions::size with jpeg)
+  bool reencoded = false;  // the record does not hold the source file's bytes
+};
+
+// The codecs records are made with: one for every file, or (encoding auto) JPEG inputs kept by
+// the JPEG codec and every other input stored lossless by the zstd codec.
+struct RecordCodecs {
+  const codec::Codec* all = nullptr;  // null with encoding auto
+  const codec::Codec* jpeg = nullptr;
+  const codec::Codec* other = nullptr;
 };
 
 // Reads the file into the record buffer and lets the encoding's codec make the record of it.
-void PrepareRecord(codec::Context& ctx, const codec::Codec& codec, const SourceItem& item,
+void PrepareRecord(codec::Context& ctx, const RecordCodecs& codecs, const SourceItem& item,
                    const codec::EncodeOptions& opt, Prepared* out) {
   out->status = Status::OK();
   out->resized = false;
@@ -100,12 +109,16 @@ void PrepareRecord(codec::Context& ctx, const codec::Codec& codec, const SourceI
     return;
   }
   out->source_bytes = file.size();
+  const bool jpeg_input =
+      imaging::SniffFormat(file.data(), file.size()) == imaging::ImageFormat::kJpeg;
+  const codec::Codec& codec = codecs.all ? *codecs.all : jpeg_input ? *codecs.jpeg : *codecs.other;
   IndexEntry& e = out->entry;
   e = IndexEntry{};
   e.label = item.label;
   e.encoding = static_cast<uint8_t>(codec.encoding());
   e.orientation = 1;
   out->status = codec.Encode(ctx, opt, &file, &e, &out->resized);
+  out->reencoded = !(codec.encoding() == format::Encoding::kJpeg && jpeg_input && !out->resized);
 }
 
 }  // namespace
@@ -182,10 +195,17 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
   if (!source.root.empty()) writer_options.protect.push_back(source.root);
   writer_options.encoding = options.encoding;
   writer_options.zstd_level = options.level;
-  SF_ASSIGN_OR_RETURN(const codec::Codec* record_codec, codec::CodecFor(options.encoding));
+  RecordCodecs codecs;
+  const bool auto_encoding = options.encoding == format::Encoding::kAuto;
+  SF_ASSIGN_OR_RETURN(codecs.jpeg, codec::CodecFor(format::Encoding::kJpeg));
+  SF_ASSIGN_OR_RETURN(codecs.other, codec::CodecFor(format::Encoding::kZstd));
+  if (!auto_encoding) {
+    SF_ASSIGN_OR_RETURN(codecs.all, codec::CodecFor(options.encoding));
+  }
+  const codec::Codec* record_codec = auto_encoding ? codecs.other : codecs.all;
   const codec::EncodeOptions encode = EncodeOptionsOf(options);
   uint32_t fixed_side = 0;
-  if (record_codec->FixedShape(encode, &fixed_side)) {
+  if (!auto_encoding && record_codec->FixedShape(encode, &fixed_side)) {
     writer_options.height = writer_options.width = fixed_side;
   }
   SF_ASSIGN_OR_RETURN(auto writer, format::ArchiveWriter::Create(out, writer_options));
@@ -222,7 +242,7 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
         i = next_claim++;
       }
       Prepared& slot = slots[i % window];
-      PrepareRecord(ctx, *record_codec, items[i], encode, &slot);
+      PrepareRecord(ctx, codecs, items[i], encode, &slot);
       {
         std::lock_guard<std::mutex> lock(mu);
         ready[i % window] = 1;
@@ -249,6 +269,7 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
       } else {
         ++stats.packed;
         stats.resized += slot.resized;
+        stats.reencoded += slot.reencoded;
         stats.source_bytes += slot.source_bytes;
         stats.payload_bytes += slot.payload.size();
       }
@@ -304,7 +325,10 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
     manifest.channels = 3;
   }
   manifest.source_bytes = stats.source_bytes;
-  if (record_codec->CapsResolution(encode)) manifest.resized_records = stats.resized;
+  if (!auto_encoding && record_codec->CapsResolution(encode)) {
+    manifest.resized_records = stats.resized;
+  }
+  manifest.reencoded_records = stats.reencoded;
   manifest.created_by = "shardfeed " SHARDFEED_VERSION;
   manifest.options_json = options.options_json;
   manifest.is_part = part.count > 0;
@@ -326,6 +350,7 @@ std::string PackReportJson(const PackResult& result, const std::string& source) 
             {"total", result.stats.total},
             {"packed", result.stats.packed},
             {"resized", result.stats.resized},
+            {"reencoded", result.stats.reencoded},
             {"skipped_count", result.skipped.size()},
             {"skipped", list(result.skipped)},
             {"ignored", list(result.ignored)},

@@ -112,7 +112,7 @@ Status ValidateEntries(const ShardStore& shard, const Manifest& manifest, uint64
                        std::vector<uint64_t>* class_counts) {
   const ShardHeader& h = shard.header;
   const uint8_t encoding = static_cast<uint8_t>(manifest.encoding);
-  const bool jpeg = manifest.encoding == Encoding::kJpeg;
+  const bool any = manifest.encoding == Encoding::kAuto;  // each entry's own encoding
   const size_t classes = manifest.class_names.size();
   for (uint64_t i = begin; i < end; ++i) {
     const IndexEntry& e = shard.index[i];
@@ -123,7 +123,10 @@ Status ValidateEntries(const ShardStore& shard, const Manifest& manifest, uint64
     if (e.chunk >= h.chunk_count || uint64_t{e.offset} + e.size > shard.chunk_size[e.chunk]) {
       return bad("points outside its chunk");
     }
-    if (e.encoding != encoding) return bad("has another encoding than the manifest");
+    if (any ? !IsRecordEncoding(e.encoding) : e.encoding != encoding) {
+      return bad("has another encoding than the manifest");
+    }
+    const bool jpeg = e.encoding == static_cast<uint8_t>(Encoding::kJpeg);
     if (e.height == 0 || e.width == 0) return bad("has no pixels (0 width or height)");
     if (jpeg ? (e.channels != 1 && e.channels != 3 && e.channels != 4) : e.channels != 3) {
       return bad("has an impossible channel count");
@@ -132,10 +135,11 @@ Status ValidateEntries(const ShardStore& shard, const Manifest& manifest, uint64
       return bad("has an impossible orientation");
     }
     if ((e.flags & ~kFlagAdobe) != 0) return bad("has unknown flags");
-    if (manifest.encoding == Encoding::kRaw && e.size != PixelBytes(e)) {
+    if (e.encoding == static_cast<uint8_t>(Encoding::kRaw) && e.size != PixelBytes(e)) {
       return bad("has a raw payload of the wrong size");
     }
-    if (manifest.height && (e.height != manifest.height || e.width != manifest.width)) {
+    if (manifest.height &&
+        (UprightHeight(e) != manifest.height || UprightWidth(e) != manifest.width)) {
       return bad("has another shape than the manifest");
     }
     if (e.label < 0 || static_cast<size_t>(e.label) >= classes) {

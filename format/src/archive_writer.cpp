@@ -168,7 +168,10 @@ Result<int> TakeLock(const std::string& lock_file, const std::string& what, bool
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       ::close(fd);
       return Status::IOError(what, ": another process is writing this archive (", lock_file,
-                             " is locked)");
+                             " is locked by a running process; the lock dies with its owner, so "
+                             "a killed writer never holds it: wait for that process or stop it, "
+                             "`fuser ",
+                             lock_file, "` names it)");
     }
     struct stat now;
     if (::stat(lock_file.c_str(), &now) == 0 && now.st_ino == st.st_ino &&
@@ -220,7 +223,6 @@ Result<std::unique_ptr<ArchiveWriter>> ArchiveWriter::Create(const std::string& 
   SF_ASSIGN_OR_RETURN(int lock_fd, TakeLock(clean + ".lock", clean, &created));
   std::unique_ptr<ArchiveWriter> w(new ArchiveWriter());
   w->lock_fd_ = lock_fd;
-  w->lock_created_ = created;
   w->path_ = clean;
   w->options_ = options;
   SF_RETURN_IF_ERROR(w->Recover());
@@ -252,7 +254,7 @@ Result<std::unique_ptr<ArchiveWriter>> ArchiveWriter::Create(const std::string& 
     if (!marker) return Status::IOError(partial, ": cannot write ", kPartialMarker);
   }
   if (options.backend == Backend::kHdf5 && options.height > 0 &&
-      options.encoding != Encoding::kJpeg) {
+      (options.encoding == Encoding::kRaw || options.encoding == Encoding::kZstd)) {
     w->options_.chunk_bytes = 1;  // one record per chunk: each is a row of /images
   }
   SF_RETURN_IF_ERROR(w->OpenShard());
@@ -302,8 +304,15 @@ ArchiveWriter::~ArchiveWriter() {
     std::error_code ec;
     fs::remove_all(partial_path_, ec);
   }
-  // Only a lock file this writer created is removed, while still holding it (see TakeLock).
-  if (lock_created_) ::unlink((path_ + ".lock").c_str());
+  // The lock file is removed while still holding it, whoever created it: one left by a killed
+  // writer (flock died with it) goes with the next writer that finishes. Only if it is still the
+  // file this writer locked; a writer that opened it meanwhile re-checks the inode (TakeLock).
+  const std::string lock_file = path_ + ".lock";
+  struct stat held, now;
+  if (::fstat(lock_fd_, &held) == 0 && ::lstat(lock_file.c_str(), &now) == 0 &&
+      held.st_ino == now.st_ino && held.st_dev == now.st_dev) {
+    ::unlink(lock_file.c_str());
+  }
   ::close(lock_fd_);
 }
 
@@ -342,9 +351,10 @@ Status ArchiveWriter::Append(IndexEntry entry, const uint8_t* data, size_t size)
     return Status::InvalidArgument("record of ", entry.width, "x", entry.height,
                                    " pixels: images have at least one pixel");
   }
-  if (entry.encoding != static_cast<uint8_t>(options_.encoding)) {
+  if (options_.encoding == Encoding::kAuto ? !IsRecordEncoding(entry.encoding)
+                                           : entry.encoding != uint8_t(options_.encoding)) {
     Encoding got;
-    const bool known = entry.encoding >= 1 && entry.encoding <= 3;
+    const bool known = IsRecordEncoding(entry.encoding);
     if (known) got = static_cast<Encoding>(entry.encoding);
     return Status::InvalidArgument(
         "record of encoding ",
@@ -358,6 +368,7 @@ Status ArchiveWriter::Append(IndexEntry entry, const uint8_t* data, size_t size)
   if (!chunk_.empty() && chunk_.size() + size > options_.chunk_bytes) {
     SF_RETURN_IF_ERROR(FlushChunk());
   }
+  NoteShape(UprightHeight(entry), UprightWidth(entry));
   entry.checksum = RecordChecksum(data, size);
   entry.chunk = chunk_count_;
   entry.offset = static_cast<uint32_t>(chunk_.size());
@@ -373,6 +384,16 @@ Status ArchiveWriter::Append(IndexEntry entry, const uint8_t* data, size_t size)
   return Status::OK();
 }
 
+void ArchiveWriter::NoteShape(uint32_t height, uint32_t width) {
+  if (height == 0 || width == 0) variable_ = true;
+  if (samples_ == 0 && shape_h_ == 0 && !variable_) {
+    shape_h_ = height;
+    shape_w_ = width;
+  } else if (height != shape_h_ || width != shape_w_) {
+    variable_ = true;
+  }
+}
+
 Status ArchiveWriter::NextShard() {
   if (index_.empty()) return Status::OK();
   SF_RETURN_IF_ERROR(CloseShard());
@@ -381,7 +402,7 @@ Status ArchiveWriter::NextShard() {
 
 Status ArchiveWriter::LinkShard(const std::string& file, const ShardInfo& source,
                                 uint32_t source_number, const std::vector<uint64_t>& counts,
-                                bool* copied) {
+                                bool* copied, uint32_t height, uint32_t width) {
   if (finished_) return Status::InvalidArgument("LinkShard after Finish");
   if (!index_.empty()) return Status::InvalidArgument("LinkShard needs an empty current shard");
   // Drop the empty shard opened for appending; the linked file takes its number.
@@ -408,6 +429,7 @@ Status ArchiveWriter::LinkShard(const std::string& file, const ShardInfo& source
   if (info.header_number == shards_.size() && info.header_first_sample == samples_) {
     info.header_override = false;  // the header already says where it is
   }
+  if (source.sample_count > 0) NoteShape(height, width);
   shards_.push_back(info);
   linked_.push_back(true);
   samples_ += source.sample_count;
@@ -461,6 +483,11 @@ Status ArchiveWriter::Finish(Manifest manifest) {
   manifest.sample_count = samples_;
   manifest.shards = shards_;
   if (manifest.created_at.empty()) manifest.created_at = NowUtc();
+  if (manifest.height == 0 && samples_ > 0 && !variable_) {
+    manifest.height = shape_h_;
+    manifest.width = shape_w_;
+    manifest.channels = 3;
+  }
   class_counts_.resize(std::max(class_counts_.size(), manifest.class_names.size()));
   manifest.class_counts = class_counts_;
   if (class_counts_.size() > manifest.class_names.size()) {

@@ -201,7 +201,8 @@ class Hdf5Sink : public ArchiveWriter::ShardSink {
     std::lock_guard<std::mutex> lock(Hdf5Lock());
     QuietHdf5();
     file_ = file;
-    images_mode_ = opt.height > 0 && opt.encoding != Encoding::kJpeg;
+    images_mode_ =
+        opt.height > 0 && (opt.encoding == Encoding::kRaw || opt.encoding == Encoding::kZstd);
     chunk_bytes_ = opt.chunk_bytes;
     Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
     // v110 objects: a single unlimited dimension gets an extensible-array chunk index, so

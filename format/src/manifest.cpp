@@ -21,12 +21,14 @@ std::string_view EncodingName(Encoding encoding) {
       return "raw";
     case Encoding::kZstd:
       return "zstd";
+    case Encoding::kAuto:
+      return "auto";
   }
   return "unknown";
 }
 
 bool ParseEncoding(std::string_view name, Encoding* out) {
-  for (Encoding e : {Encoding::kJpeg, Encoding::kRaw, Encoding::kZstd}) {
+  for (Encoding e : {Encoding::kJpeg, Encoding::kRaw, Encoding::kZstd, Encoding::kAuto}) {
     if (name == EncodingName(e)) {
       *out = e;
       return true;
@@ -188,6 +190,7 @@ Manifest SameRecordsAs(const Manifest& m) {
   out.channels = m.channels;
   out.options_json = m.options_json;
   out.resized_records = m.resized_records;
+  out.reencoded_records = m.reencoded_records;
   return out;
 }
 
@@ -246,6 +249,7 @@ std::string Manifest::ToJson() const {
             {"shards", shards_json}};
   if (class_counts.empty()) j.erase("class_counts");  // unknown (accepted as absent on read)
   if (resized_records) j["resized_records"] = *resized_records;
+  if (reencoded_records) j["reencoded_records"] = *reencoded_records;
   if (is_part) {
     j["part"] = {{"index", part.index},
                  {"count", part.count},
@@ -303,8 +307,10 @@ Result<Manifest> Manifest::FromJson(const std::string& text, const std::string& 
       return Status::Corrupt(origin, ": unknown backend \"", backend, "\"");
     }
     SF_RETURN_IF_ERROR(Get(j, "encoding", &encoding, origin));
-    if (!ParseEncoding(encoding, &m.encoding)) {
-      return Status::Corrupt(origin, ": unknown encoding \"", encoding, "\"");
+    if (!ParseEncoding(encoding, &m.encoding) ||
+        (m.encoding == Encoding::kAuto && m.format_version < 3)) {
+      return Status::Corrupt(origin, ": unknown encoding \"", encoding, "\" for version ",
+                             m.format_version);
     }
     SF_RETURN_IF_ERROR(Get(j, "sample_count", &m.sample_count, origin));
     const json& names = j.at("class_names");
@@ -344,8 +350,9 @@ Result<Manifest> Manifest::FromJson(const std::string& text, const std::string& 
         return Status::Corrupt(origin, ": shape ", h, "x", w, "x", c,
                                " is not a stored image shape (1..65535 x 1..65535 x 3)");
       }
-      if (m.encoding == Encoding::kJpeg) {
-        return Status::Corrupt(origin, ": a fixed shape is only recorded for raw or zstd records");
+      if (m.encoding == Encoding::kJpeg && m.format_version < 3) {
+        return Status::Corrupt(origin, ": a version ", m.format_version,
+                               " manifest records a shape only for raw or zstd records");
       }
       m.height = static_cast<uint32_t>(h);
       m.width = static_cast<uint32_t>(w);
@@ -359,6 +366,13 @@ Result<Manifest> Manifest::FromJson(const std::string& text, const std::string& 
         return Status::Corrupt(origin, ": resized_records is not a count of at most sample_count");
       }
       m.resized_records = it->get<uint64_t>();
+    }
+    if (auto it = j.find("reencoded_records"); it != j.end()) {
+      if (!it->is_number_unsigned() || it->get<uint64_t>() > m.sample_count) {
+        return Status::Corrupt(origin,
+                               ": reencoded_records is not a count of at most sample_count");
+      }
+      m.reencoded_records = it->get<uint64_t>();
     }
     if (auto it = j.find("options"); it != j.end()) {
       if (!it->is_object()) return Status::Corrupt(origin, ": options is not an object");

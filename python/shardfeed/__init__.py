@@ -13,7 +13,6 @@
 `shardfeed.torch` has the PyTorch-facing loader and a map-style Dataset.
 """
 import collections.abc
-import difflib
 import operator
 import os
 import weakref
@@ -142,14 +141,6 @@ _DATALOADER_NAMES = {"num_workers": "workers", "prefetch_factor": "prefetch",
                      "generator": None, "multiprocessing_context": None}
 
 
-def _suggestion(name, names):
-    """' (did you mean 'x'?)' for the closest of `names`, or ''."""
-    if name in _DATALOADER_NAMES:
-        same = _DATALOADER_NAMES[name]
-        return (" (that is DataLoader's name%s; shardfeed.torch.Loader takes it)"
-                % (": here it is %r" % same if same else ""))
-    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
-    return " (did you mean %r?)" % close[0] if close else ""
 
 
 def _channels(value, name):
@@ -169,13 +160,16 @@ def _channels(value, name):
 
 
 def _checked_options(options):
-    """The keyword options as the native loader takes them: unknown names raise TypeError with
-    the closest name; workers=0 is refused (DataLoader's num_workers=0 means something else);
-    mean/std may be any sequence, in 0..1 units or, when some mean is above 1, 0..255 units."""
-    names = [o["name"] for o in _native.loader_options()]
+    """The keyword options as the native loader takes them: DataLoader's names raise TypeError
+    saying so (any other unknown name: the native loader's TypeError with the closest name, the
+    CLI's own suggestion); workers=0 is refused (DataLoader's num_workers=0 means something
+    else); mean/std may be any sequence, in 0..1 units or, when some mean is above 1, 0..255."""
     for name in options:
-        if name not in names:
-            raise TypeError("unexpected loader option %r%s" % (name, _suggestion(name, names)))
+        if name in _DATALOADER_NAMES:
+            same = _DATALOADER_NAMES[name]
+            raise TypeError("unexpected loader option %r (that is DataLoader's name%s; "
+                            "shardfeed.torch.Loader takes it)"
+                            % (name, ": here it is %r" % same if same else ""))
     options = dict(options)
     workers = options.get("workers")
     if not isinstance(workers, (str, bool)) and workers is not None and workers == 0:
@@ -268,9 +262,11 @@ class Loader:
     own workers on first use and never touches the parent's.
 
     Iterating yields Batch objects ((images, labels) numpy arrays): images are views into the
-    loader's ring, and each image array kept alive holds a slot (labels and indices are copies). With prefetch='auto' the ring grows for
-    them up to its budget; a fixed ring (or a spent budget) with every slot held raises
-    shardfeed.Error rather than wait. Copy what you keep. Each iteration runs (the rest of)
+    loader's ring, and each image array kept alive holds a slot (labels and indices are copies).
+    With prefetch='auto' the ring grows for them up to its budget; past that (or with a fixed
+    ring) kept batches get slots beyond the ring, up to kept_mb (stats()'s 'kept_slots'; one
+    warning), and only past that cap does iteration raise shardfeed.Error naming it. Copy the
+    images you keep. Each iteration runs (the rest of)
     one epoch: `set_epoch(e)` chooses it (else epochs count up from 0); one iteration at a
     time (a second live iterator raises RuntimeError). `state_dict()` / `load_state_dict()`
     resume mid-epoch on exactly the next batch.

@@ -59,15 +59,7 @@ reader::LoaderOptions ParseLoaderOptions(const py::dict& kw) {
     if (!option || name.find('-') != std::string::npos) {  // as Python: an unknown keyword
       throw py::type_error(reader::LoaderOptionTable().Unknown(name).message());
     }
-    Status set = option->set(&o, OptionText(item.second));
-    if (!set.ok() && item.second.is_none()) {  // name Python's None, not its text form
-      std::string message = set.message();
-      if (auto at = message.rfind("'none'"); at != std::string::npos) {
-        message.replace(at, 6, "None");
-      }
-      set = Status(set.code(), message);
-    }
-    Check(set);
+    Check(option->set(&o, OptionText(item.second)));
   }
   Check(reader::ValidateLoaderOptions(o));
   return o;
@@ -193,6 +185,7 @@ py::dict StatsDict(const PyLoader& l) {
   d["run_ahead_batches"] = s.run_ahead_batches;
   d["ahead_kept"] = s.ahead_kept;
   d["tuning"] = s.tuning;
+  d["kept_slots"] = s.kept_slots;  // slots beyond the ring for batches the consumer kept
   d["images_per_second"] = s.seconds > 0 ? s.images / s.seconds : 0.0;
   py::dict stages;
   stages["read"] = s.read;

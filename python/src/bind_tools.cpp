@@ -1,4 +1,4 @@
-// The whole-archive tools as Python functions (pack, verify, convert, merge, inspect), the
+// The whole-archive tools as Python functions (pack, verify, stats, convert, merge, inspect), the
 // option tables, and what CUDA this build and machine offer.
 #include "common.h"
 #include "shardfeed/base/option_text.h"
@@ -86,6 +86,31 @@ py::object Verify(const std::string& path, bool decode, int workers, uint64_t ma
   return FromJson(Check(std::move(report)).ToJson());
 }
 
+// stats: the dict `shardfeed stats --json` writes (validate/stats.h).
+py::object Stats(const std::string& path, const std::vector<std::string>& against, uint32_t size,
+                 int workers, int near_threshold, double dark, double bright, double uniform,
+                 double blurry, double extreme_aspect, uint32_t tiny) {
+  validate::StatsOptions o;
+  o.size = size;
+  o.workers = workers;
+  o.near_threshold = near_threshold;
+  o.dark = dark, o.bright = bright, o.uniform = uniform, o.blurry = blurry;
+  o.extreme_aspect = extreme_aspect;
+  o.tiny = tiny;
+  Check(validate::ValidateStatsOptions(o));
+  auto archive = Check(format::Archive::Open(path, format::IndexCheck::kFull));
+  std::vector<validate::OtherArchive> others;
+  for (const std::string& a : against) {
+    others.push_back({a, Check(format::Archive::Open(a, format::IndexCheck::kFull))});
+  }
+  Result<validate::StatsReport> report = Status::Internal("unset");
+  {
+    py::gil_scoped_release release;
+    report = validate::Stats(*archive, o, others);
+  }
+  return FromJson(Check(std::move(report)).ToJson());
+}
+
 uint64_t Convert(const std::string& path, const std::string& out, const std::string& backend,
                  bool overwrite) {
   format::Backend b;
@@ -123,6 +148,10 @@ void BindTools(py::module_& m) {
   m.def("cuda_unavailable_reason", &reader::CudaUnavailableReason);
   // The option tables (reader/options.h, converter/options.h) as the CLI and this module
   // both read them.
+  // The closest known name for an unknown one (base's ClosestName: the CLI's and C++'s too).
+  m.def("closest_name", [](const std::string& name, const std::vector<std::string>& names) {
+    return ClosestName(name, names);
+  });
   m.def("loader_options", [] {
     return OptionList(reader::LoaderOptionTable(), reader::LoaderOptions(),
                       [](const reader::LoaderOption&, py::dict&) {});
@@ -163,6 +192,9 @@ void BindTools(py::module_& m) {
   m.def("pack", &Pack, py::arg("src"), py::arg("out"));
   m.def("verify", &Verify, py::arg("path"), py::arg("decode") = false, py::arg("workers") = 0,
         py::arg("max_pixels") = 0);
+  m.def("stats", &Stats, py::arg("path"), py::arg("against"), py::arg("size"), py::arg("workers"),
+        py::arg("near_threshold"), py::arg("dark"), py::arg("bright"), py::arg("uniform"),
+        py::arg("blurry"), py::arg("extreme_aspect"), py::arg("tiny"));
   m.def("convert", &Convert, py::arg("path"), py::arg("out"), py::arg("backend"),
         py::arg("overwrite") = false);
   m.def("merge", &Merge, py::arg("parts"), py::arg("out"), py::arg("overwrite") = false);

@@ -49,7 +49,8 @@ void Loader::Impl::Tune(Clock::time_point now, uint32_t lead) {
   if (!auto_workers && !auto_prefetch) return;
   AccrueRingFull(now);  // idle time up to now belongs to this window, not the one it ends in
   const Tuner::Totals totals{stats.wait_seconds, stats.consumer_seconds,
-                             stats.read + stats.decode + stats.collate, stats.ring_full_seconds};
+                             stats.read + stats.decode + stats.collate, stats.ring_full_seconds,
+                             static_cast<double>(completions)};
   TuneWindowFigures window;
   if (!tuner.OnBatch(totals, now, lead, &window)) return;
   const int before = active_workers;
@@ -155,6 +156,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
   tc.auto_prefetch = impl->auto_prefetch;
   tc.max_workers = impl->options.workers;
   tc.wait_target = options.wait_target;
+  tc.batch_size = options.batch_size;
   impl->tuner = Tuner(tc);
   if (options.normalize_on_device) {
     impl->normalize = MakeDeviceNormalize(options, impl->out_h, impl->out_w);

@@ -25,6 +25,7 @@ bool Tuner::OnBatch(const Totals& totals, std::chrono::steady_clock::time_point 
   window->consumer = totals.consumer - start_.consumer;
   window->busy = totals.busy - start_.busy;
   window->ring_full = totals.ring_full - start_.ring_full;
+  window->samples = totals.samples - start_.samples;
   window->wall = std::chrono::duration<double>(now - start_time_).count();
   window->lead_min = lead_min_;
   restart();
@@ -71,9 +72,12 @@ std::string Tuner::Decide(const TuneWindowFigures& w, uint32_t ring_cap, int* ac
     }
   } else if (fraction <= config_.wait_target / 2) {
     ++calm_windows_;
-    // The fewest workers that keep up: one fewer would carry the window's work busy at most
-    // sleep_load of the time (spare cores belong to the training process).
-    if (config_.auto_workers && active > 1 && w.busy < (active - 1) * w.wall * sleep_load_) {
+    // The fewest workers that keep up: one fewer would decode a batch in at most sleep_load of
+    // the consumer's step (spare cores belong to the training process).
+    const double step = w.consumer / kWindow;
+    const double batch_cost = w.samples > 0 ? w.busy / w.samples * config_.batch_size : 0;
+    if (config_.auto_workers && active > 1 && w.samples > 0 &&
+        batch_cost < (active - 1) * step * sleep_load_) {
       --active;
       since_sleep_ = 0;
       did = "one worker sleeps";

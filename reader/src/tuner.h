@@ -30,6 +30,7 @@ struct TuneWindowFigures {
   double wall = 0;          // the window's length
   double ring_full = 0;     // worker time idle because every slot was taken
   uint32_t lead_min = ~0u;  // fewest ready batches to spare at a delivery in the window
+  double samples = 0;       // samples the workers completed in the window (busy's work)
   double wait_fraction() const { return wait + consumer > 0 ? wait / (wait + consumer) : 0; }
 };
 
@@ -37,16 +38,20 @@ struct TunerConfig {
   bool auto_workers = false, auto_prefetch = false;
   int max_workers = 1;        // workers started (the most that may wake)
   double wait_target = 0.02;  // LoaderOptions::wait_target
+  uint32_t batch_size = 1;
 };
 
 class Tuner {
  public:
   static constexpr uint64_t kWindow = 4;  // delivered batches per decision
-  // A worker sleeps when the others would be busy at most this fraction of the time carrying
-  // the load measured over the window (the fewest workers that keep up, with a tenth to spare
-  // for uneven steps). Each time a sleep has to be undone (the consumer waited within
-  // kUndoWindows windows of it) the bar drops by kSleepLoadStep, down to kSleepLoadMin, so the
-  // count settles instead of swinging.
+  // A worker sleeps when the others would be busy at most this fraction of the consumer's step
+  // decoding a batch: per-batch cost (worker time per sample completed, times the batch size)
+  // over (workers - 1) against the consumer's own time per batch, both measured over the window
+  // (the fewest workers that keep up, with a tenth to spare for uneven steps). Measured per
+  // sample decoded, not per batch delivered, so a burst of batches decoded earlier (the ring
+  // full at an epoch's start) is no evidence of spare workers. Each time a sleep has to be undone
+  // (the consumer waited within kUndoWindows windows of it) the bar drops by kSleepLoadStep, down
+  // to kSleepLoadMin, so the count settles instead of swinging.
   static constexpr double kSleepLoad = 0.9, kSleepLoadStep = 0.1, kSleepLoadMin = 0.5;
   static constexpr uint32_t kUndoWindows = 3;
 
@@ -56,7 +61,7 @@ class Tuner {
 
   // Running totals of the epoch at a delivery (EpochStats fields), for window bookkeeping.
   struct Totals {
-    double wait = 0, consumer = 0, busy = 0, ring_full = 0;
+    double wait = 0, consumer = 0, busy = 0, ring_full = 0, samples = 0;
   };
   // After each delivered batch: true when a window closed, with its figures in `*window`.
   bool OnBatch(const Totals& totals, std::chrono::steady_clock::time_point now, uint32_t lead,

@@ -36,8 +36,9 @@ def src(tmp_path):
 
 @pytest.fixture
 def archive(tmp_path):
+    # encoding jpeg: one encoding throughout, so a test may turn the manifest into version 1
     out = tmp_path / "a"
-    assert run("pack", GOOD, out).returncode == 0
+    assert run("pack", GOOD, out, "--encoding", "jpeg").returncode == 0
     return out
 
 
@@ -321,8 +322,7 @@ def test_verify_reports_an_archive_too_damaged_to_open_with_exit_1(archive, dama
             f.truncate(100)
     p = run("verify", archive)
     assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
-    # the reason names the shard file (or, for a missing one, the count the manifest lists)
-    named = "shard-00000.mdb" if damage != "missing-shard" else "lists 1 shards"
+    named = "shard-00000.mdb"  # the reason names the shard file
     assert named in p.stderr and "FAILED" in p.stdout, (p.stdout, p.stderr)
     v = json.loads(run("verify", archive, "--json").stdout)
     assert v["ok"] is False and named in v["error"], v

@@ -10,7 +10,7 @@ import pytest
 CLI = os.environ.get("SHARDFEED_CLI", "shardfeed")
 SOURCE = os.environ.get("SHARDFEED_SOURCE_DIR",
                         os.path.join(os.path.dirname(__file__), "..", ".."))
-COMMANDS = ["pack", "verify", "inspect", "extract", "bench", "tune", "convert", "merge"]
+COMMANDS = ["pack", "verify", "inspect", "extract", "stats", "bench", "tune", "convert", "merge"]
 FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
 
 

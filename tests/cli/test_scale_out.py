@@ -186,6 +186,60 @@ def test_a_failing_rank_fails_the_job_and_leaves_no_archive(tmp_path):
     p = subprocess.run(["mpirun", "--oversubscribe", "-n", "2", CLI, "pack", str(src),
                         str(tmp_path / "mpi"), "--strict", "-q"], capture_output=True, text=True,
                        env=mpi_env(), timeout=300)
-    assert p.returncode != 0
+    # The same code as a single process: a --strict skip is bad data (1), on every rank.
+    single = run("pack", src, tmp_path / "single", "--strict", "-q")
+    assert single.returncode == 1, single.stderr
+    assert p.returncode == 1, (p.returncode, p.stderr)
     assert "rank 1 of 2" in p.stderr and "zz-broken.jpg" in p.stderr, p.stderr
     assert not (tmp_path / "mpi").exists() and not (tmp_path / "mpi.parts").exists()
+
+
+def mpirun_pack(*args):
+    return subprocess.run(["mpirun", "--oversubscribe", "-n", "2", CLI, "pack", *map(str, args)],
+                          capture_output=True, text=True, env=mpi_env(), timeout=300)
+
+
+@needs_mpi
+@pytest.mark.parametrize("existing", ["archive", "folder"])
+def test_mpirun_into_an_existing_out_is_refused_before_packing(tmp_path, existing):
+    out = tmp_path / "mpi"
+    if existing == "archive":
+        run("pack", GOOD, out, "-q", check=0)
+    else:
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")
+    before = sorted(os.listdir(out))
+    p = mpirun_pack(GOOD, out, "-q", *(["--overwrite"] if existing == "folder" else []))
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert ("already exists" if existing == "archive" else "not a shardfeed archive") in p.stderr
+    assert not (tmp_path / "mpi.parts").exists()  # refused before any rank packed
+    assert sorted(os.listdir(out)) == before
+
+
+@needs_mpi
+def test_a_killed_ranks_leftovers_do_not_block_the_next_run(tmp_path):
+    # What a rank killed mid-pack leaves: its lock file (the flock died with it) and its partial
+    # directory; another rank's finished part. The next run packs, merges and cleans up.
+    parts = tmp_path / "mpi.parts"
+    run("pack", GOOD, tmp_path / "mpi", "--part", "0/2", "-q", check=0)
+    (parts / "part-00001-of-00002.lock").write_bytes(b"")
+    partial = parts / "part-00001-of-00002.partial"
+    partial.mkdir()
+    (partial / ".shardfeed-partial").write_text("")
+    (partial / "shard-00000.mdb").write_bytes(b"half")
+    p = mpirun_pack(GOOD, tmp_path / "mpi", "-q")
+    assert p.returncode == 0, p.stderr
+    assert not parts.exists(), os.listdir(parts)
+    run("verify", tmp_path / "mpi", check=0)
+
+
+def test_a_held_lock_says_how_to_find_its_owner(tmp_path):
+    import fcntl
+    lock = tmp_path / "a.lock"
+    with open(lock, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        p = run("pack", GOOD, tmp_path / "a", "-q")
+    assert p.returncode != 0 and "fuser" in p.stderr and "running process" in p.stderr, p.stderr
+    assert lock.exists()  # not ours: it was held
+    run("pack", GOOD, tmp_path / "a", "-q", check=0)
+    assert not lock.exists()  # released by its owner: the next writer removes it

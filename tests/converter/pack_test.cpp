@@ -57,6 +57,7 @@ TEST_CASE("jpeg packing keeps every JPEG byte-identical and labels right") {
   auto src = ScanImageFolder(SampleDir());
   REQUIRE(src.ok());
   PackOptions opt;
+  opt.encoding = Encoding::kJpeg;
   auto a = PackOrDie(*src, dir / "a", opt);
   REQUIRE(a->size() == src->items.size());
   CHECK(a->manifest().class_names == src->class_names);
@@ -83,7 +84,8 @@ TEST_CASE("jpeg packing keeps every JPEG byte-identical and labels right") {
   CHECK(*n == 36);
   CHECK(ReadBytes(dir / "x/cat/00000000.jpg") == ReadBytes(src->items[0].path));
   CHECK(ReadBytes(dir / "x/zebra/00000035.jpg") ==
-        std::vector<uint8_t>(a->At(35).ValueOrDie().data, a->At(35).ValueOrDie().data + a->At(35).ValueOrDie().size));
+        std::vector<uint8_t>(a->At(35).ValueOrDie().data,
+                             a->At(35).ValueOrDie().data + a->At(35).ValueOrDie().size));
 }
 
 TEST_CASE("raw and zstd records hold exactly the converter's decode and resize") {
@@ -164,7 +166,8 @@ TEST_CASE("the archive does not depend on the worker count; shuffle is seeded") 
   bool same_as_other_seed = true;
   for (uint64_t i = 0; i < s1->size(); ++i) {
     REQUIRE(s1->At(i).ValueOrDie().entry->checksum == s2->At(i).ValueOrDie().entry->checksum);
-    same_as_other_seed &= s1->At(i).ValueOrDie().entry->checksum == s3->At(i).ValueOrDie().entry->checksum;
+    same_as_other_seed &=
+        s1->At(i).ValueOrDie().entry->checksum == s3->At(i).ValueOrDie().entry->checksum;
     all1.insert(s1->At(i).ValueOrDie().entry->checksum);
     all3.insert(s3->At(i).ValueOrDie().entry->checksum);
   }

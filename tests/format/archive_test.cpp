@@ -208,12 +208,16 @@ TEST_CASE("the manifest round-trips through JSON and rejects other versions") {
   CHECK(back->class_counts == m.class_counts);
   CHECK(back->height == 32);
   CHECK(back->shards[0].content_hash == s.content_hash);
-  std::string v3 = m.ToJson();
-  v3.replace(v3.find("\"format_version\": 2"), 19, "\"format_version\": 3");
-  auto refused = Manifest::FromJson(v3, "test");
+  const std::string next = "\"format_version\": " + std::to_string(kFormatVersion + 1);
+  std::string newer = m.ToJson();
+  newer.replace(newer.find("\"format_version\": " + std::to_string(kFormatVersion)), next.size(),
+                next);
+  auto refused = Manifest::FromJson(newer, "test");
   CHECK(refused.status().code() == StatusCode::kUnsupported);
-  CHECK(refused.status().message().find("version 3") != std::string::npos);
-  CHECK(refused.status().message().find("versions 1 to 2") != std::string::npos);
+  CHECK(refused.status().message().find("version " + std::to_string(kFormatVersion + 1)) !=
+        std::string::npos);
+  CHECK(refused.status().message().find("versions 1 to " + std::to_string(kFormatVersion)) !=
+        std::string::npos);
 }
 
 }  // namespace

@@ -80,7 +80,7 @@ def test_a_plotter_that_hangs_is_stopped_and_the_sweep_kept(archive_path, tmp_pa
     assert not png.exists()
 
 
-@pytest.mark.parametrize("spec,needle", [("bogus=1", "NAME=V1,V2"), ("workers", "NAME=V1,V2"),
+@pytest.mark.parametrize("spec,needle", [("bogus=1", "unexpected loader option 'bogus'"), ("workers", "NAME=V1,V2"),
                                          ("workers=1,x", "workers (--workers)")])
 def test_bad_sweeps_are_usage_errors(archive_path, spec, needle):
     p = subprocess.run([CLI, "bench", archive_path, "--sweep", spec], capture_output=True,

@@ -230,7 +230,7 @@ def test_misuse_raises_a_clear_error(archive_path):
             loader.load_state_dict(bad)
     loader.load_state_dict({"epoch": np.int64(2), "position": torch.tensor(1)})
     assert loader.state_dict()["position"] == 1
-    with pytest.raises(ValueError, match="seed .*must be a whole number, not None"):
+    with pytest.raises(ValueError, match="seed .*must be a whole number >= 0, not 'None'"):
         sft.Loader(archive_path, seed=None)
     with pytest.raises(ValueError, match="std must be finite and at least 0.001"):
         sft.Loader(archive_path, dtype="float16", std=(1e-5, 1e-5, 1e-5))

@@ -10,6 +10,8 @@
 namespace shardfeed::reader {
 namespace {
 
+constexpr uint32_t kBatch = 64;
+
 // One window of Tuner::kWindow batches with `n` workers. `cost_at(n)`: worker-seconds per batch
 // with n workers awake (a constant, or one that grows with contention).
 template <typename Cost>
@@ -23,6 +25,7 @@ TuneWindowFigures Simulate(double step, Cost cost_at, int n, uint32_t depth) {
   w.busy = k * cost;
   w.ring_full = n * w.wall - w.busy;  // a worker with nothing to claim waits on the full ring
   w.lead_min = cost / n < step ? depth - 1 : 0;
+  w.samples = k * kBatch;
   return w;
 }
 
@@ -39,6 +42,7 @@ Outcome Settle(double step, Cost cost_at, int max_workers, int start_workers = 1
   TunerConfig c;
   c.auto_workers = c.auto_prefetch = true;
   c.max_workers = max_workers;
+  c.batch_size = kBatch;
   Tuner t(c);
   int n = start_workers;
   uint32_t depth = 2;
@@ -92,6 +96,29 @@ TEST_CASE("workers=auto stops swinging when a sleep has to be undone") {
   const Outcome o = Settle(0.100, cost_at, 4, 1, 400);
   CHECK(o.workers == 2);
   CHECK(o.sleeps <= 3);
+}
+
+TEST_CASE("workers=auto takes a burst of ready batches for no evidence of spare workers") {
+  // A data-bound consumer (no step of its own) at an epoch's start, where the ring is full of
+  // batches decoded earlier: the window is calm, and the workers' busy time small against it,
+  // but per batch decoded they are as busy as ever. Regression: the load was measured per
+  // batch delivered, and a worker slept.
+  TunerConfig c;
+  c.auto_workers = true;
+  c.max_workers = 2;
+  c.batch_size = kBatch;
+  Tuner t(c);
+  int n = 2;
+  uint32_t depth = 8;
+  TuneWindowFigures burst;
+  burst.consumer = 4e-5;  // the loop's own overhead
+  burst.wait = 0;
+  burst.wall = 5e-5;
+  burst.busy = 2e-5;  // one sample's worth of decoding happened meanwhile
+  burst.samples = 1;
+  burst.lead_min = 4;
+  t.Decide(burst, 8, &n, &depth);
+  CHECK(n == 2);
 }
 
 TEST_CASE("workers=auto never sleeps a worker while the consumer waits") {

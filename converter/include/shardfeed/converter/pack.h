@@ -52,7 +52,9 @@ Result<SourceList> ReadListFile(const std::string& list_file, const std::string&
 using Validation = codec::Validation;
 
 struct PackOptions {
-  format::Encoding encoding = format::Encoding::kJpeg;
+  // auto (the default): JPEG inputs keep their bytes, every other input is stored lossless as
+  // zstd pixels; per-record encodings (format version 3).
+  format::Encoding encoding = format::Encoding::kAuto;
   // raw/zstd: resize so the short side is this (0: keep). jpeg: a resolution cap, the
   // fidelity-for-speed trade of FFCV's max_resolution: an image whose short side (long side,
   // with max_side) exceeds `size` is decoded, turned upright (EXIF orientation applied), resized
@@ -80,6 +82,9 @@ struct PackOptions {
 struct PackStats {
   uint64_t total = 0, done = 0, packed = 0;
   uint64_t resized = 0;  // jpeg with size: records decoded, resized and re-encoded
+  // Records that do not hold their source file's bytes: every record of raw/zstd, non-JPEG
+  // inputs of jpeg (lossy, at `quality`) and resized ones, non-JPEG inputs of auto (lossless).
+  uint64_t reencoded = 0;
   uint64_t source_bytes = 0, payload_bytes = 0;
   double seconds = 0;
 };

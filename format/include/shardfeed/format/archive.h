@@ -2,8 +2,10 @@
 //
 // An archive is a directory holding manifest.json and one or more shard files. Reading maps each
 // shard read-only and serves records as views into the map: no copy, no per-record syscall and no
-// library call after Open (so a handle opened before fork() keeps working in the child, and
-// threads never queue on a library lock).
+// library call once a shard is open (so threads never queue on a library lock). Opened with
+// IndexCheck::kFull every shard is open when Open returns, and a handle opened before fork()
+// keeps working in the child without any library call; opened lazily, a shard is opened (LMDB or
+// HDF5 calls, under the HDF5 mutex) on its first access, in whichever process makes it.
 #pragma once
 
 #include <cstdint>
@@ -142,7 +144,8 @@ struct WriterOptions {
 
 // Writes an archive atomically and never destroys anything that is not provably its own
 // (docs/DESIGN.md, "Data safety"):
-// - Create() takes an exclusive lock (<path>.lock) before touching anything; a writer that does
+// - Create() takes an exclusive lock (flock on <path>.lock, released when its process dies, so a
+//   killed writer never blocks the next) before touching anything; a writer that does
 //   not get it fails and, destroyed, touches nothing.
 // - Everything is written to "<path>.partial/" (marked as ours by a ".shardfeed-partial" file,
 //   kept until the swap is done). Finish() writes and syncs the manifest, then swaps the partial
@@ -176,9 +179,12 @@ class ArchiveWriter {
   // header keeps that position (the manifest records it). `class_counts` are the labels it
   // holds, per class. The current shard must be empty. `merge` builds archives with it.
   Status LinkShard(const std::string& file, const ShardInfo& source, uint32_t source_number,
-                   const std::vector<uint64_t>& class_counts, bool* copied = nullptr);
+                   const std::vector<uint64_t>& class_counts, bool* copied = nullptr,
+                   uint32_t height = 0, uint32_t width = 0);
   // Closes the last shard, fills `manifest.shards`, sample counts and backend, writes
-  // manifest.json and renames the partial directory into place.
+  // manifest.json and renames the partial directory into place. When every record appended
+  // decodes to one shape (UprightHeight x UprightWidth x 3) and `manifest` gives none, that shape
+  // is recorded; linked shards count with the shape their manifest gave (none: variable).
   Status Finish(Manifest manifest);
 
   uint64_t samples_written() const { return samples_; }
@@ -207,9 +213,12 @@ class ArchiveWriter {
   struct HashState;
   std::unique_ptr<HashState> hash_;  // the open shard's content hash
   uint64_t samples_ = 0, bytes_ = 0, shard_payload_ = 0;
+  // The shape every record so far decodes to; variable_ once two differ (or one is unknown).
+  uint32_t shape_h_ = 0, shape_w_ = 0;
+  bool variable_ = false;
+  void NoteShape(uint32_t height, uint32_t width);
   bool finished_ = false;
   int lock_fd_ = -1;
-  bool lock_created_ = false;
 };
 
 // Bytes a raw/zstd record holds once decoded: height * width * channels.

@@ -1,4 +1,4 @@
-// The on-disk layout of a shardfeed archive, format version 2 (reads 1).
+// The on-disk layout of a shardfeed archive, format version 3 (reads 1 and 2).
 //
 // This header and docs/FORMAT.md describe the same thing and change together. Every field is
 // little-endian with a fixed width; the static_asserts pin sizes and offsets so that a compiler
@@ -14,8 +14,11 @@ namespace shardfeed::format {
 
 // The version this build writes, and the oldest it reads (docs/FORMAT.md, "Versions"). A reader
 // refuses any other version with both numbers in the message. Version 2 added the manifest's
-// own checksum ("manifest_xxh3"); its shards are laid out exactly as version 1's.
-inline constexpr uint32_t kFormatVersion = 2;
+// own checksum ("manifest_xxh3"); its shards are laid out exactly as version 1's. Version 3
+// records the manifest's "shape" for every archive whose records decode to one shape, JPEG
+// included (the upright shape, after EXIF orientation; see UprightHeight), and adds the archive
+// encoding "auto" (per-record encodings) and "reencoded_records"; shards unchanged.
+inline constexpr uint32_t kFormatVersion = 3;
 inline constexpr uint32_t kMinFormatVersion = 1;
 inline constexpr bool IsReadableVersion(uint32_t v) {
   return v >= kMinFormatVersion && v <= kFormatVersion;
@@ -28,7 +31,13 @@ enum class Encoding : uint8_t {
   kJpeg = 1,  // a complete JPEG file (JFIF/EXIF/Adobe), bytes as given
   kRaw = 2,   // height * width * channels uint8 pixels, HWC, RGB
   kZstd = 3,  // a single zstd frame that decompresses to a kRaw payload
+  // Version 3, an archive's encoding only (never an IndexEntry's): records of several encodings,
+  // each entry giving its own (pack's default: JPEG inputs keep their bytes, others are stored
+  // lossless as kZstd).
+  kAuto = 4,
 };
+// True for the encodings an IndexEntry may hold.
+inline constexpr bool IsRecordEncoding(uint8_t e) { return e >= 1 && e <= 3; }
 
 // Which container holds the shards. Values are stored in the manifest as strings.
 enum class Backend : uint8_t {
@@ -52,7 +61,7 @@ struct IndexEntry {
   uint16_t height;      // pixel rows of the image as stored (JPEG: before orientation)
   uint16_t width;       // pixel columns, likewise
   uint8_t channels;     // raw/zstd: 3; JPEG: components in the file (1, 3 or 4)
-  uint8_t encoding;     // an Encoding value
+  uint8_t encoding;     // an Encoding value other than kAuto
   uint8_t orientation;  // EXIF orientation 1..8 still to apply on decode (JPEG); 1 otherwise
   uint8_t flags;        // bit 0: JPEG has an Adobe APP14 marker (inverted CMYK); others zero
 };
@@ -70,10 +79,19 @@ static_assert(offsetof(IndexEntry, flags) == 31);
 
 inline constexpr uint8_t kFlagAdobe = 1;
 
+// The shape a record decodes to: JPEG orientations 5..8 swap rows and columns; every record
+// decodes to 3 channels (RGB). What the manifest's "shape" means (version 3).
+inline constexpr uint32_t UprightHeight(const IndexEntry& e) {
+  return e.orientation >= 5 ? e.width : e.height;
+}
+inline constexpr uint32_t UprightWidth(const IndexEntry& e) {
+  return e.orientation >= 5 ? e.height : e.width;
+}
+
 // One per shard, stored under the key "header" (LMDB) / as the dataset "header" (HDF5).
 struct ShardHeader {
   char magic[8];            // "SFSHARD\0"
-  uint32_t format_version;  // the archive's version (1 or 2: the shard layout is the same)
+  uint32_t format_version;  // the archive's version (1 to 3: the shard layout is the same)
   uint32_t shard_number;    // position of this shard in the manifest
   uint64_t first_sample;    // global index of this shard's sample 0
   uint64_t sample_count;    // entries in the index

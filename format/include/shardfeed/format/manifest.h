@@ -45,12 +45,18 @@ struct Manifest {
   uint64_t sample_count = 0;
   std::vector<std::string> class_names;  // label i is class_names[i]
   std::vector<uint64_t> class_counts;    // samples per label
-  // Fixed shape of every record's pixels (raw/zstd with --size and --crop), else all zero.
+  // The one shape every record decodes to (UprightHeight/UprightWidth x 3), else all zero:
+  // recorded by the writer whenever the records share it, whatever options made them (version
+  // 3; before, only raw/zstd packed with --size and --crop).
   uint32_t height = 0, width = 0, channels = 0;
   uint64_t source_bytes = 0;  // bytes of the source files that were packed
   // jpeg packed with a size cap (pack --encoding jpeg --size): how many records were decoded,
   // resized and re-encoded (the others hold their source file's bytes). Absent otherwise.
   std::optional<uint64_t> resized_records;
+  // Version 3: how many records do not hold their source file's bytes (decoded and stored again:
+  // as zstd pixels by the encoding "auto", as JPEG by "jpeg" for non-JPEG inputs or a size cap,
+  // any input by raw/zstd). Absent when unknown (convert/merge of older archives).
+  std::optional<uint64_t> reencoded_records;
   std::string created_by;    // "shardfeed <version>"
   std::string created_at;    // UTC, ISO 8601
   std::string options_json;  // the pack options as a JSON object (free-form, for humans)
