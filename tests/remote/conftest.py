@@ -59,7 +59,7 @@ def moto_url():
 
 @pytest.fixture(scope="session")
 def local_archive(tmp_path_factory):
-    """36 JPEGs in 8 shards of about 60 KB (LMDB)."""
+    """36 JPEGs in shards of about 30 KB of records (LMDB): 8 to 22 shards."""
     out = str(tmp_path_factory.mktemp("remote") / "a")
     assert shardfeed.pack(GOOD, out, shard_size="30K")["packed"] == 36
     return out

@@ -191,7 +191,12 @@ sys.stdout.write("".join("%d," % a.labels()[i] for i in range(len(a))))
 """
 
 
-def test_two_processes_sharing_a_cache_download_each_shard_once(proxy, s3_archive):
+def shard_count(local_archive):
+    with open(os.path.join(local_archive, "manifest.json")) as f:
+        return len(json.load(f)["shards"])
+
+
+def test_two_processes_sharing_a_cache_download_each_shard_once(proxy, s3_archive, local_archive):
     proxy.rules({"shard-00000": ["stall"]})  # the first downloader holds shard 0's lock
     first = subprocess.Popen([sys.executable, "-c", READER, s3_archive], stdout=subprocess.PIPE)
     assert proxy.wait_stalled()
@@ -208,7 +213,7 @@ def test_two_processes_sharing_a_cache_download_each_shard_once(proxy, s3_archiv
     assert out1 == out2 and out1.count(b",") == 36
     gets = proxy.shard_gets()
     assert gets.pop("/data/good/shard-00000.mdb") == 2  # the stalled body and its retry
-    assert sorted(gets.values()) == [1] * 7
+    assert sorted(gets.values()) == [1] * (shard_count(local_archive) - 1)
 
 
 def test_an_interrupted_download_is_never_used(proxy, s3_archive, local_archive):
@@ -236,10 +241,13 @@ def test_block_shuffle_is_the_same_over_s3_and_locally_and_reads_shards_in_windo
     shard_of = np.searchsorted(firsts, np.arange(36), side="right") - 1
     order = np.concatenate([x for _, _, x in remote[:5]])  # epoch 0
     assert sorted(order) == list(range(36))
-    # 8 shards in windows of 2: the epoch reads 4 runs of 2 shards, each shard in one run.
+    # Shards in windows of 2: the epoch reads runs of 2 shards, each shard in one run.
     windows = []
     for sample in order:
         if not windows or len(windows[-1] | {shard_of[sample]}) > 2:
             windows.append(set())
         windows[-1].add(shard_of[sample])
-    assert len(windows) == 4 and sorted(s for w in windows for s in w) == list(range(8))
+    shards = len(firsts)
+    assert shards >= 6
+    assert len(windows) == (shards + 1) // 2
+    assert sorted(s for w in windows for s in w) == list(range(shards))
