@@ -23,6 +23,8 @@ PKGS=(
   python3-pil python3-lmdb python3-h5py  # Python module, its tests and baselines
   python3-matplotlib                # python -m shardfeed.plot (bench --sweep --plot)
   python3-pip python3-venv python3-setuptools python3-wheel  # pip install .
+  libcurl4-openssl-dev              # s3:// and http(s):// archives (storage/)
+  nginx-light                       # bench/remote_bench.py serves archives over http://
 )
 # --bench: also the photographs the benchmark corpus is cut from (bench/make_corpus.py).
 if [ "${1:-}" = "--bench" ]; then PKGS+=(plasma-workspace-wallpapers); fi
@@ -42,4 +44,11 @@ if ! ls "$WHEELS"/scikit_build_core-*.whl >/dev/null 2>&1; then
   mkdir -p "$WHEELS"
   /usr/bin/python3 -m pip download -q --disable-pip-version-check -d "$WHEELS" \
     "scikit-build-core>=0.10,<2"
+fi
+# The remote tests' S3 server: moto_server (moto[server] from PyPI) in a virtual environment
+# that also sees Debian's packages (numpy, pytest, torch), so tests/remote runs with its python.
+REMOTE_VENV=${SHARDFEED_REMOTE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/shardfeed/remote-venv}
+if [ ! -x "$REMOTE_VENV/bin/moto_server" ]; then
+  /usr/bin/python3 -m venv --system-site-packages "$REMOTE_VENV"
+  "$REMOTE_VENV/bin/pip" install -q --disable-pip-version-check "moto[server]>=5,<6"
 fi

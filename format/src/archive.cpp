@@ -17,9 +17,11 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "fault_guard.h"
 #include "shard_internal.h"
+#include "shardfeed/storage/remote.h"
 
 namespace shardfeed::format {
 
@@ -199,6 +201,8 @@ struct Archive::Shard {
   mutable std::once_flag once;
   mutable std::atomic<bool> ready{false};
   mutable Status status;  // why it could not be opened (set once, inside `once`)
+  // A remote archive's cached copy of the file, held while mapped (destroyed after `store`).
+  mutable std::unique_ptr<storage::CachedFile> lease;
   mutable std::unique_ptr<ShardStore> store;
   std::string file;        // its path, for messages
   mutable int guard = -1;  // internal::GuardRange id of the mapping, or -1
@@ -234,7 +238,35 @@ Status CheckShardCount(const std::string& dir, const std::string& text,
 Archive::Archive() = default;
 Archive::~Archive() = default;
 
-Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path, IndexCheck check) {
+namespace {
+
+// XXH3 of a shard's chunks then its index: the content hash its header and the manifest hold.
+uint64_t ShardContentHash(const ShardStore& shard) {
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  for (size_t c = 0; c < shard.chunk_data.size(); ++c) {
+    XXH3_64bits_update(state, shard.chunk_data[c], shard.chunk_size[c]);
+  }
+  XXH3_64bits_update(state, shard.index, shard.header.sample_count * sizeof(IndexEntry));
+  uint64_t got = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return got;
+}
+
+Result<std::unique_ptr<ShardStore>> OpenShardFile(Backend backend, const std::string& file,
+                                                  const ShardInfo& info, size_t s) {
+  return backend == Backend::kLmdb ? OpenLmdbShard(file, info, s) : OpenHdf5Shard(file, info, s);
+}
+
+// The manifest's text, from a directory or a remote location (`remote` set for the latter).
+Result<std::string> ReadManifestText(const std::string& path, std::string* manifest_file,
+                                     std::shared_ptr<storage::Remote>* remote) {
+  if (storage::IsRemote(path)) {
+    SF_ASSIGN_OR_RETURN(*remote, storage::Remote::Open(path));
+    const std::string name(kManifestFileName);
+    *manifest_file = (*remote)->UrlOf(name);
+    return (*remote)->ReadText(name, kMaxManifestBytes);
+  }
   std::error_code ec;
   if (!fs::is_directory(path, ec)) {
     if (fs::exists(path, ec)) {
@@ -242,37 +274,55 @@ Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path, IndexChe
     }
     return Status::NotFound(path, ": no such archive");
   }
-  std::string manifest_file = (fs::path(path) / kManifestFileName).string();
-  auto read = ReadBoundedFile(manifest_file, kMaxManifestBytes);
+  *manifest_file = (fs::path(path) / kManifestFileName).string();
+  auto read = ReadBoundedFile(*manifest_file, kMaxManifestBytes);
   if (read.status().code() == StatusCode::kNotFound) {
     // An image folder given where an archive is expected (a pack that never finished leaves
     // only <path>.partial, never a <path> without its manifest).
     return Status::InvalidArgument(path, ": not a shardfeed archive (no ", kManifestFileName,
                                    "); did you mean `shardfeed pack`?");
   }
-  SF_ASSIGN_OR_RETURN(std::string text, std::move(read));
-  SF_RETURN_IF_ERROR(CheckShardCount(path, text, manifest_file));
+  return read;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path, IndexCheck check) {
+  std::string manifest_file;
+  std::shared_ptr<storage::Remote> remote;
+  SF_ASSIGN_OR_RETURN(std::string text, ReadManifestText(path, &manifest_file, &remote));
+  // A remote manifest is bounded by kMaxManifestBytes alone (no directory to count).
+  if (!remote) SF_RETURN_IF_ERROR(CheckShardCount(path, text, manifest_file));
   SF_ASSIGN_OR_RETURN(Manifest manifest, Manifest::FromJson(text, manifest_file));
+  if (remote) {
+    uint64_t bytes = 0;
+    for (const ShardInfo& info : manifest.shards) bytes += info.file_bytes;
+    SF_RETURN_IF_ERROR(remote->CheckLimit(
+        bytes, "of " + path + "'s shards (an open archive keeps every shard it has read)"));
+  }
 
   std::shared_ptr<Archive> archive(new Archive());
   archive->path_ = path;
+  archive->remote_ = remote;
   archive->lazy_ = check == IndexCheck::kLazy ||
                    (check == IndexCheck::kAuto && manifest.sample_count > kLazyIndexAbove);
   for (const ShardInfo& info : manifest.shards) {
     archive->shard_starts_.push_back(info.first_sample);
     archive->shards_.push_back(std::make_unique<Shard>());
-    archive->shards_.back()->file = (fs::path(path) / info.file).string();
+    archive->shards_.back()->file =
+        remote ? remote->UrlOf(info.file) : (fs::path(path) / info.file).string();
   }
   archive->manifest_ = std::move(manifest);
   if (archive->lazy_) return archive;
 
   // Full: every shard now, with its index checksum, every entry and the class counts.
+  if (remote) archive->FetchAll();
   std::vector<uint64_t> class_counts(archive->manifest_.class_names.size());
   for (size_t s = 0; s < archive->shards_.size(); ++s) {
     Status error;
     const Shard* shard = archive->Ready(s, &error);
     if (!shard) return error;
-    const std::string file = (fs::path(path) / archive->manifest_.shards[s].file).string();
+    const std::string& file = shard->file;
     SF_RETURN_IF_ERROR(CheckIndexChecksum(*shard->store, file));
     SF_RETURN_IF_ERROR(ValidateEntries(*shard->store, archive->manifest_, archive->shard_starts_[s],
                                        0, shard->store->header.sample_count, file, &class_counts));
@@ -294,13 +344,30 @@ Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path, IndexChe
 
 Status Archive::OpenShard(size_t s) const {
   const ShardInfo& info = manifest_.shards[s];
-  const std::string file = (fs::path(path_) / info.file).string();
-  std::unique_ptr<ShardStore> store;
-  if (manifest_.backend == Backend::kLmdb) {
-    SF_ASSIGN_OR_RETURN(store, OpenLmdbShard(file, info, s));
-  } else {
-    SF_ASSIGN_OR_RETURN(store, OpenHdf5Shard(file, info, s));
+  std::string file = (fs::path(path_) / info.file).string();
+  if (remote_) {  // the cached copy, downloaded and checked against the content hash if absent
+    const Backend backend = manifest_.backend;
+    const std::string url = shards_[s]->file;
+    auto verify = [&](const std::string& local) -> Status {
+      auto store = OpenShardFile(backend, local, info, s);
+      if (!store.ok()) {
+        return Status::ChecksumMismatch(url, ": downloaded copy is damaged (",
+                                        store.status().message(), ")");
+      }
+      const uint64_t got = ShardContentHash(**store);
+      if (got != info.content_hash) {
+        return Status::ChecksumMismatch(url, ": shard hash mismatch (manifest ",
+                                        HashToHex(info.content_hash), ", downloaded ",
+                                        HashToHex(got), ")");
+      }
+      return Status::OK();
+    };
+    SF_ASSIGN_OR_RETURN(shards_[s]->lease, remote_->Fetch(info.file, info.file_bytes,
+                                                          HashToHex(info.content_hash), verify));
+    file = shards_[s]->lease->path();
   }
+  SF_ASSIGN_OR_RETURN(std::unique_ptr<ShardStore> store,
+                      OpenShardFile(manifest_.backend, file, info, s));
   // The guard answers a SIGBUS by mapping zeros over its range: register only what is provably
   // this shard's mapping (never wider than the file it maps, plus LMDB's last page).
   if (store->map_size <= store->file_bytes + kMaxLmdbPage) {
@@ -323,6 +390,20 @@ const Archive::Shard* Archive::Ready(size_t s, Status* error) const {
     }
   }
   return &shard;
+}
+
+void Archive::FetchAll() const {
+  // A few downloads at once (each shard whole); errors are kept in the shard's slot and
+  // reported by the Ready() that follows.
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    Status ignored;
+    for (size_t s; (s = next.fetch_add(1)) < shards_.size();) Ready(s, &ignored);
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < std::min<size_t>(4, shards_.size()); ++t) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
 }
 
 size_t Archive::FindShard(uint64_t index) const {
@@ -395,21 +476,14 @@ Status Archive::VerifyShard(size_t s) const {
   const Shard* slot = Ready(s, &error);
   if (!slot) return error;
   const ShardStore& shard = *slot->store;
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset(state);
-  for (size_t c = 0; c < shard.chunk_data.size(); ++c) {
-    XXH3_64bits_update(state, shard.chunk_data[c], shard.chunk_size[c]);
-  }
-  XXH3_64bits_update(state, shard.index, shard.header.sample_count * sizeof(IndexEntry));
-  uint64_t got = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
+  const uint64_t got = ShardContentHash(shard);
   if (internal::RangeFaulted(slot->guard)) {
     return Status::Corrupt(slot->file, ": changed on disk while being verified (truncated?)");
   }
   if (got != shard.header.content_hash || got != manifest_.shards[s].content_hash) {
-    return Status::ChecksumMismatch(
-        path_, "/", manifest_.shards[s].file, ": shard hash mismatch (manifest ",
-        HashToHex(manifest_.shards[s].content_hash), ", computed ", HashToHex(got), ")");
+    return Status::ChecksumMismatch(shards_[s]->file, ": shard hash mismatch (manifest ",
+                                    HashToHex(manifest_.shards[s].content_hash), ", computed ",
+                                    HashToHex(got), ")");
   }
   return Status::OK();
 }

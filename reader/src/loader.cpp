@@ -98,7 +98,8 @@ void ResolveOptions(const LoaderOptions& asked, Loader::Impl* impl) {
   impl->active_workers = impl->auto_workers ? 1 : impl->options.workers;
 }
 
-std::unique_ptr<Sampler> MakeSampler(uint64_t size, const LoaderOptions& o) {
+std::unique_ptr<Sampler> MakeSampler(const format::Archive& archive, const LoaderOptions& o) {
+  const uint64_t size = archive.size();
   SamplerOptions so;
   so.shuffle = o.shuffle;
   so.seed = o.seed;
@@ -108,6 +109,10 @@ std::unique_ptr<Sampler> MakeSampler(uint64_t size, const LoaderOptions& o) {
   so.batch_size = o.batch_size;
   so.shuffle_block = o.shuffle_block;
   so.shuffle_window = o.shuffle_window;
+  if (o.shuffle_by_shard) {  // shuffle="block"
+    for (const auto& shard : archive.manifest().shards)
+      so.shard_starts.push_back(shard.first_sample);
+  }
   return std::make_unique<Sampler>(size, so);
 }
 
@@ -141,7 +146,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
   ResolveOptions(options, impl.get());
   SF_RETURN_IF_ERROR(
       SampleDecoder::OutputShape(*impl->archive, options.transform, &impl->out_h, &impl->out_w));
-  impl->sampler = MakeSampler(impl->archive->size(), options);
+  impl->sampler = MakeSampler(*impl->archive, options);
   SF_ASSIGN_OR_RETURN(impl->layout,
                       LayOutSlot(impl->out_h, impl->out_w, DTypeSize(impl->options.transform.dtype),
                                  options.batch_size));

@@ -125,7 +125,20 @@ std::vector<LoaderOption> MakeTable() {
   using V = std::string_view;
   return {
       CountOption<O>("batch_size", 1, kMaxBatch, "samples per batch", &O::batch_size),
-      BoolOption<O>("shuffle", "a new global order every epoch (seeded)", &O::shuffle),
+      {"shuffle", OptionKind::kBool, nullptr,
+       "a new order every epoch (seeded): true (global), false, or block (shards in a seeded "
+       "order, samples mixed within windows of shuffle_window shards: for remote archives)",
+       [](O* o, V t) -> Status {
+         bool v = false;
+         o->shuffle_by_shard = t == "block";
+         if (o->shuffle_by_shard) return o->shuffle = true, Status::OK();
+         if (!ParseBoolText(t, &v)) return BadOption("shuffle", "true, false or block", t);
+         o->shuffle = v;
+         return Status::OK();
+       },
+       [](const O& o) {
+         return std::string(o.shuffle_by_shard ? "block" : o.shuffle ? "true" : "false");
+       }},
       CountOption<O>("seed", 0, kAny, "seed of the order and of the augmentation draws", &O::seed),
       BoolOption<O>("drop_last", "leave out the last, short batch", &O::drop_last),
       CountOption<O>("shuffle_block", 0, kAny,

@@ -7,6 +7,7 @@ namespace {
 
 constexpr uint64_t kShuffleSalt = 0x5348554646ull;  // "SHUFF"
 constexpr uint64_t kBlockSalt = 0x424C4F434Bull;    // "BLOCK"
+constexpr uint64_t kShardSalt = 0x5348415244ull;    // "SHARD"
 
 }  // namespace
 
@@ -104,7 +105,16 @@ EpochPlan Sampler::Plan(uint64_t epoch, uint64_t start) const {
   if (options_.shuffle) {
     const uint64_t key = MixSeed(options_.seed, epoch, kShuffleSalt);
     const uint64_t block = options_.shuffle_block;
-    if (block == 0 || block >= n_) {
+    const std::vector<uint64_t>& shards = options_.shard_starts;
+    if (shards.size() > 1) {
+      p.block_order = Permutation(shards.size(), MixSeed(key, kBlockSalt));
+      p.slot_starts.resize(shards.size() + 1);
+      for (uint64_t slot = 0; slot < shards.size(); ++slot) {
+        const uint64_t s = p.block_order(slot);
+        const uint64_t end = s + 1 < shards.size() ? shards[s + 1] : n_;
+        p.slot_starts[slot + 1] = p.slot_starts[slot] + (end - shards[s]);
+      }
+    } else if (block == 0 || block >= n_) {
       p.order = Permutation(n_, key);
     } else {
       const uint64_t blocks = (n_ + block - 1) / block;
@@ -118,6 +128,7 @@ EpochPlan Sampler::Plan(uint64_t epoch, uint64_t start) const {
 uint64_t Sampler::GlobalAt(const EpochPlan& plan, uint64_t g) const {
   if (!options_.shuffle) return g;
   if (plan.order.size()) return plan.order(g);
+  if (!plan.slot_starts.empty()) return ShardShuffleAt(plan, g);
   // Block shuffle. Window w holds the blocks at permuted slots [w*W, w*W + W) and permutes their
   // samples among themselves. Every block has `block` samples but the last (original numbering),
   // which sits at slot plan.short_slot; so a window's start and size are O(1) to compute.
@@ -139,6 +150,24 @@ uint64_t Sampler::GlobalAt(const EpochPlan& plan, uint64_t g) const {
     q -= bsize;
   }
   return g;  // unreachable: q < size
+}
+
+// Shuffle by shard: window w holds the shards at permuted slots [w*W, w*W + W); its positions
+// map through a permutation of its own onto their samples. O(log shards).
+uint64_t Sampler::ShardShuffleAt(const EpochPlan& plan, uint64_t g) const {
+  const std::vector<uint64_t>& starts = plan.slot_starts;
+  const uint64_t slots = starts.size() - 1, per = options_.shuffle_window;
+  auto slot_of = [&](uint64_t pos) {
+    return static_cast<uint64_t>(std::upper_bound(starts.begin(), starts.end(), pos) -
+                                 starts.begin()) -
+           1;
+  };
+  const uint64_t w = slot_of(g) / per;
+  const uint64_t first = starts[w * per], end = starts[std::min(slots, (w + 1) * per)];
+  const Permutation inner(end - first, MixSeed(options_.seed, plan.epoch, MixSeed(w, kShardSalt)));
+  const uint64_t pos = first + inner(g - first);
+  const uint64_t slot = slot_of(pos);
+  return options_.shard_starts[plan.block_order(slot)] + (pos - starts[slot]);
 }
 
 uint64_t Sampler::At(const EpochPlan& plan, uint64_t k) const {

@@ -17,6 +17,10 @@
 #include "shardfeed/format/layout.h"
 #include "shardfeed/format/manifest.h"
 
+namespace shardfeed::storage {
+class Remote;  // an s3:// or http(s):// location and its local cache (storage/remote.h)
+}
+
 namespace shardfeed::format {
 
 class ShardStore;  // one opened shard (backend-specific), see src/*_internal.h
@@ -49,7 +53,11 @@ class Archive {
  public:
   // Opens `path` (an archive directory): reads and checks the manifest, then the shards as
   // `check` says (IndexCheck), so no later access can read outside the mapping. Payload
-  // checksums are checked by VerifyRecord().
+  // checksums are checked by VerifyRecord(). `path` may also be s3://bucket/prefix or
+  // http(s)://host/path (storage/remote.h): each shard is then downloaded whole into the local
+  // cache and checked against the manifest's content hash when first opened, and held in the
+  // cache until the Archive is destroyed, so the cache limit must cover every shard
+  // (kResourceExhausted at Open otherwise).
   static Result<std::shared_ptr<Archive>> Open(const std::string& path,
                                                IndexCheck check = IndexCheck::kAuto);
   ~Archive();
@@ -105,6 +113,7 @@ class Archive {
   struct Shard;  // a shard's slot: opened once, on first use when lazy
   Archive();
   Status OpenShard(size_t s) const;
+  void FetchAll() const;  // remote: opens every shard, 4 downloads at a time
   const Shard* Ready(size_t s, Status* error) const;
   RecordView Record(const Shard& shard, size_t s, uint64_t index) const;  // shard s is ready
 
@@ -112,7 +121,8 @@ class Archive {
   Manifest manifest_;
   bool lazy_ = false;
   std::vector<std::unique_ptr<Shard>> shards_;
-  std::vector<uint64_t> shard_starts_;  // first_sample per shard, ascending
+  std::vector<uint64_t> shard_starts_;       // first_sample per shard, ascending
+  std::shared_ptr<storage::Remote> remote_;  // set for a remote location
   size_t FindShard(uint64_t index) const;
 };
 

@@ -82,6 +82,7 @@ struct LoaderOptions {
   bool drop_last = false;
   uint32_t shuffle_block = 0;  // see SamplerOptions: 0 = true global shuffle
   uint32_t shuffle_window = 8;
+  bool shuffle_by_shard = false;  // shuffle="block": SamplerOptions::shard_starts from the archive
   uint32_t rank = 0, world_size = 1;
   // Decode workers. 0: the CPUs this process may use (affinity and cgroup quota, base/cpus.h).
   // kAutoWorkers ("auto"): tuned online. Up to max_workers (0: the CPUs this process may use)

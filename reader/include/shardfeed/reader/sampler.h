@@ -2,11 +2,11 @@
 // memory, whatever the number of samples or ranks.
 //
 // The global order of an epoch is a pure function of (sample count, seed, epoch, shuffle,
-// shuffle_block, shuffle_window): a seeded bijection of [0, n) evaluated per position, never a
-// vector. Rank r of W takes global positions r, r + W, r + 2W, ... (as DistributedSampler
-// does), so the order is independent of workers, timing and, for the global order, of W. That is
-// what makes a resume exact at the same world size and elastic across world sizes: a run that
-// consumed the first c global positions resumes, at any W, with positions [c, n).
+// shuffle_block, shuffle_window, shard_starts): a seeded bijection of [0, n) evaluated per
+// position, never a vector. Rank r of W takes global positions r, r + W, r + 2W, ... (as
+// DistributedSampler does), so the order is independent of workers, timing and, for the global
+// order, of W. That is what makes a resume exact at the same world size and elastic across world
+// sizes: a run that consumed the first c global positions resumes, at any W, with positions [c, n).
 //
 // Thread-safety: Sampler and EpochPlan are immutable after construction; At() may be called from
 // any number of threads.
@@ -30,6 +30,12 @@ struct SamplerOptions {
   // (permuted) blocks, so any stretch of the epoch reads from at most `shuffle_window` blocks.
   uint32_t shuffle_block = 0;
   uint32_t shuffle_window = 8;
+  // Shuffle by shard (shuffle="block", for remote archives read through a small cache): when
+  // not empty, the first sample of each shard, ascending, from 0. The shards are visited in a
+  // seeded order and samples are permuted within each window of `shuffle_window` consecutive
+  // (permuted) shards, so a stretch of the epoch needs at most `shuffle_window` shards at once
+  // and each shard is read in one window. Takes precedence over `shuffle_block`.
+  std::vector<uint64_t> shard_starts;
 };
 
 // A seeded bijection of [0, n): a Feistel network of 6 rounds (a multiply-xorshift round
@@ -62,6 +68,8 @@ struct EpochPlan {
   Permutation order;        // the global order (identity without shuffle)
   Permutation block_order;  // shuffle_block: the order of blocks
   uint64_t short_slot = 0;  // shuffle_block: where the short last block landed in that order
+  // Shuffle by shard: global position where each permuted slot's shard starts (shards + 1).
+  std::vector<uint64_t> slot_starts;
 };
 
 class Sampler {
@@ -88,6 +96,7 @@ class Sampler {
   const SamplerOptions& options() const { return options_; }
 
  private:
+  uint64_t ShardShuffleAt(const EpochPlan& plan, uint64_t g) const;
   uint64_t n_;
   SamplerOptions options_;
 };

@@ -1,0 +1,133 @@
+// Archives in object storage (s3://bucket/prefix) or on a web server (http(s)://host/path),
+// read through a bounded local cache of whole shard files. Below format/: it knows files and
+// bytes, never the archive format (format hands it a verify callback per shard).
+//
+// Locations. `s3://bucket/prefix`: credentials, region and endpoint come from the standard AWS
+// variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION or
+// AWS_DEFAULT_REGION, AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL) or, without a key in the
+// environment, from AWS_PROFILE's section (default "default") of AWS_SHARED_CREDENTIALS_FILE
+// (default ~/.aws/credentials). Requests are signed with SigV4 by libcurl (CURLOPT_AWS_SIGV4);
+// no credentials at all: unsigned requests (public buckets). Addressing: SHARDFEED_S3_ADDRESSING
+// = "path" or "virtual"; by default path-style for a custom endpoint (MinIO, moto, R2, GCS) and
+// virtual-host style for AWS itself. `http://` and `https://`: plain GETs of <location>/<file>.
+//
+// The cache (docs/REMOTE.md). A shard is downloaded whole into <cache_dir>/<archive key>/ under a
+// temporary name (".part"), checked with the caller's verify callback (the shard's content hash
+// from the manifest), then renamed into place: a partial or damaged download is never opened.
+// One process downloads a shard at a time (flock on "<file>.lock"; a dead owner's lock is released
+// by the kernel, so the next process takes over and discards its ".part"); others wait, bounded.
+// A file handed out (CachedFile) is held with a shared flock for as long as it lives; eviction
+// (least recently used first) removes only files it can lock exclusively, so a shard in use is
+// never removed. The cache never holds more than `limit` bytes of shard files: room is reserved
+// (posix_fallocate) before a download starts, so a full disk fails then, cleanly.
+//
+// Faults. Connection failures, timeouts, resets, short bodies, HTTP 5xx and 429 are retried with
+// exponential backoff and full jitter: `retries` attempts after the first (default 6), delays
+// 0.25 s doubling to at most 8 s (about 30 s in all); a transfer that moves under 1 byte/s for
+// 30 s counts as a timeout. HTTP 403 and 404 fail at once with the URL (never a secret). A body
+// that fails verification is discarded and fetched once more, then kChecksumMismatch.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "shardfeed/base/status.h"
+
+namespace shardfeed::storage {
+
+// True for s3://, http:// and https:// locations (anything Remote::Open takes).
+bool IsRemote(const std::string& location);
+
+struct CacheOptions {
+  std::string dir;     // empty: SHARDFEED_CACHE_DIR, else $XDG_CACHE_HOME/shardfeed, else
+                       // ~/.cache/shardfeed
+  uint64_t limit = 0;  // bytes of shard files; 0: SHARDFEED_CACHE_LIMIT, else unlimited
+};
+// Process-wide defaults for archives opened later (the CLI's --cache-dir/--cache-limit, the
+// loader's cache_dir/cache_limit options). Thread-safe; archives already open keep theirs.
+void SetCacheOptions(const CacheOptions& options);
+// The options an Open() now would use: SetCacheOptions's, then the environment, then defaults.
+// kInvalidArgument for an unreadable SHARDFEED_CACHE_LIMIT.
+Result<CacheOptions> ResolveCacheOptions();
+// "20GB", "512MiB", "1000000": bytes (k/M/G/T are powers of 1000, Ki/Mi/Gi/Ti of 1024).
+Result<uint64_t> ParseByteSize(const std::string& text);
+
+struct FetchRetry {
+  int retries = 6;  // attempts after the first; SHARDFEED_FETCH_RETRIES overrides
+  double first_delay_s = 0.25;
+  double max_delay_s = 8;  // SHARDFEED_FETCH_MAX_DELAY overrides
+  long connect_timeout_s = 10;
+  long stall_timeout_s = 30;  // under 1 byte/s for this long: a timeout
+};
+
+// Counters of this process, all remote archives together (stats, the bench report).
+struct FetchStats {
+  uint64_t bytes_fetched = 0;  // body bytes received, retries and discarded bodies included
+  uint64_t requests = 0;       // HTTP requests sent
+  uint64_t hits = 0;           // shards found in the cache
+  uint64_t misses = 0;         // shards this process downloaded
+  uint64_t waits = 0;          // shards another process was downloading: waited for it
+  uint64_t retries = 0;        // requests repeated after a transient failure
+  uint64_t fetch_wait_ns = 0;  // time spent getting shards that were not cached
+  uint64_t evictions = 0;      // files this process removed to make room
+};
+FetchStats GetFetchStats();
+
+// A shard file in the cache, held (shared flock) while this object lives: eviction skips it.
+// Destroy it only after the file is unmapped. Not copyable; thread-compatible.
+class CachedFile {
+ public:
+  CachedFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~CachedFile();
+  CachedFile(const CachedFile&) = delete;
+  CachedFile& operator=(const CachedFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_;
+};
+
+// Checks a downloaded file before it is renamed into the cache: OK, or why it is unusable
+// (kChecksumMismatch leads to one more download).
+using VerifyFn = std::function<Status(const std::string& local_path)>;
+
+// One remote archive location. Thread-safe: several threads may Fetch() at once (different or
+// the same files; one downloads, the others wait).
+class Remote {
+ public:
+  // Parses `location` and reads credentials and cache options; no request is made.
+  // kInvalidArgument for a location that is not s3:// or http(s):// or lacks a bucket or host.
+  static Result<std::shared_ptr<Remote>> Open(const std::string& location);
+  ~Remote();
+
+  const std::string& location() const { return location_; }
+  // <location>/<name> as a URL for messages (no secret in it).
+  std::string UrlOf(const std::string& name) const;
+  uint64_t cache_limit() const { return cache_.limit; }
+  const std::string& cache_dir() const { return cache_.dir; }
+
+  // GETs a small object (the manifest) into memory, never cached. kNotFound for a 404.
+  Result<std::string> ReadText(const std::string& name, uint64_t max_bytes) const;
+  // kResourceExhausted, giving both figures, when the cache limit is below `need` bytes
+  // (what a reader must hold at once).
+  Status CheckLimit(uint64_t need, const std::string& why) const;
+  // The cached copy of `name` (`size` bytes, `version` a string that changes when its content
+  // does, e.g. the content hash), downloading and verifying it first when absent.
+  Result<std::unique_ptr<CachedFile>> Fetch(const std::string& name, uint64_t size,
+                                            const std::string& version,
+                                            const VerifyFn& verify) const;
+
+  struct Impl;
+
+ private:
+  Remote() = default;
+  std::string location_;
+  CacheOptions cache_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shardfeed::storage

@@ -1,0 +1,362 @@
+// The bounded shard cache: download under a per-file lock, verify, rename; hold with a shared
+// flock; evict least recently used files that nobody holds. See remote.h.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "http.h"
+#include "shardfeed/storage/remote.h"
+
+namespace shardfeed::storage {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::mutex g_options_mutex;
+CacheOptions g_options;
+
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f = -1) : fd(f) {}
+  Fd(Fd&& o) noexcept : fd(o.fd) { o.fd = -1; }
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// flock() with a bound: polls LOCK_NB (a lock is held for one download at most). false on time out.
+bool LockWithin(int fd, int op, double seconds) {
+  const auto until = Clock::now() + std::chrono::duration<double>(seconds);
+  auto pause = std::chrono::milliseconds(1);
+  while (::flock(fd, op | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) return false;
+    if (Clock::now() >= until) return false;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+double WaitBound() {
+  const char* v = std::getenv("SHARDFEED_FETCH_WAIT");
+  return v ? std::atof(v) : 900.0;
+}
+
+// A short stable key for a location: FNV-1a 64, in hex.
+std::string KeyOf(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+bool EndsWith(const std::string& s, const char* tail) {
+  const size_t n = std::strlen(tail);
+  return s.size() >= n && s.compare(s.size() - n, n, tail) == 0;
+}
+
+// Opens `path` and holds it with a shared flock, if it still names the same file once locked
+// (an evictor may have unlinked it between open and flock). Touches its time for the LRU order.
+std::unique_ptr<CachedFile> Hold(const std::string& path) {
+  for (int tries = 0; tries < 3; ++tries) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return nullptr;
+    struct stat held {
+    }, named{};
+    if (!LockWithin(fd, LOCK_SH, 10) || ::fstat(fd, &held) != 0) {
+      ::close(fd);
+      return nullptr;
+    }
+    if (::stat(path.c_str(), &named) == 0 && named.st_ino == held.st_ino &&
+        named.st_dev == held.st_dev) {
+      ::futimens(fd, nullptr);  // least recently used first: mtime is the last use
+      return std::make_unique<CachedFile>(path, fd);
+    }
+    ::close(fd);
+  }
+  return nullptr;
+}
+
+struct Entry {
+  std::string path;
+  uint64_t bytes;
+  int64_t used_ns;
+};
+
+// Bytes the cache holds now (finished files and downloads in progress), removing the ".part"
+// files of dead downloaders (their ".lock" is free) on the way. Finished files go to `entries`.
+uint64_t Survey(const std::string& root, std::vector<Entry>* entries) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->is_regular_file(ec)) continue;
+    const std::string path = it->path().string();
+    if (EndsWith(path, ".lock") || it->path().filename().string()[0] == '.') continue;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) continue;
+    const uint64_t bytes = std::max<uint64_t>(st.st_size, uint64_t(st.st_blocks) * 512);
+    if (EndsWith(path, ".part")) {
+      const std::string lock = path.substr(0, path.size() - 5) + ".lock";
+      Fd fd(::open(lock.c_str(), O_RDONLY | O_CLOEXEC));
+      if (fd.fd < 0 || ::flock(fd.fd, LOCK_EX | LOCK_NB) == 0) {
+        ::unlink(path.c_str());  // its downloader died (or never took the lock): never used
+        continue;
+      }
+      total += bytes;
+      continue;
+    }
+    total += bytes;
+    entries->push_back({path, bytes, int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec});
+  }
+  return total;
+}
+
+}  // namespace
+
+CachedFile::~CachedFile() {
+  if (fd_ >= 0) ::close(fd_);  // releases the shared flock
+}
+
+bool IsRemote(const std::string& location) {
+  return location.rfind("s3://", 0) == 0 || location.rfind("http://", 0) == 0 ||
+         location.rfind("https://", 0) == 0;
+}
+
+void SetCacheOptions(const CacheOptions& options) {
+  std::lock_guard<std::mutex> lock(g_options_mutex);
+  g_options = options;
+}
+
+Result<uint64_t> ParseByteSize(const std::string& text) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (...) {
+    used = 0;
+  }
+  std::string unit = text.substr(used);
+  unit.erase(0, unit.find_first_not_of(' '));
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (!unit.empty() && unit.back() == 'B') unit.pop_back();
+  const bool binary = !unit.empty() && unit.back() == 'I';
+  if (binary) unit.pop_back();
+  const char* units = "KMGT";
+  double scale = 1;
+  if (unit.size() == 1 && std::strchr(units, unit[0])) {
+    for (const char* u = units; *u; ++u) {
+      scale *= binary ? 1024 : 1000;
+      if (*u == unit[0]) break;
+    }
+  } else if (!unit.empty()) {
+    used = 0;
+  }
+  if (used == 0 || !(value >= 0) || value * scale > 1.8e19) {
+    return Status::InvalidArgument("\"", text,
+                                   "\": expected a size in bytes such as 20GB, 512MiB or 1000000");
+  }
+  return static_cast<uint64_t>(value * scale);
+}
+
+Result<CacheOptions> ResolveCacheOptions() {
+  CacheOptions options;
+  {
+    std::lock_guard<std::mutex> lock(g_options_mutex);
+    options = g_options;
+  }
+  if (options.dir.empty()) {
+    const char* dir = std::getenv("SHARDFEED_CACHE_DIR");
+    const char* xdg = std::getenv("XDG_CACHE_HOME");
+    const char* home = std::getenv("HOME");
+    if (dir && *dir) {
+      options.dir = dir;
+    } else if (xdg && *xdg) {
+      options.dir = std::string(xdg) + "/shardfeed";
+    } else if (home && *home) {
+      options.dir = std::string(home) + "/.cache/shardfeed";
+    } else {
+      options.dir = "/tmp/shardfeed-cache-" + std::to_string(::getuid());
+    }
+  }
+  if (options.limit == 0) {
+    const char* limit = std::getenv("SHARDFEED_CACHE_LIMIT");
+    if (limit && *limit) {
+      auto parsed = ParseByteSize(limit);
+      if (!parsed.ok())
+        return Status::InvalidArgument("SHARDFEED_CACHE_LIMIT=", limit, ": ",
+                                       parsed.status().message());
+      options.limit = *parsed;
+    }
+  }
+  return options;
+}
+
+struct Remote::Impl {
+  internal::Endpoint endpoint;
+  FetchRetry retry;
+  std::string dir;  // this location's folder in the cache
+};
+
+Remote::~Remote() = default;
+
+Result<std::shared_ptr<Remote>> Remote::Open(const std::string& location) {
+  SF_ASSIGN_OR_RETURN(internal::Endpoint endpoint, internal::ParseEndpoint(location));
+  SF_ASSIGN_OR_RETURN(CacheOptions cache, ResolveCacheOptions());
+  std::shared_ptr<Remote> remote(new Remote());
+  remote->location_ = location;
+  remote->cache_ = cache;
+  remote->impl_ = std::make_unique<Impl>();
+  remote->impl_->endpoint = std::move(endpoint);
+  remote->impl_->retry = internal::RetryFromEnv();
+  // Keyed by where the bytes come from (the URL, never a credential).
+  remote->impl_->dir = cache.dir + "/remote/" + KeyOf(remote->impl_->endpoint.base);
+  std::error_code ec;
+  fs::create_directories(remote->impl_->dir, ec);
+  if (ec) return Status::IOError("cache_dir ", cache.dir, ": ", ec.message());
+  return remote;
+}
+
+std::string Remote::UrlOf(const std::string& name) const {
+  return location_ + (location_.back() == '/' ? "" : "/") + name;
+}
+
+Result<std::string> Remote::ReadText(const std::string& name, uint64_t max_bytes) const {
+  std::string text;
+  SF_RETURN_IF_ERROR(internal::Get(impl_->endpoint, name, impl_->retry, -1, &text, max_bytes));
+  return text;
+}
+
+Status Remote::CheckLimit(uint64_t need, const std::string& why) const {
+  if (cache_.limit != 0 && cache_.limit < need) {
+    return Status::ResourceExhausted("cache_limit of ", cache_.limit, " bytes is below the ", need,
+                                     " bytes ", why, ": raise cache_limit to at least ", need,
+                                     " (cache_dir ", cache_.dir, ")");
+  }
+  return Status::OK();
+}
+
+namespace {
+
+// Creates `part` with `bytes` reserved (posix_fallocate), after evicting unheld files, least
+// recently used first, until the cache stays within `limit` with it. Under the cache-wide lock,
+// so concurrent downloaders count each other's reservations.
+Result<int> Reserve(const std::string& cache_dir, uint64_t limit, const std::string& part,
+                    uint64_t bytes, const std::string& shown) {
+  Fd lock(::open((cache_dir + "/.cache.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (lock.fd < 0) return Status::IOError(cache_dir, "/.cache.lock: ", std::strerror(errno));
+  if (!LockWithin(lock.fd, LOCK_EX, 60)) {
+    return Status::Timeout(cache_dir, "/.cache.lock: not free after 60 s");
+  }
+  if (limit != 0) {
+    std::vector<Entry> entries;
+    uint64_t total = Survey(cache_dir + "/remote", &entries);
+    std::sort(entries.begin(), entries.end(),
+              [](const Entry& a, const Entry& b) { return a.used_ns < b.used_ns; });
+    for (const Entry& e : entries) {
+      if (total + bytes <= limit) break;
+      Fd fd(::open(e.path.c_str(), O_RDONLY | O_CLOEXEC));
+      if (fd.fd < 0 || ::flock(fd.fd, LOCK_EX | LOCK_NB) != 0) continue;  // in use: never evicted
+      if (::unlink(e.path.c_str()) == 0) {
+        total -= std::min(total, e.bytes);
+        internal::CountStat(&FetchStats::evictions, 1);
+      }
+    }
+    if (total + bytes > limit) {
+      return Status::ResourceExhausted(
+          "cache ", cache_dir, " is full: ", total, " bytes held by shards in use, ", bytes,
+          " more needed for ", shown, ", cache_limit ", limit,
+          " (raise cache_limit, or read with fewer shards open at once)");
+    }
+  }
+  int fd = ::open(part.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::IOError(part, ": ", std::strerror(errno));
+  if (bytes > 0) {
+    const int err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    if (err != 0 && err != EOPNOTSUPP && err != EINVAL) {
+      ::close(fd);
+      ::unlink(part.c_str());
+      return Status::IOError("cannot reserve ", bytes, " bytes in ", cache_dir, " for ", shown,
+                             ": ", std::strerror(err),
+                             err == ENOSPC ? " (the disk is full; the cache is unchanged)" : "");
+    }
+  }
+  return fd;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CachedFile>> Remote::Fetch(const std::string& name, uint64_t size,
+                                                  const std::string& version,
+                                                  const VerifyFn& verify) const {
+  const std::string final_path = impl_->dir + "/" + name + "." + version;
+  if (auto held = Hold(final_path)) {
+    internal::CountStat(&FetchStats::hits, 1);
+    return held;
+  }
+  const auto start = Clock::now();
+  struct Waited {
+    Clock::time_point start;
+    ~Waited() {
+      internal::CountStat(
+          &FetchStats::fetch_wait_ns,
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+    }
+  } waited{start};
+  const std::string shown = UrlOf(name);
+  Fd lock(::open((final_path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (lock.fd < 0) return Status::IOError(final_path, ".lock: ", std::strerror(errno));
+  const bool free_now = ::flock(lock.fd, LOCK_EX | LOCK_NB) == 0;
+  if (!free_now && !LockWithin(lock.fd, LOCK_EX, WaitBound())) {
+    return Status::Timeout(shown, ": another process has been downloading it for more than ",
+                           WaitBound(), " s (SHARDFEED_FETCH_WAIT); its lock is ", final_path,
+                           ".lock");
+  }
+  if (auto held = Hold(final_path)) {  // another process fetched it meanwhile
+    internal::CountStat(&FetchStats::waits, 1);
+    return held;
+  }
+  internal::CountStat(&FetchStats::misses, 1);
+  const std::string part = final_path + ".part";
+  for (int attempt = 0;; ++attempt) {
+    SF_ASSIGN_OR_RETURN(int raw, Reserve(cache_.dir, cache_.limit, part, size, shown));
+    Fd fd(raw);
+    Status got = internal::Get(impl_->endpoint, name, impl_->retry, fd.fd, nullptr, 0);
+    struct stat st {};
+    if (got.ok() && ::fstat(fd.fd, &st) == 0 && uint64_t(st.st_size) != size) {
+      got = Status::ChecksumMismatch(shown, ": ", st.st_size, " bytes received, the manifest says ",
+                                     size);
+    }
+    if (got.ok() && ::fdatasync(fd.fd) != 0) {
+      got = Status::IOError(part, ": ", std::strerror(errno));
+    }
+    if (got.ok()) got = verify(part);
+    if (got.ok()) {
+      if (::rename(part.c_str(), final_path.c_str()) != 0) {
+        got = Status::IOError(part, ": rename: ", std::strerror(errno));
+      } else if (auto held = Hold(final_path)) {
+        return held;
+      } else {
+        got = Status::IOError(final_path, ": removed as soon as downloaded (cache too small?)");
+      }
+    }
+    ::unlink(part.c_str());  // a damaged or partial body is never used
+    if (got.code() != StatusCode::kChecksumMismatch || attempt >= 1) return got;
+  }
+}
+
+}  // namespace shardfeed::storage

@@ -1,0 +1,292 @@
+#include "http.h"
+
+#include <curl/curl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <thread>
+
+namespace shardfeed::storage::internal {
+namespace {
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+std::string Trim(std::string s) {
+  const char* space = " \t\r\n";
+  s.erase(0, s.find_first_not_of(space));
+  s.erase(s.find_last_not_of(space) + 1);
+  return s;
+}
+
+// The [profile] section of an INI credentials file: aws_access_key_id and friends.
+void ReadCredentialsFile(const std::string& file, const std::string& profile, Endpoint* e) {
+  std::ifstream in(file);
+  std::string line, section;
+  while (std::getline(in, line)) {
+    line = Trim(line);
+    if (line.empty() || line[0] == '#' || line[0] == ';') continue;
+    if (line.front() == '[' && line.back() == ']') {
+      section = Trim(line.substr(1, line.size() - 2));
+      continue;
+    }
+    if (section != profile) continue;
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string key = Trim(line.substr(0, eq)), value = Trim(line.substr(eq + 1));
+    if (key == "aws_access_key_id") e->key_id = value;
+    if (key == "aws_secret_access_key") e->secret = value;
+    if (key == "aws_session_token") e->token = value;
+    if (key == "region" && e->region.empty()) e->region = value;
+  }
+}
+
+std::once_flag curl_once;
+
+// Transient: worth another attempt.
+bool Transient(CURLcode code) {
+  switch (code) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_GOT_NOTHING:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_BAD_CONTENT_ENCODING:
+      return true;
+    default:
+      return false;
+  }
+}
+
+struct Sink {
+  int fd = -1;
+  std::string* text = nullptr;
+  uint64_t max_bytes = 0;
+  uint64_t received = 0;
+  int write_errno = 0;  // set when writing to fd failed (ENOSPC...)
+  bool too_big = false;
+};
+
+size_t OnBody(char* data, size_t size, size_t count, void* user) {
+  Sink* sink = static_cast<Sink*>(user);
+  const size_t n = size * count;
+  sink->received += n;
+  CountStat(&FetchStats::bytes_fetched, n);
+  if (sink->fd < 0) {
+    if (sink->text->size() + n > sink->max_bytes) {
+      sink->too_big = true;
+      return 0;
+    }
+    sink->text->append(data, n);
+    return n;
+  }
+  size_t done = 0;
+  while (done < n) {
+    ssize_t w = ::write(sink->fd, data + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      sink->write_errno = errno;
+      return 0;
+    }
+    done += static_cast<size_t>(w);
+  }
+  return n;
+}
+
+std::atomic<uint64_t> g_stats[8];
+size_t StatSlot(uint64_t FetchStats::*field) {
+  static const FetchStats probe;
+  return static_cast<size_t>(reinterpret_cast<const char*>(&(probe.*field)) -
+                             reinterpret_cast<const char*>(&probe)) /
+         sizeof(uint64_t);
+}
+
+}  // namespace
+
+void CountStat(uint64_t FetchStats::*field, uint64_t amount) {
+  g_stats[StatSlot(field)].fetch_add(amount, std::memory_order_relaxed);
+}
+
+Result<Endpoint> ParseEndpoint(const std::string& location) {
+  Endpoint e;
+  e.shown = location;
+  std::string loc = location;
+  while (loc.size() > 1 && loc.back() == '/') loc.pop_back();
+  if (loc.rfind("http://", 0) == 0 || loc.rfind("https://", 0) == 0) {
+    if (loc.find('/', loc.find("//") + 2) == std::string::npos && loc.size() <= 8) {
+      return Status::InvalidArgument(location, ": no host in the URL");
+    }
+    e.base = loc;
+    return e;
+  }
+  if (loc.rfind("s3://", 0) != 0) {
+    return Status::InvalidArgument(location, ": not an s3://, http:// or https:// location");
+  }
+  const std::string rest = loc.substr(5);
+  const size_t slash = rest.find('/');
+  const std::string bucket = rest.substr(0, slash);
+  const std::string prefix = slash == std::string::npos ? "" : rest.substr(slash + 1);
+  if (bucket.empty()) return Status::InvalidArgument(location, ": no bucket in the location");
+  e.s3 = true;
+  e.region = Env("AWS_REGION");
+  if (e.region.empty()) e.region = Env("AWS_DEFAULT_REGION");
+  e.key_id = Env("AWS_ACCESS_KEY_ID");
+  e.secret = Env("AWS_SECRET_ACCESS_KEY");
+  e.token = Env("AWS_SESSION_TOKEN");
+  if (e.key_id.empty()) {
+    std::string file = Env("AWS_SHARED_CREDENTIALS_FILE");
+    if (file.empty() && !Env("HOME").empty()) file = Env("HOME") + "/.aws/credentials";
+    std::string profile = Env("AWS_PROFILE");
+    if (profile.empty()) profile = "default";
+    if (!file.empty()) ReadCredentialsFile(file, profile, &e);
+  }
+  if (e.region.empty()) e.region = "us-east-1";
+  std::string endpoint = Env("AWS_ENDPOINT_URL_S3");
+  if (endpoint.empty()) endpoint = Env("AWS_ENDPOINT_URL");
+  const bool custom = !endpoint.empty();
+  if (!custom) endpoint = "https://s3." + e.region + ".amazonaws.com";
+  while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
+  const std::string style = Env("SHARDFEED_S3_ADDRESSING");
+  if (!style.empty() && style != "path" && style != "virtual") {
+    return Status::InvalidArgument("SHARDFEED_S3_ADDRESSING=", style,
+                                   ": expected \"path\" or \"virtual\"");
+  }
+  const bool virtual_host = style.empty() ? !custom : style == "virtual";
+  if (virtual_host) {
+    const size_t scheme_end = endpoint.find("://");
+    const size_t host = scheme_end == std::string::npos ? 0 : scheme_end + 3;
+    e.base = endpoint.substr(0, host) + bucket + "." + endpoint.substr(host);
+  } else {
+    e.base = endpoint + "/" + bucket;
+  }
+  if (!prefix.empty()) e.base += "/" + prefix;
+  return e;
+}
+
+FetchRetry RetryFromEnv() {
+  FetchRetry r;
+  if (const char* v = std::getenv("SHARDFEED_FETCH_RETRIES")) r.retries = std::atoi(v);
+  if (const char* v = std::getenv("SHARDFEED_FETCH_MAX_DELAY")) r.max_delay_s = std::atof(v);
+  if (const char* v = std::getenv("SHARDFEED_FETCH_STALL_TIMEOUT"))
+    r.stall_timeout_s = std::atol(v);
+  if (r.max_delay_s < r.first_delay_s) r.first_delay_s = r.max_delay_s;
+  return r;
+}
+
+Status Get(const Endpoint& endpoint, const std::string& name, const FetchRetry& retry, int fd,
+           std::string* text, uint64_t max_bytes) {
+  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  const std::string url = endpoint.base + "/" + name;
+  const std::string shown = endpoint.shown + (endpoint.shown.back() == '/' ? "" : "/") + name;
+  std::unique_ptr<CURL, void (*)(CURL*)> curl(curl_easy_init(), curl_easy_cleanup);
+  if (!curl) return Status::Internal("curl_easy_init failed");
+  std::string sigv4 = "aws:amz:" + endpoint.region + ":s3";
+  std::string userpwd = endpoint.key_id + ":" + endpoint.secret;
+  struct curl_slist* headers = nullptr;
+  if (endpoint.s3) headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+  if (endpoint.s3 && !endpoint.token.empty()) {
+    headers = curl_slist_append(headers, ("x-amz-security-token: " + endpoint.token).c_str());
+  }
+  std::unique_ptr<curl_slist, void (*)(curl_slist*)> free_headers(headers, curl_slist_free_all);
+  std::mt19937_64 jitter(std::random_device{}());
+  double delay = retry.first_delay_s;
+  std::string last;
+  for (int attempt = 0;; ++attempt) {
+    Sink sink;
+    sink.fd = fd;
+    sink.text = text;
+    sink.max_bytes = max_bytes;
+    if (fd >= 0) {  // overwritten from the start; the reserved size stays until success
+      if (::lseek(fd, 0, SEEK_SET) != 0) {
+        return Status::IOError("cache file for ", shown, ": ", std::strerror(errno));
+      }
+    } else {
+      text->clear();
+    }
+    CURL* c = curl.get();
+    curl_easy_reset(c);
+    curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, retry.connect_timeout_s);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, retry.stall_timeout_s);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, OnBody);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
+    if (headers) curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+    if (endpoint.s3 && !endpoint.key_id.empty()) {
+      curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4.c_str());
+      curl_easy_setopt(c, CURLOPT_USERPWD, userpwd.c_str());
+    }
+    CountStat(&FetchStats::requests, 1);
+    const CURLcode code = curl_easy_perform(c);
+    long http = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
+    if (sink.write_errno) {
+      return Status::IOError("writing ", shown,
+                             " into the cache: ", std::strerror(sink.write_errno));
+    }
+    if (sink.too_big) {
+      return Status::Corrupt(shown, ": more than the ", max_bytes, " bytes it may hold");
+    }
+    bool transient;
+    if (code == CURLE_OK && http >= 200 && http < 300) {
+      if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(sink.received)) != 0) {
+        return Status::IOError("cache file for ", shown, ": ", std::strerror(errno));
+      }
+      return Status::OK();
+    }
+    if (code == CURLE_OK) {
+      if (http == 404) return Status::NotFound(shown, ": not found (HTTP 404, ", url, ")");
+      if (http == 403 || http == 401) {
+        return Status::IOError(shown, ": access denied (HTTP ", http, ", ", url,
+                               "): check the credentials (AWS_ACCESS_KEY_ID, AWS_PROFILE)");
+      }
+      transient = http >= 500 || http == 429 || http == 408;
+      last = "HTTP " + std::to_string(http);
+      if (!transient) return Status::IOError(shown, ": HTTP ", http, " (", url, ")");
+    } else {
+      transient = Transient(code);
+      last = curl_easy_strerror(code);
+      if (!transient) return Status::IOError(shown, ": ", last);
+    }
+    if (attempt >= retry.retries) {
+      return Status::IOError(shown, ": ", last, ", still failing after ", attempt + 1,
+                             " attempts (SHARDFEED_FETCH_RETRIES=", retry.retries, ")");
+    }
+    CountStat(&FetchStats::retries, 1);
+    // Full jitter: a uniform delay in [0, delay], so processes that failed together spread.
+    std::uniform_real_distribution<double> pick(0, delay);
+    std::this_thread::sleep_for(std::chrono::duration<double>(pick(jitter)));
+    delay = std::min(delay * 2, retry.max_delay_s);
+  }
+}
+
+}  // namespace shardfeed::storage::internal
+
+namespace shardfeed::storage {
+
+FetchStats GetFetchStats() {
+  FetchStats s;
+  uint64_t* out = &s.bytes_fetched;
+  for (size_t i = 0; i < sizeof(FetchStats) / sizeof(uint64_t); ++i) {
+    out[i] = internal::g_stats[i].load(std::memory_order_relaxed);
+  }
+  return s;
+}
+
+}  // namespace shardfeed::storage

@@ -1,0 +1,33 @@
+// Private to storage/: locations, credentials and GETs with retries (libcurl).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "shardfeed/base/status.h"
+#include "shardfeed/storage/remote.h"
+
+namespace shardfeed::storage::internal {
+
+struct Endpoint {
+  bool s3 = false;
+  std::string base;   // URL the object names are appended to (ends without '/')
+  std::string shown;  // the location as the user wrote it, for messages
+  std::string key_id, secret, token, region;  // empty key_id: unsigned requests
+};
+
+// Parses s3:// or http(s):// and reads the AWS variables and credentials file.
+Result<Endpoint> ParseEndpoint(const std::string& location);
+FetchRetry RetryFromEnv();
+
+// GETs base/name with retries (FetchRetry). The body goes to `fd` when >= 0 (written from offset
+// 0 on every attempt, the file cut to the body's length on success, so space reserved for it
+// stays reserved meanwhile), else to `text` (at most `max_bytes`). 403/404 fail at once, naming
+// the URL; a write error (a full disk) fails at once with the errno.
+Status Get(const Endpoint& endpoint, const std::string& name, const FetchRetry& retry, int fd,
+           std::string* text, uint64_t max_bytes);
+
+void CountStat(uint64_t FetchStats::*field, uint64_t amount);
+
+}  // namespace shardfeed::storage::internal

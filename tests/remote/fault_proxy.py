@@ -1,0 +1,102 @@
+"""An HTTP proxy on loopback for the remote tests, run as its own process (the reader holds the
+GIL while it fetches, so nothing in the test's own process could answer it).
+
+    python fault_proxy.py UPSTREAM_URL PORT_FILE
+
+Listens on a free port (written to PORT_FILE). Control, by the test, on the same port:
+  POST /__rules  JSON {"path fragment": ["reset"|"half"|"stall"|"corrupt"|"ok", ...]}: successive
+                 GETs whose path holds the fragment take the next action; then they pass
+  POST /__all_reset  body "1" or "0": answer every request with a reset (a server that is down)
+  POST /__release    ends every stall
+  GET  /__state      JSON {"gets": {path: count}, "stalled": bool}
+Actions: "reset" closes before answering, "half" sends half the body then closes, "stall" sends
+half then sends nothing until released, "corrupt" flips one byte of the body.
+"""
+import http.client
+import http.server
+import json
+import socket
+import sys
+import threading
+
+upstream = sys.argv[1].split("//", 1)[1]
+lock = threading.Lock()
+rules, gets = {}, {}
+state = {"all_reset": False, "stalled": False}
+release = threading.Event()
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, body):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        data = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        with lock:
+            if self.path == "/__rules":
+                rules.update(json.loads(data))
+            elif self.path == "/__all_reset":
+                state["all_reset"] = data == b"1"
+            elif self.path == "/__release":
+                release.set()
+        self.reply(b"ok")
+
+    def do_GET(self):
+        if self.path == "/__state":
+            with lock:
+                self.reply(json.dumps({"gets": gets, "stalled": state["stalled"]}).encode())
+            return
+        with lock:
+            gets[self.path] = gets.get(self.path, 0) + 1
+            action = "reset" if state["all_reset"] else "ok"
+            for fragment, actions in rules.items():
+                if fragment in self.path and actions:
+                    action = actions.pop(0)
+                    break
+        if action == "reset":
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+            return
+        conn = http.client.HTTPConnection(upstream, timeout=30)
+        conn.request("GET", self.path, headers=dict(self.headers.items()))
+        resp = conn.getresponse()
+        body = resp.read()
+        conn.close()
+        if action == "corrupt" and body:
+            body = bytearray(body)
+            body[len(body) // 2] ^= 0x40
+            body = bytes(body)
+        self.send_response(resp.status)
+        for k, v in resp.getheaders():
+            if k.lower() not in ("content-length", "transfer-encoding", "connection"):
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if action in ("stall", "half"):
+            self.wfile.write(body[:len(body) // 2])
+            self.wfile.flush()
+            if action == "stall":
+                with lock:
+                    state["stalled"] = True
+                release.wait(300)
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+            return
+        self.wfile.write(body)
+
+
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+server.daemon_threads = True
+with open(sys.argv[2] + ".tmp", "w") as f:
+    f.write(str(server.server_address[1]))
+import os  # noqa: E402
+os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+server.serve_forever()

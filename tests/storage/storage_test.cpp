@@ -1,0 +1,139 @@
+// storage/: locations, credentials, sizes and cache options (no server: tests/remote has those).
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "../../storage/src/http.h"
+#include "shardfeed/storage/remote.h"
+
+using namespace shardfeed;
+using namespace shardfeed::storage;
+
+namespace {
+
+// Sets (or unsets, for nullptr) environment variables for one scope, restoring them after.
+class Env {
+ public:
+  Env(std::initializer_list<std::pair<const char*, const char*>> vars) {
+    for (auto [name, value] : vars) {
+      const char* old = std::getenv(name);
+      saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
+      value ? ::setenv(name, value, 1) : ::unsetenv(name);
+    }
+  }
+  ~Env() {
+    for (auto& [name, value] : saved_) value ? ::setenv(name, value->c_str(), 1) : ::unsetenv(name);
+  }
+
+ private:
+  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
+};
+
+}  // namespace
+
+TEST_CASE("remote locations are told from paths", "[storage]") {
+  CHECK(IsRemote("s3://bucket/a"));
+  CHECK(IsRemote("http://host/a"));
+  CHECK(IsRemote("https://host/a"));
+  CHECK_FALSE(IsRemote("/data/s3://x"));
+  CHECK_FALSE(IsRemote("archive"));
+  CHECK(Remote::Open("s3:///nobucket").status().code() == StatusCode::kInvalidArgument);
+  CHECK(Remote::Open("ftp://host/a").status().code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("sizes: bytes, SI and binary units", "[storage]") {
+  CHECK(*ParseByteSize("1000") == 1000);
+  CHECK(*ParseByteSize("20GB") == 20000000000ull);
+  CHECK(*ParseByteSize("512MiB") == 512ull << 20);
+  CHECK(*ParseByteSize("1.5k") == 1500);
+  CHECK(*ParseByteSize("2 Ti") == 2ull << 40);
+  CHECK_FALSE(ParseByteSize("lots").ok());
+  CHECK_FALSE(ParseByteSize("10 parsecs").ok());
+  CHECK_FALSE(ParseByteSize("-1").ok());
+}
+
+TEST_CASE("S3 endpoints: path style for a custom endpoint, virtual host for AWS", "[storage]") {
+  Env env{{"AWS_ENDPOINT_URL_S3", nullptr},     {"AWS_ENDPOINT_URL", "http://127.0.0.1:9000/"},
+          {"SHARDFEED_S3_ADDRESSING", nullptr}, {"AWS_REGION", "eu-west-1"},
+          {"AWS_ACCESS_KEY_ID", "AKID"},        {"AWS_SECRET_ACCESS_KEY", "SECRET"},
+          {"AWS_SESSION_TOKEN", nullptr}};
+  auto e = internal::ParseEndpoint("s3://bkt/some/prefix/");
+  REQUIRE(e.ok());
+  CHECK(e->base == "http://127.0.0.1:9000/bkt/some/prefix");
+  CHECK(e->region == "eu-west-1");
+  CHECK(e->key_id == "AKID");
+  {
+    Env more{{"SHARDFEED_S3_ADDRESSING", "virtual"}, {"AWS_ENDPOINT_URL_S3", "https://r2.example"}};
+    CHECK(internal::ParseEndpoint("s3://bkt/p")->base == "https://bkt.r2.example/p");
+  }
+  {
+    Env aws{{"AWS_ENDPOINT_URL", nullptr}};
+    CHECK(internal::ParseEndpoint("s3://bkt/p")->base ==
+          "https://bkt.s3.eu-west-1.amazonaws.com/p");
+    Env path{{"SHARDFEED_S3_ADDRESSING", "path"}};
+    CHECK(internal::ParseEndpoint("s3://bkt")->base == "https://s3.eu-west-1.amazonaws.com/bkt");
+    Env bad{{"SHARDFEED_S3_ADDRESSING", "sideways"}};
+    CHECK(internal::ParseEndpoint("s3://bkt").status().code() == StatusCode::kInvalidArgument);
+  }
+}
+
+TEST_CASE("S3 credentials from AWS_PROFILE's section of the shared credentials file", "[storage]") {
+  const auto dir = std::filesystem::temp_directory_path() / "shardfeed-storage-test";
+  std::filesystem::create_directories(dir);
+  const std::string file = (dir / "credentials").string();
+  std::ofstream(file) << "[default]\naws_access_key_id = DEF\naws_secret_access_key = DEFS\n"
+                         "[work]\naws_access_key_id=WORK\naws_secret_access_key=WORKS\n"
+                         "aws_session_token = TOK\n";
+  Env env{{"AWS_ACCESS_KEY_ID", nullptr}, {"AWS_SECRET_ACCESS_KEY", nullptr},
+          {"AWS_SESSION_TOKEN", nullptr}, {"AWS_SHARED_CREDENTIALS_FILE", file.c_str()},
+          {"AWS_PROFILE", "work"},        {"AWS_ENDPOINT_URL", "http://127.0.0.1:1"}};
+  auto e = internal::ParseEndpoint("s3://b/p");
+  REQUIRE(e.ok());
+  CHECK(e->key_id == "WORK");
+  CHECK(e->secret == "WORKS");
+  CHECK(e->token == "TOK");
+  Env def{{"AWS_PROFILE", nullptr}};
+  CHECK(internal::ParseEndpoint("s3://b/p")->key_id == "DEF");
+  Env none{{"AWS_SHARED_CREDENTIALS_FILE", (dir / "absent").c_str()}};
+  CHECK(internal::ParseEndpoint("s3://b/p")->key_id.empty());  // unsigned: a public bucket
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("cache options: SetCacheOptions, then the environment, then XDG_CACHE_HOME",
+          "[storage]") {
+  SetCacheOptions({});
+  {
+    Env env{{"SHARDFEED_CACHE_DIR", nullptr},
+            {"SHARDFEED_CACHE_LIMIT", nullptr},
+            {"XDG_CACHE_HOME", "/x/cache"}};
+    CHECK(ResolveCacheOptions()->dir == "/x/cache/shardfeed");
+    CHECK(ResolveCacheOptions()->limit == 0);
+    Env set{{"SHARDFEED_CACHE_DIR", "/y"}, {"SHARDFEED_CACHE_LIMIT", "2GB"}};
+    CHECK(ResolveCacheOptions()->dir == "/y");
+    CHECK(ResolveCacheOptions()->limit == 2000000000ull);
+    SetCacheOptions({"/z", 5});
+    CHECK(ResolveCacheOptions()->dir == "/z");
+    CHECK(ResolveCacheOptions()->limit == 5);
+    SetCacheOptions({});
+    Env bad{{"SHARDFEED_CACHE_LIMIT", "much"}};
+    CHECK(ResolveCacheOptions().status().code() == StatusCode::kInvalidArgument);
+  }
+}
+
+TEST_CASE("a refused request names the URL and never a secret; 404 is kNotFound at once",
+          "[storage]") {
+  Env env{{"AWS_ENDPOINT_URL", "http://127.0.0.1:1"},
+          {"AWS_SECRET_ACCESS_KEY", "S3KR1T"},
+          {"AWS_ACCESS_KEY_ID", "AKID"},
+          {"SHARDFEED_FETCH_RETRIES", "1"},
+          {"SHARDFEED_FETCH_MAX_DELAY", "0.01"}};
+  auto remote = Remote::Open("s3://bucket/prefix");
+  REQUIRE(remote.ok());
+  auto text = (*remote)->ReadText("manifest.json", 1000);
+  REQUIRE_FALSE(text.ok());
+  CHECK(text.status().message().find("s3://bucket/prefix/manifest.json") != std::string::npos);
+  CHECK(text.status().message().find("after 2 attempts") != std::string::npos);
+  CHECK(text.status().message().find("S3KR1T") == std::string::npos);
+  CHECK((*remote)->CheckLimit(1, "x").ok());
+}
