@@ -324,15 +324,38 @@ TEST_CASE("a stuck or stopped worker process times out naming it, and is killed 
 }
 
 TEST_CASE("a killed worker process fails the loader with its name; nothing is left behind") {
+  // The worker killed is the one holding a sample (sample 40's decode is held at the
+  // decode_gate failpoint; the process with the gate open is the one), so the death is seen
+  // whatever the timing. Regression: killing worker 0 while it was idle let the other finish
+  // the epoch first, and the loop ended without an error now and then.
   TempDir dir;
   auto archive = MakeArchive(dir / "a", 300);
+  const std::string gate_path = dir / "gate";
+  testing::DecodeGate gate(dir / "", 40);
   const size_t fds = OpenFds();
   {
-    auto loader = Loader::Create(archive, Options(WorkerMode::kProcesses));
+    LoaderOptions o = Options(WorkerMode::kProcesses);
+    o.shuffle = false;
+    auto loader = Loader::Create(archive, o);
     REQUIRE(loader.ok());
     REQUIRE((*loader)->StartEpoch(0).ok());
     REQUIRE((*loader)->Next().ok());
-    ::kill((*loader)->worker_pids().at(0), SIGKILL);
+    gate.AwaitHeld();
+    // Its open() returns once the gate has a writer: poll (bounded) for the descriptor.
+    pid_t holder = -1;
+    for (int i = 0; i < 60000 && holder < 0; ++i) {
+      for (int pid : (*loader)->worker_pids()) {
+        const std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
+        for (const auto& e : std::filesystem::directory_iterator(fd_dir)) {
+          std::error_code ec;
+          if (std::filesystem::read_symlink(e.path(), ec).string() == gate_path) holder = pid;
+        }
+      }
+      if (holder < 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    REQUIRE(holder > 0);
+    ::kill(holder, SIGKILL);
+    gate.Release();
     Status seen;
     for (int i = 0; i < 20 && seen.ok(); ++i) {
       auto b = (*loader)->Next();
