@@ -361,12 +361,16 @@ int CmdExtract(int argc, char** argv) {
 
 int CmdConvert(int argc, char** argv) {
   po::options_description desc("convert options");
-  std::string path, out, backend;
+  std::string path, out, backend, jpeg_layout = "original";
   bool overwrite = false;
   desc.add_options()("archive", po::value(&path)->required(), "archive to read")(
       "out", po::value(&out)->required(), "archive to write")(
-      "backend", po::value(&backend), "lmdb | hdf5 (default: the one ARCHIVE does not use)")(
-      "overwrite", po::bool_switch(&overwrite), "replace an existing archive at OUT")(
+      "backend", po::value(&backend),
+      "lmdb | hdf5 (default: the one ARCHIVE does not use; with --jpeg-layout indexed, its own)")(
+      "jpeg-layout", po::value(&jpeg_layout),
+      "original (records as they are) | indexed (re-lay JPEG records as pack --jpeg-layout "
+      "indexed does)")("overwrite", po::bool_switch(&overwrite),
+                       "replace an existing archive at OUT")(
       "quiet,q", "accepted; convert prints no progress");
   po::positional_options_description pos;
   pos.add("archive", 1).add("out", 1);
@@ -377,14 +381,21 @@ int CmdConvert(int argc, char** argv) {
   auto archive = format::Archive::Open(path, format::IndexCheck::kFull);
   if (!archive.ok()) return Fail(archive.status());
   format::Backend b;
-  if (backend.empty()) {
+  if (backend.empty() && jpeg_layout == "indexed") {
+    b = (*archive)->manifest().backend;  // a re-layout keeps the container unless asked
+    backend = std::string(format::BackendName(b));
+  } else if (backend.empty()) {
     b = (*archive)->manifest().backend == format::Backend::kLmdb ? format::Backend::kHdf5
                                                                  : format::Backend::kLmdb;
     backend = std::string(format::BackendName(b));
   } else if (!format::ParseBackend(backend, &b)) {
     return Fail(Status::InvalidArgument("--backend must be lmdb or hdf5, not '", backend, "'"));
   }
-  auto n = converter::Convert(**archive, out, b, overwrite);
+  if (jpeg_layout != "original" && jpeg_layout != "indexed") {
+    return Fail(Status::InvalidArgument("--jpeg-layout must be original or indexed, not '",
+                                        jpeg_layout, "'"));
+  }
+  auto n = converter::Convert(**archive, out, b, overwrite, jpeg_layout == "indexed");
   if (!n.ok()) return Fail(n.status());
   std::printf("converted %llu records from %s (%s) to %s (%s)\n",
               static_cast<unsigned long long>(*n), path.c_str(),

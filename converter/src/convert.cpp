@@ -2,12 +2,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shardfeed/codec/codec.h"
+
 namespace shardfeed::converter {
 
 using nlohmann::json;
 
 Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
-                         format::Backend backend, bool overwrite) {
+                         format::Backend backend, bool overwrite, bool jpeg_indexed) {
   const format::Manifest& m = archive.manifest();
   format::WriterOptions wo;
   wo.backend = backend;
@@ -34,6 +36,14 @@ Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
   }
   if (wo.chunk_bytes == 0) wo.chunk_bytes = 1 << 20;
   SF_ASSIGN_OR_RETURN(auto writer, format::ArchiveWriter::Create(out, wo));
+  // --jpeg-layout indexed: the JPEG codec's own pack-time re-layout, on the stored bytes.
+  const bool relayout = jpeg_indexed && m.encoding == format::Encoding::kJpeg;
+  SF_ASSIGN_OR_RETURN(const codec::Codec* jpeg, codec::CodecFor(format::Encoding::kJpeg));
+  codec::EncodeOptions encode;
+  encode.jpeg_indexed = true;
+  encode.validation = codec::Validation::kNone;  // the records were checked when packed
+  codec::Context ctx;
+  imaging::Bytes payload;
   size_t shard = 0;
   for (uint64_t i = 0; i < archive.size(); ++i) {
     while (shard + 1 < m.shards.size() && i >= m.shards[shard + 1].first_sample) {
@@ -42,9 +52,26 @@ Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
     }
     SF_RETURN_IF_ERROR(archive.VerifyRecord(i));  // never copy damage into a fresh checksum
     SF_ASSIGN_OR_RETURN(format::RecordView r, archive.At(i));
+    if (relayout && !(r.entry->flags & format::kFlagJpegIndexed)) {
+      payload.assign(r.data, r.data + r.size);
+      format::IndexEntry fresh{};
+      bool resized = false;
+      SF_RETURN_IF_ERROR(jpeg->Encode(ctx, encode, &payload, &fresh, &resized)
+                             .WithContext(archive.path() + ": sample " + std::to_string(i)));
+      format::IndexEntry e = *r.entry;
+      e.flags = fresh.flags;
+      SF_RETURN_IF_ERROR(writer->Append(e, payload.data(), payload.size()));
+      continue;
+    }
     SF_RETURN_IF_ERROR(writer->Append(*r.entry, r.data, r.size));
   }
   format::Manifest copy = format::SameRecordsAs(m);
+  if (relayout) {
+    json j = json::parse(m.options_json, nullptr, false);
+    if (!j.is_object()) j = json::object();
+    j["jpeg_layout"] = "indexed";
+    copy.options_json = j.dump();
+  }
   copy.source_bytes = m.source_bytes;
   copy.created_by = "shardfeed " SHARDFEED_VERSION " (converted from " +
                     std::string(format::BackendName(m.backend)) + ")";

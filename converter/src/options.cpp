@@ -89,6 +89,17 @@ std::vector<PackOption> MakeTable() {
                                      : o.validation == Validation::kHeader ? "header"
                                                                            : "full");
                 }}),
+      Recorded({"jpeg_layout", OptionKind::kChoice, "original|indexed",
+                "jpeg: original (bytes as given) | indexed (re-laid losslessly with restart "
+                "markers and a region index, so crops decode only the data they overlap)",
+                [](O* o, V t) -> Status {
+                  if (t != "original" && t != "indexed") {
+                    return BadOption("jpeg_layout", "one of original, indexed", t);
+                  }
+                  o->jpeg_indexed = t == "indexed";
+                  return Status::OK();
+                },
+                [](const O& o) { return std::string(o.jpeg_indexed ? "indexed" : "original"); }}),
       Recorded(CountOption<O>(
           "max_pixels", 1, kAny, "refuse larger images",
           [](auto& o) -> auto& { return o.limits.max_pixels; })),

@@ -131,6 +131,7 @@ codec::EncodeOptions EncodeOptionsOf(const PackOptions& o) {
   e.quality = o.quality;
   e.level = o.level;
   e.validation = o.validation;
+  e.jpeg_indexed = o.jpeg_indexed;
   e.limits = o.limits;
   return e;
 }

@@ -132,7 +132,7 @@ Status ValidateEntries(const ShardStore& shard, const Manifest& manifest, uint64
     if (jpeg ? (e.orientation < 1 || e.orientation > 8) : e.orientation != 1) {
       return bad("has an impossible orientation");
     }
-    if ((e.flags & ~kFlagAdobe) != 0) return bad("has unknown flags");
+    if ((e.flags & ~kKnownFlags) != 0) return bad("has unknown flags");
     if (e.encoding == static_cast<uint8_t>(Encoding::kRaw) && e.size != PixelBytes(e)) {
       return bad("has a raw payload of the wrong size");
     }

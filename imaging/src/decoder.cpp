@@ -324,15 +324,28 @@ Status Decoder::DecodeJpegRegion(const uint8_t* data, size_t size, const JpegReg
   uint32_t ex = std::min<uint32_t>(ow, static_cast<uint32_t>((uint64_t{rx + rw} * n + 7) / 8));
   uint32_t ey = std::min<uint32_t>(oh, static_cast<uint32_t>((uint64_t{ry + rh} * n + 7) / 8));
   uint32_t sw = std::max<uint32_t>(1, ex - sx), sh = std::max<uint32_t>(1, ey - sy);
-  uint32_t col0 = 0;
-  if (sw < ow) {
-    JDIMENSION xoff = sx, width = sw;
+  // With `exact`, one iMCU of context on every side of the region.
+  const uint32_t imcu_w = region.exact ? cinfo.max_h_samp_factor * cinfo.min_DCT_scaled_size : 0;
+  const uint32_t imcu_h = region.exact ? cinfo.max_v_samp_factor * cinfo.min_DCT_scaled_size : 0;
+  const uint32_t cx = sx > imcu_w ? sx - imcu_w : 0, cy = sy > imcu_h ? sy - imcu_h : 0;
+  const uint32_t cw = std::min(ow, ex + imcu_w) - cx;
+  uint32_t col0 = sx;
+  if (cw < ow) {
+    JDIMENSION xoff = cx, width = cw;
     jpeg_crop_scanline(&cinfo, &xoff, &width);  // widens to iMCU boundaries
     col0 = sx - xoff;
   }
-  if (sy > 0) jpeg_skip_scanlines(&cinfo, sy);
+  if (cy > 0) jpeg_skip_scanlines(&cinfo, cy);
   const int comps = cinfo.output_components;
   const size_t row_bytes = size_t{cinfo.output_width} * comps;
+  for (uint32_t y = cy; y < sy; ++y) {  // context rows, decoded and dropped
+    s.row.resize(row_bytes);
+    JSAMPROW rows[1] = {s.row.data()};
+    if (jpeg_read_scanlines(&cinfo, rows, 1) != 1) {
+      jpeg_abort_decompress(&cinfo);
+      return Status::Corrupt("JPEG decode stopped at row ", y);
+    }
+  }
   const bool in_place =
       (layout != nullptr || (col0 == 0 && cinfo.output_width == sw)) && comps == 3;
   if (in_place) {

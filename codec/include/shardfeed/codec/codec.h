@@ -23,6 +23,7 @@
 #include "shardfeed/base/status.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/imaging/image.h"
+#include "shardfeed/imaging/jpeg_index.h"
 
 namespace shardfeed::codec {
 
@@ -40,6 +41,10 @@ struct EncodeOptions {
   bool center_crop = false;  // raw/zstd with size: the centre size x size
   int quality = 90;          // JPEG quality of images encoded at pack
   int level = 1;             // zstd level
+  // jpeg: re-lay every record losslessly with restart markers and a region index
+  // (kFlagJpegIndexed), so the reader entropy-decodes only the segments a crop overlaps. A file
+  // libjpeg cannot transcode cleanly (corrupt entropy data) keeps its bytes as given.
+  bool jpeg_indexed = false;
   Validation validation = Validation::kHeader;
   imaging::Limits limits;
 };
@@ -80,6 +85,8 @@ class Context {
   imaging::Decoder decoder;
   imaging::Image image, scratch;
   imaging::Bytes pixels;
+  std::vector<uint8_t> jpeg;  // a re-laid JPEG (pack) or a region's synthetic JPEG (read)
+  imaging::JpegRestartLayout layout;
   struct Zstd;
   std::unique_ptr<Zstd> zstd;
 };

@@ -13,8 +13,10 @@ namespace shardfeed::converter {
 // shards (sample ranges) and checksums. Writes as format::ArchiveWriter does (atomically, never
 // replacing what is not an archive; `overwrite` to replace one). Returns the number of records
 // written. A record whose checksum does not match is an error (damage is never copied into a
-// fresh checksum).
+// fresh checksum). With `jpeg_indexed`, the JPEG records not yet indexed are re-laid as
+// `pack --jpeg-layout indexed` does (losslessly, from the stored bytes; their checksums are new).
 Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
-                         format::Backend backend, bool overwrite = false);
+                         format::Backend backend, bool overwrite = false,
+                         bool jpeg_indexed = false);
 
 }  // namespace shardfeed::converter

@@ -69,6 +69,7 @@ struct PackOptions {
   uint64_t seed = 0;
   bool strict = false;  // any skipped file fails the pack and leaves no archive
   Validation validation = Validation::kHeader;
+  bool jpeg_indexed = false;  // jpeg: --jpeg-layout indexed (codec::EncodeOptions::jpeg_indexed)
   imaging::Limits limits;
   format::WriterOptions writer;
   std::string options_json;  // recorded in the manifest (and fingerprinted for parts)

@@ -63,7 +63,7 @@ struct IndexEntry {
   uint8_t channels;     // raw/zstd: 3; JPEG: components in the file (1, 3 or 4)
   uint8_t encoding;     // an Encoding value other than kAuto
   uint8_t orientation;  // EXIF orientation 1..8 still to apply on decode (JPEG); 1 otherwise
-  uint8_t flags;        // bit 0: JPEG has an Adobe APP14 marker (inverted CMYK); others zero
+  uint8_t flags;        // kFlag* bits; others zero
 };
 static_assert(sizeof(IndexEntry) == 32, "IndexEntry is 32 bytes on disk");
 static_assert(offsetof(IndexEntry, chunk) == 8);
@@ -77,7 +77,30 @@ static_assert(offsetof(IndexEntry, encoding) == 29);
 static_assert(offsetof(IndexEntry, orientation) == 30);
 static_assert(offsetof(IndexEntry, flags) == 31);
 
-inline constexpr uint8_t kFlagAdobe = 1;
+inline constexpr uint8_t kFlagAdobe = 1;  // JPEG has an Adobe APP14 marker (inverted CMYK)
+// JPEG re-laid with restart markers and a region index (pack --jpeg-layout indexed): the payload
+// is the JPEG (SOI..EOI), then JpegRegionIndex::mcu_rows little-endian uint32 (the offset, from
+// the payload's first byte, of each MCU row's first entropy-coded byte), then a JpegRegionIndex.
+// Readers that do not know the bit refuse the record ("unknown flags").
+inline constexpr uint8_t kFlagJpegIndexed = 2;
+inline constexpr uint8_t kKnownFlags = kFlagAdobe | kFlagJpegIndexed;
+
+// The last 24 bytes of a kFlagJpegIndexed payload (docs/FORMAT.md, "Indexed JPEG records").
+struct JpegRegionIndex {
+  uint32_t jpeg_size;         // bytes of the JPEG at the payload's start (ends with EOI)
+  uint32_t mcu_rows;          // entries of the row table (between the JPEG and this struct)
+  uint32_t scan_end;          // offset of the EOI marker that ends the scan
+  uint16_t restart_interval;  // MCUs per restart segment (the JPEG's DRI); divides a row's MCUs
+  uint16_t reserved;          // zero
+  uint32_t table_checksum;    // low 32 bits of XXH3-64 (seed 0) of the row table's bytes
+  char magic[4];              // "SFJX"
+};
+static_assert(sizeof(JpegRegionIndex) == 24, "JpegRegionIndex is 24 bytes on disk");
+static_assert(offsetof(JpegRegionIndex, scan_end) == 8);
+static_assert(offsetof(JpegRegionIndex, restart_interval) == 12);
+static_assert(offsetof(JpegRegionIndex, table_checksum) == 16);
+static_assert(offsetof(JpegRegionIndex, magic) == 20);
+inline constexpr char kJpegRegionIndexMagic[4] = {'S', 'F', 'J', 'X'};
 
 // The shape a record decodes to: JPEG orientations 5..8 swap rows and columns; every record
 // decodes to 3 channels (RGB). What the manifest's "shape" means (version 3).

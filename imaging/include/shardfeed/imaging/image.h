@@ -104,6 +104,10 @@ struct JpegRegion {
   uint32_t x = 0, y = 0, width = 0, height = 0;  // width/height 0: the whole image
   uint32_t min_width = 0, min_height = 0;        // 0: full resolution
   bool any_scale = false;                        // consider every n/8, not only 1, 2, 4, 8
+  // Pixels bit for bit those of a whole-image decode at the same scale, cropped: libjpeg-turbo's
+  // cropped and skipped decoding treats the crop's edges as image edges in chroma upsampling,
+  // so the decode starts one iMCU further out on every side (where the image has one).
+  bool exact = false;
 };
 
 // A decoding context: owns libjpeg state and scratch buffers, reused across images.
