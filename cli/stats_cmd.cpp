@@ -84,10 +84,17 @@ int CmdStats(int argc, char** argv) {
       "flag: variance of the Laplacian of luma (at most 256 px a side) below")(
       "extreme-aspect", po::value(&o.extreme_aspect)->default_value(o.extreme_aspect),
       "flag: long side / short side above")("tiny", po::value(&o.tiny)->default_value(o.tiny),
-                                            "flag: short side below (pixels)")(
-      "max-pixels", po::value(&o.max_pixels)->default_value(o.max_pixels),
-      "refuse records declaring more pixels (as verify --decode and the loader)")(
-      "quiet,q", "no progress bar");
+                                            "flag: short side below (pixels)");
+  // Through the option mechanism: boost read --max-pixels=-1 as 2^64-1.
+  using SO = validate::StatsOptions;
+  static const OptionTable<SO> table(
+      "stats option", {CountOption<SO>("max_pixels", 1, UINT64_MAX,
+                                       "refuse records declaring more pixels (as verify --decode "
+                                       "and the loader)",
+                                       &SO::max_pixels)});
+  std::vector<std::string> helps;
+  AddOptionTable(desc, table, o, &helps);
+  desc.add_options()("quiet,q", "no progress bar");
   po::positional_options_description pos;
   pos.add("archive", 1);
   po::variables_map vm;
@@ -96,6 +103,7 @@ int CmdStats(int argc, char** argv) {
                      "[--fail-on duplicates,leaks,cross-label,flags,imbalance=RATIO] [--size N] "
                      "[-q]");
   if (rc >= 0) return rc;
+  if (Status s = ApplyOptionTable(vm, table, &o); !s.ok()) return Error(s);
   validate::FailOn fail_on;
   if (!fail_on_text.empty()) {
     auto f = validate::ParseFailOn(fail_on_text);

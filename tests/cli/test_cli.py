@@ -403,6 +403,7 @@ def command_line(command, archive, tmp):
             "verify": ["verify", archive],
             "inspect": ["inspect", archive],
             "extract": ["extract", archive, tmp / "x"],
+            "stats": ["stats", archive, "-q"],
             "bench": ["bench", archive, "--epochs=1"],
             "tune": ["tune", archive, "--step-ms=0", "--batches=1"]}[command]
 
@@ -419,6 +420,7 @@ def test_every_numeric_option_of_every_command_refuses_hostile_values(tmp_path, 
               "verify": {"workers", "max-pixels"},
               "inspect": {"per-class", "size"},
               "extract": {"max-pixels"},
+              "stats": {"max-pixels"},
               "bench": {"batch-size", "seed", "max-workers", "workers", "prefetch", "epochs",
                         "step-ms", "timeout", "size", "rank", "world-size", "ring-mb"},
               "tune": {"step-ms", "batches", "max-workers", "batch-size", "wait-target"}}
