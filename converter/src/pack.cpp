@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "shardfeed/base/cpus.h"
+#include "shardfeed/base/random.h"
 #include "shardfeed/converter/options.h"
 
 namespace shardfeed::converter {
@@ -154,15 +155,9 @@ uint64_t SourceFingerprint(const SourceList& source, const std::vector<SourceIte
 }
 
 void ShuffleItems(std::vector<SourceItem>* items, uint64_t seed) {
-  uint64_t state = seed;
-  auto next = [&state]() {  // splitmix64
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
+  Rng rng(seed);
   for (size_t i = items->size(); i > 1; --i) {
-    size_t j = static_cast<size_t>(next() % i);
+    size_t j = static_cast<size_t>(rng.Next() % i);
     std::swap((*items)[i - 1], (*items)[j]);
   }
 }

@@ -118,7 +118,7 @@ Status DecodeForRecord(imaging::Decoder& decoder, const uint8_t* data, size_t si
 // The skip report as JSON (written by `pack --report`).
 std::string PackReportJson(const PackResult& result, const std::string& source);
 
-// Deterministic Fisher-Yates shuffle with a splitmix64/xoshiro stream from `seed`.
+// Deterministic Fisher-Yates shuffle with the splitmix64 stream of `seed` (base/random.h).
 void ShuffleItems(std::vector<SourceItem>* items, uint64_t seed);
 
 // XXH3 of a source list as parts see it: class names, then every item's path relative to the
