@@ -259,7 +259,15 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
   result = PackResult();
   result.output = out;
   result.ignored = source.ignored;
+  result.encoding = options.encoding;
   SF_RETURN_IF_ERROR(ValidatePackOptions(options));
+  if (options.encoding == format::Encoding::kAuto && options.size > 0) {
+    // A resolution cap is the JPEG encoding's (resized images are re-encoded as JPEG): with a
+    // size, auto packs as jpeg, as pack did before auto existed.
+    PackOptions as_jpeg = options;
+    as_jpeg.encoding = format::Encoding::kJpeg;
+    return Pack(source, out, as_jpeg, result_out, progress);
+  }
   std::vector<SourceItem> items = source.items;
   if (options.shuffle) ShuffleItems(&items, options.seed);
   const format::PartInfo part = SliceForPart(source, options, &items);

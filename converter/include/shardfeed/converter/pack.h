@@ -53,7 +53,8 @@ using Validation = codec::Validation;
 
 struct PackOptions {
   // auto (the default): JPEG inputs keep their bytes, every other input is stored lossless as
-  // zstd pixels; per-record encodings (format version 3).
+  // zstd pixels; per-record encodings (format version 3). With a size (a resolution cap) auto
+  // packs as jpeg.
   format::Encoding encoding = format::Encoding::kAuto;
   // raw/zstd: resize so the short side is this (0: keep). jpeg: a resolution cap, the
   // fidelity-for-speed trade of FFCV's max_resolution: an image whose short side (long side,
@@ -94,6 +95,8 @@ struct PackResult {
   std::vector<SkippedFile> skipped;
   std::vector<SkippedFile> ignored;
   std::string output;
+  // The encoding the archive was packed with: options.encoding, except auto with a size (jpeg).
+  format::Encoding encoding = format::Encoding::kAuto;
 };
 
 using ProgressFn = std::function<void(const PackStats&)>;
