@@ -149,7 +149,6 @@ int CmdPack(int argc, char** argv) {
     return Fail(s);
   if (Status s = converter::ValidatePackOptions(opt); !s.ok()) return Fail(s);
   opt.options_json = converter::PackOptionsJson(opt, list.empty() ? "folder" : "list");
-  const std::string encoding(format::EncodingName(opt.encoding));
   const std::string backend(format::BackendName(opt.writer.backend));
   const std::string archive_out = out;  // the final archive (what the scan must never pack)
   if (opt.part_record) {
@@ -211,9 +210,15 @@ int CmdPack(int argc, char** argv) {
   const auto& s = result.stats;
   std::printf("packed %llu of %llu files into %s (%s, %s): %llu skipped, %zu ignored\n",
               static_cast<unsigned long long>(s.packed), static_cast<unsigned long long>(s.total),
-              out.c_str(), encoding.c_str(), backend.c_str(),
+              out.c_str(), std::string(format::EncodingName(result.encoding)).c_str(),
+              backend.c_str(),
               static_cast<unsigned long long>(result.skipped.size()), result.ignored.size());
-  if (auto c = codec::CodecFor(opt.encoding);
+  if (s.reencoded > 0) {
+    std::printf("%llu re-encoded (%s); the rest keep their bytes\n",
+                static_cast<unsigned long long>(s.reencoded),
+                result.encoding == format::Encoding::kJpeg ? "as JPEG, lossy" : "lossless");
+  }
+  if (auto c = codec::CodecFor(result.encoding);
       c.ok() && (*c)->CapsResolution(converter::EncodeOptionsOf(opt))) {
     std::printf(
         "%llu resized to a %s side of %u and re-encoded at quality %d; the rest keep "

@@ -159,20 +159,16 @@ Status SetPackOption(PackOptions* options, std::string_view name, std::string_vi
 
 Status ValidatePackOptions(const PackOptions& o) {
   using format::Encoding;
-  if (o.encoding == Encoding::kAuto && (o.size || o.center_crop)) {
-    return Status::InvalidArgument(
-        "encoding auto keeps every image as it is; a size (--size) or crop (--crop) needs "
-        "encoding jpeg, raw or zstd");
-  }
   if (o.encoding != Encoding::kJpeg && o.center_crop && o.size == 0) {
     return Status::InvalidArgument("crop (--crop) center needs a size (--size)");
   }
-  if (o.encoding == Encoding::kJpeg && o.center_crop) {
+  if ((o.encoding == Encoding::kJpeg || o.encoding == Encoding::kAuto) && o.center_crop) {
     return Status::InvalidArgument(
         "crop (--crop) center applies to raw and zstd records; jpeg records keep the whole "
         "image");
   }
-  if (o.max_side && (o.encoding != Encoding::kJpeg || o.size == 0)) {
+  if (o.max_side && ((o.encoding != Encoding::kJpeg && o.encoding != Encoding::kAuto) ||
+                     o.size == 0)) {
     return Status::InvalidArgument(
         "max_side (--max-side) applies to encoding jpeg with a size (--size)");
   }

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "shardfeed/base/cpus.h"
+#include "shardfeed/base/random.h"
 #include "shardfeed/converter/options.h"
 
 namespace shardfeed::converter {
@@ -155,54 +156,129 @@ uint64_t SourceFingerprint(const SourceList& source, const std::vector<SourceIte
 }
 
 void ShuffleItems(std::vector<SourceItem>* items, uint64_t seed) {
-  uint64_t state = seed;
-  auto next = [&state]() {  // splitmix64
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
+  Rng rng(seed);
   for (size_t i = items->size(); i > 1; --i) {
-    size_t j = static_cast<size_t>(next() % i);
+    size_t j = static_cast<size_t>(rng.Next() % i);
     std::swap((*items)[i - 1], (*items)[j]);
   }
 }
 
+namespace {
+
+// The items of part `options.part` of `options.parts` (all of them when not split), and the
+// part's record. Every part computes the whole list, so parts agree on their slices without
+// talking; merge checks they saw the same list (paths relative to the root) and options.
+format::PartInfo SliceForPart(const SourceList& source, const PackOptions& options,
+                              std::vector<SourceItem>* items) {
+  format::PartInfo part;
+  if (options.parts <= 1 && !options.part_record) return part;
+  part.index = options.part;
+  part.count = options.parts;
+  part.total_items = items->size();
+  part.first_item = items->size() * options.part / options.parts;
+  part.source_fingerprint = SourceFingerprint(source, *items);
+  part.options_fingerprint =
+      format::RecordChecksum(options.options_json.data(), options.options_json.size());
+  const uint64_t end = items->size() * (uint64_t{options.part} + 1) / options.parts;
+  *items = std::vector<SourceItem>(items->begin() + part.first_item, items->begin() + end);
+  return part;
+}
+
+Result<RecordCodecs> CodecsFor(format::Encoding encoding) {
+  RecordCodecs codecs;
+  SF_ASSIGN_OR_RETURN(codecs.jpeg, codec::CodecFor(format::Encoding::kJpeg));
+  SF_ASSIGN_OR_RETURN(codecs.other, codec::CodecFor(format::Encoding::kZstd));
+  if (encoding != format::Encoding::kAuto) {
+    SF_ASSIGN_OR_RETURN(codecs.all, codec::CodecFor(encoding));
+  }
+  return codecs;
+}
+
+// No archive without a record (an empty part is fine: its siblings hold the records).
+Status CheckSomethingPacked(const PackResult& result, const format::PartInfo& part) {
+  if (result.stats.packed > 0 || (part.count > 0 && result.stats.total == 0)) {
+    return Status::OK();
+  }
+  if (result.skipped.empty()) {
+    return Status::InvalidArgument("no image files found (", result.ignored.size(),
+                                   " files ignored); no archive written");
+  }
+  // Bad data, not bad arguments: every candidate was skipped (the CLI exits 1).
+  return Status::Corrupt("no image could be packed (", result.skipped.size(),
+                         " files skipped); no archive written");
+}
+
+// Appends a prepared record (or records why its file was skipped) and counts it. The error that
+// ends the pack: the writer's, or a skip under --strict.
+Status WritePrepared(const Prepared& slot, const SourceItem& item, bool strict,
+                     const std::string& out, format::ArchiveWriter* writer, PackResult* result) {
+  PackStats& stats = result->stats;
+  ++stats.done;
+  if (!slot.status.ok()) {
+    result->skipped.push_back({item.path, slot.status.message()});
+    if (!strict) return Status::OK();
+    return Status(slot.status.code(),
+                  item.path + ": " + slot.status.message() + " (--strict: no archive written)");
+  }
+  Status s = writer->Append(slot.entry, slot.payload.data(), slot.payload.size());
+  if (!s.ok()) return s.WithContext(out);
+  ++stats.packed;
+  stats.resized += slot.resized;
+  stats.reencoded += slot.reencoded;
+  stats.source_bytes += slot.source_bytes;
+  stats.payload_bytes += slot.payload.size();
+  return Status::OK();
+}
+
+// The manifest of a finished pack (the writer adds counts, shards and a shape it detects).
+format::Manifest ManifestFor(const SourceList& source, const PackOptions& options,
+                             const PackStats& stats, const format::PartInfo& part,
+                             uint32_t fixed_side) {
+  format::Manifest manifest;
+  manifest.encoding = options.encoding;
+  manifest.class_names = source.class_names;
+  if (fixed_side > 0) {
+    manifest.height = manifest.width = fixed_side;
+    manifest.channels = 3;
+  }
+  manifest.source_bytes = stats.source_bytes;
+  manifest.reencoded_records = stats.reencoded;
+  manifest.created_by = "shardfeed " SHARDFEED_VERSION;
+  manifest.options_json = options.options_json;
+  manifest.is_part = part.count > 0;
+  manifest.part = part;
+  return manifest;
+}
+
+}  // namespace
+
+// About 110 lines: the prepare/write pipeline (window, slots, both condition variables and the
+// workers' lambda) shares its state and its locking rules in one place on purpose.
 Status Pack(const SourceList& source, const std::string& out, const PackOptions& options,
             PackResult* result_out, const ProgressFn& progress) {
   PackResult& result = *result_out;
   result = PackResult();
   result.output = out;
   result.ignored = source.ignored;
+  result.encoding = options.encoding;
   SF_RETURN_IF_ERROR(ValidatePackOptions(options));
+  if (options.encoding == format::Encoding::kAuto && options.size > 0) {
+    // A resolution cap is the JPEG encoding's (resized images are re-encoded as JPEG): with a
+    // size, auto packs as jpeg, as pack did before auto existed.
+    PackOptions as_jpeg = options;
+    as_jpeg.encoding = format::Encoding::kJpeg;
+    return Pack(source, out, as_jpeg, result_out, progress);
+  }
   std::vector<SourceItem> items = source.items;
   if (options.shuffle) ShuffleItems(&items, options.seed);
-  format::PartInfo part;
-  if (options.parts > 1 || options.part_record) {
-    // Every part computes the whole list, so parts agree on their slices without talking;
-    // merge checks they saw the same list (paths relative to the root) and options.
-    part.index = options.part;
-    part.count = options.parts;
-    part.total_items = items.size();
-    part.first_item = items.size() * options.part / options.parts;
-    part.source_fingerprint = SourceFingerprint(source, items);
-    part.options_fingerprint =
-        format::RecordChecksum(options.options_json.data(), options.options_json.size());
-    const uint64_t end = items.size() * (uint64_t{options.part} + 1) / options.parts;
-    items = std::vector<SourceItem>(items.begin() + part.first_item, items.begin() + end);
-  }
+  const format::PartInfo part = SliceForPart(source, options, &items);
 
   format::WriterOptions writer_options = options.writer;
   if (!source.root.empty()) writer_options.protect.push_back(source.root);
   writer_options.encoding = options.encoding;
   writer_options.zstd_level = options.level;
-  RecordCodecs codecs;
   const bool auto_encoding = options.encoding == format::Encoding::kAuto;
-  SF_ASSIGN_OR_RETURN(codecs.jpeg, codec::CodecFor(format::Encoding::kJpeg));
-  SF_ASSIGN_OR_RETURN(codecs.other, codec::CodecFor(format::Encoding::kZstd));
-  if (!auto_encoding) {
-    SF_ASSIGN_OR_RETURN(codecs.all, codec::CodecFor(options.encoding));
-  }
+  SF_ASSIGN_OR_RETURN(const RecordCodecs codecs, CodecsFor(options.encoding));
   const codec::Codec* record_codec = auto_encoding ? codecs.other : codecs.all;
   const codec::EncodeOptions encode = EncodeOptionsOf(options);
   uint32_t fixed_side = 0;
@@ -263,25 +339,7 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
       cv_ready.wait(lock, [&] { return ready[i % window] != 0; });
     }
     Prepared& slot = slots[i % window];
-    if (slot.status.ok()) {
-      Status s = writer->Append(slot.entry, slot.payload.data(), slot.payload.size());
-      if (!s.ok()) {
-        failure = s.WithContext(out);
-      } else {
-        ++stats.packed;
-        stats.resized += slot.resized;
-        stats.reencoded += slot.reencoded;
-        stats.source_bytes += slot.source_bytes;
-        stats.payload_bytes += slot.payload.size();
-      }
-    } else {
-      result.skipped.push_back({items[i].path, slot.status.message()});
-      if (options.strict) {
-        failure = Status(slot.status.code(), items[i].path + ": " + slot.status.message() +
-                                                 " (--strict: no archive written)");
-      }
-    }
-    ++stats.done;
+    failure = WritePrepared(slot, items[i], options.strict, out, writer.get(), &result);
     {
       std::lock_guard<std::mutex> lock(mu);
       pending_bytes -= slot.payload.capacity();
@@ -308,32 +366,12 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
   for (auto& t : threads) t.join();
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!failure.ok()) return failure;  // the writer's destructor removes the partial output
-  if (stats.packed == 0 && !(part.count > 0 && stats.total == 0)) {  // an empty part is fine
-    if (result.skipped.empty()) {
-      return Status::InvalidArgument("no image files found (", result.ignored.size(),
-                                     " files ignored); no archive written");
-    }
-    // Bad data, not bad arguments: every candidate was skipped (the CLI exits 1).
-    return Status::Corrupt("no image could be packed (", result.skipped.size(),
-                           " files skipped); no archive written");
-  }
+  SF_RETURN_IF_ERROR(CheckSomethingPacked(result, part));
 
-  format::Manifest manifest;
-  manifest.encoding = options.encoding;
-  manifest.class_names = source.class_names;
-  if (fixed_side > 0) {
-    manifest.height = manifest.width = fixed_side;
-    manifest.channels = 3;
-  }
-  manifest.source_bytes = stats.source_bytes;
+  format::Manifest manifest = ManifestFor(source, options, stats, part, fixed_side);
   if (!auto_encoding && record_codec->CapsResolution(encode)) {
     manifest.resized_records = stats.resized;
   }
-  manifest.reencoded_records = stats.reencoded;
-  manifest.created_by = "shardfeed " SHARDFEED_VERSION;
-  manifest.options_json = options.options_json;
-  manifest.is_part = part.count > 0;
-  manifest.part = part;
   SF_RETURN_IF_ERROR(writer->Finish(std::move(manifest)));
   if (progress) progress(stats);
   return Status::OK();

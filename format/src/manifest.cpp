@@ -262,6 +262,200 @@ std::string Manifest::ToJson() const {
   return j.dump(2) + "\n";
 }
 
+namespace {
+
+// The parts of Manifest::FromJson, in the order the fields are checked. Each may throw
+// json::exception (caught there).
+// format, version, checksum (version >= 2), backend, encoding, sample count.
+Status ParseIdentity(const json& j, const std::string& origin, Manifest& m) {
+  std::string format;
+  if (!Get(j, "format", &format, origin).ok() || format != kFormatName) {
+    return Status::Corrupt(origin, ": not a shardfeed manifest (\"format\" is not \"shardfeed\")");
+  }
+  SF_RETURN_IF_ERROR(Get(j, "format_version", &m.format_version, origin));
+  if (!IsReadableVersion(m.format_version)) {
+    return Status::Unsupported(origin, ": format version ", m.format_version,
+                               ", this build reads versions ", kMinFormatVersion, " to ",
+                               kFormatVersion);
+  }
+  if (m.format_version >= 2) {
+    std::string stored;
+    uint64_t want = 0;
+    SF_RETURN_IF_ERROR(Get(j, kChecksumField, &stored, origin));
+    if (!HexToHash(stored, &want)) {
+      return Status::Corrupt(origin, ": malformed ", kChecksumField);
+    }
+    const uint64_t got = ManifestChecksum(j);
+    if (got != want) {
+      return Status::ChecksumMismatch(origin, ": manifest checksum mismatch (stored ", stored,
+                                      ", computed ", HashToHex(got),
+                                      "): the manifest was changed after packing");
+    }
+  }
+  std::string backend, encoding;
+  SF_RETURN_IF_ERROR(Get(j, "backend", &backend, origin));
+  if (!ParseBackend(backend, &m.backend)) {
+    return Status::Corrupt(origin, ": unknown backend \"", backend, "\"");
+  }
+  SF_RETURN_IF_ERROR(Get(j, "encoding", &encoding, origin));
+  if (!ParseEncoding(encoding, &m.encoding) ||
+      (m.encoding == Encoding::kAuto && m.format_version < 3)) {
+    return Status::Corrupt(origin, ": unknown encoding \"", encoding, "\" for version ",
+                           m.format_version);
+  }
+  SF_RETURN_IF_ERROR(Get(j, "sample_count", &m.sample_count, origin));
+  return Status::OK();
+}
+
+// class_names, and class_counts when present (one per class, adding up).
+Status ParseClasses(const json& j, const std::string& origin, Manifest& m) {
+  const json& names = j.at("class_names");
+  if (!names.is_array()) return Status::Corrupt(origin, ": class_names is not a list");
+  for (const json& n : names) {
+    if (!n.is_string()) return Status::Corrupt(origin, ": a class name is not a string");
+    m.class_names.push_back(n.get<std::string>());
+  }
+  if (m.class_names.empty() && m.sample_count > 0) {
+    return Status::Corrupt(origin, ": samples but no class names");
+  }
+  if (auto it = j.find("class_counts"); it != j.end()) {
+    if (!it->is_array() || it->size() != m.class_names.size()) {
+      return Status::Corrupt(origin, ": class_counts is not a list of ", m.class_names.size(),
+                             " counts");
+    }
+    uint64_t total = 0;
+    for (const json& c : *it) {
+      if (!c.is_number_unsigned()) return Status::Corrupt(origin, ": a class count is not a count");
+      m.class_counts.push_back(c.get<uint64_t>());
+      if (__builtin_add_overflow(total, m.class_counts.back(), &total)) total = ~uint64_t{0};
+    }
+    if (total != m.sample_count) {
+      return Status::Corrupt(origin, ": class_counts add up to ", total, ", sample_count is ",
+                             m.sample_count);
+    }
+  }
+  return Status::OK();
+}
+
+// shape: [height, width, 3] or null (JPEG only from version 3).
+Status ParseShape(const json& j, const std::string& origin, Manifest& m) {
+  if (auto it = j.find("shape"); it != j.end() && !it->is_null()) {
+    if (!it->is_array() || it->size() != 3 || !(*it)[0].is_number_unsigned() ||
+        !(*it)[1].is_number_unsigned() || !(*it)[2].is_number_unsigned()) {
+      return Status::Corrupt(origin, ": shape is not [height, width, channels]");
+    }
+    const uint64_t h = (*it)[0].get<uint64_t>(), w = (*it)[1].get<uint64_t>(),
+                   c = (*it)[2].get<uint64_t>();
+    if (h == 0 || w == 0 || h > 65535 || w > 65535 || c != 3) {
+      return Status::Corrupt(origin, ": shape ", h, "x", w, "x", c,
+                             " is not a stored image shape (1..65535 x 1..65535 x 3)");
+    }
+    if (m.encoding == Encoding::kJpeg && m.format_version < 3) {
+      return Status::Corrupt(origin, ": a version ", m.format_version,
+                             " manifest records a shape only for raw or zstd records");
+    }
+    m.height = static_cast<uint32_t>(h);
+    m.width = static_cast<uint32_t>(w);
+    m.channels = static_cast<uint32_t>(c);
+  }
+  return Status::OK();
+}
+
+// source_bytes, created_by/at, resized/reencoded_records, options.
+Status ParseOptionalFields(const json& j, const std::string& origin, Manifest& m) {
+  SF_RETURN_IF_ERROR(Get(j, "source_bytes", &m.source_bytes, origin, false));
+  SF_RETURN_IF_ERROR(Get(j, "created_by", &m.created_by, origin, false));
+  SF_RETURN_IF_ERROR(Get(j, "created_at", &m.created_at, origin, false));
+  if (auto it = j.find("resized_records"); it != j.end()) {
+    if (!it->is_number_unsigned() || it->get<uint64_t>() > m.sample_count) {
+      return Status::Corrupt(origin, ": resized_records is not a count of at most sample_count");
+    }
+    m.resized_records = it->get<uint64_t>();
+  }
+  if (auto it = j.find("reencoded_records"); it != j.end()) {
+    if (!it->is_number_unsigned() || it->get<uint64_t>() > m.sample_count) {
+      return Status::Corrupt(origin, ": reencoded_records is not a count of at most sample_count");
+    }
+    m.reencoded_records = it->get<uint64_t>();
+  }
+  if (auto it = j.find("options"); it != j.end()) {
+    if (!it->is_object()) return Status::Corrupt(origin, ": options is not an object");
+    m.options_json = it->dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+  return Status::OK();
+}
+
+// shards: plain file names tiling [0, sample_count).
+Status ParseShards(const json& j, const std::string& origin, Manifest& m) {
+  const json& shards = j.at("shards");
+  if (!shards.is_array() || shards.empty()) {
+    return Status::Corrupt(origin, ": shards is not a non-empty list");
+  }
+  uint64_t next = 0;
+  for (const json& s : shards) {
+    if (!s.is_object()) return Status::Corrupt(origin, ": a shard entry is not an object");
+    ShardInfo info;
+    SF_RETURN_IF_ERROR(Get(s, "file", &info.file, origin));
+    if (info.file.empty() || info.file.find('/') != std::string::npos || info.file[0] == '.') {
+      return Status::Corrupt(origin, ": shard file name \"", info.file, "\" is not a plain name");
+    }
+    const std::string where = origin + ": shard " + info.file;
+    SF_RETURN_IF_ERROR(Get(s, "first_sample", &info.first_sample, where));
+    SF_RETURN_IF_ERROR(Get(s, "sample_count", &info.sample_count, where));
+    SF_RETURN_IF_ERROR(Get(s, "chunk_count", &info.chunk_count, where));
+    SF_RETURN_IF_ERROR(Get(s, "payload_bytes", &info.payload_bytes, where, false));
+    SF_RETURN_IF_ERROR(Get(s, "file_bytes", &info.file_bytes, where, false));
+    info.sizes_recorded = s.contains("payload_bytes") && s.contains("file_bytes");
+    std::string hash;
+    SF_RETURN_IF_ERROR(Get(s, "xxh3", &hash, where));
+    if (!HexToHash(hash, &info.content_hash)) {
+      return Status::Corrupt(where, " has a malformed xxh3");
+    }
+    if (auto h = s.find("header"); h != s.end()) {
+      if (!h->is_object()) return Status::Corrupt(where, ": header is not an object");
+      info.header_override = true;
+      SF_RETURN_IF_ERROR(Get(*h, "shard_number", &info.header_number, where + ": header"));
+      SF_RETURN_IF_ERROR(Get(*h, "first_sample", &info.header_first_sample, where + ": header"));
+    }
+    if (info.first_sample != next) {
+      return Status::Corrupt(where, " starts at sample ", info.first_sample, ", expected ", next);
+    }
+    if (__builtin_add_overflow(next, info.sample_count, &next)) {
+      return Status::Corrupt(where, ": sample counts overflow");
+    }
+    m.shards.push_back(std::move(info));
+  }
+  if (next != m.sample_count) {
+    return Status::Corrupt(origin, ": shards hold ", next, " samples, manifest says ",
+                           m.sample_count);
+  }
+  return Status::OK();
+}
+
+// part (pack --part I/N), when present.
+Status ParsePart(const json& j, const std::string& origin, Manifest& m) {
+  if (auto it = j.find("part"); it != j.end()) {
+    if (!it->is_object()) return Status::Corrupt(origin, ": part is not an object");
+    const std::string where = origin + ": part";
+    m.is_part = true;
+    std::string source, options;
+    SF_RETURN_IF_ERROR(Get(*it, "index", &m.part.index, where));
+    SF_RETURN_IF_ERROR(Get(*it, "count", &m.part.count, where));
+    SF_RETURN_IF_ERROR(Get(*it, "first_item", &m.part.first_item, where));
+    SF_RETURN_IF_ERROR(Get(*it, "total_items", &m.part.total_items, where));
+    SF_RETURN_IF_ERROR(Get(*it, "source_fingerprint", &source, where));
+    SF_RETURN_IF_ERROR(Get(*it, "options_fingerprint", &options, where));
+    if (!HexToHash(source, &m.part.source_fingerprint) ||
+        !HexToHash(options, &m.part.options_fingerprint) || m.part.count == 0 ||
+        m.part.index >= m.part.count || m.part.first_item > m.part.total_items) {
+      return Status::Corrupt(where, " is malformed");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Result<Manifest> Manifest::FromJson(const std::string& text, const std::string& origin) {
   if (text.size() > kMaxManifestBytes) {
     return Status::Corrupt(origin, ": ", text.size(), " bytes, more than a manifest may hold (",
@@ -276,167 +470,12 @@ Result<Manifest> Manifest::FromJson(const std::string& text, const std::string& 
   }
   Manifest m;
   try {
-    std::string format;
-    if (!Get(j, "format", &format, origin).ok() || format != kFormatName) {
-      return Status::Corrupt(origin,
-                             ": not a shardfeed manifest (\"format\" is not \"shardfeed\")");
-    }
-    SF_RETURN_IF_ERROR(Get(j, "format_version", &m.format_version, origin));
-    if (!IsReadableVersion(m.format_version)) {
-      return Status::Unsupported(origin, ": format version ", m.format_version,
-                                 ", this build reads versions ", kMinFormatVersion, " to ",
-                                 kFormatVersion);
-    }
-    if (m.format_version >= 2) {
-      std::string stored;
-      uint64_t want = 0;
-      SF_RETURN_IF_ERROR(Get(j, kChecksumField, &stored, origin));
-      if (!HexToHash(stored, &want)) {
-        return Status::Corrupt(origin, ": malformed ", kChecksumField);
-      }
-      const uint64_t got = ManifestChecksum(j);
-      if (got != want) {
-        return Status::ChecksumMismatch(origin, ": manifest checksum mismatch (stored ", stored,
-                                        ", computed ", HashToHex(got),
-                                        "): the manifest was changed after packing");
-      }
-    }
-    std::string backend, encoding;
-    SF_RETURN_IF_ERROR(Get(j, "backend", &backend, origin));
-    if (!ParseBackend(backend, &m.backend)) {
-      return Status::Corrupt(origin, ": unknown backend \"", backend, "\"");
-    }
-    SF_RETURN_IF_ERROR(Get(j, "encoding", &encoding, origin));
-    if (!ParseEncoding(encoding, &m.encoding) ||
-        (m.encoding == Encoding::kAuto && m.format_version < 3)) {
-      return Status::Corrupt(origin, ": unknown encoding \"", encoding, "\" for version ",
-                             m.format_version);
-    }
-    SF_RETURN_IF_ERROR(Get(j, "sample_count", &m.sample_count, origin));
-    const json& names = j.at("class_names");
-    if (!names.is_array()) return Status::Corrupt(origin, ": class_names is not a list");
-    for (const json& n : names) {
-      if (!n.is_string()) return Status::Corrupt(origin, ": a class name is not a string");
-      m.class_names.push_back(n.get<std::string>());
-    }
-    if (m.class_names.empty() && m.sample_count > 0) {
-      return Status::Corrupt(origin, ": samples but no class names");
-    }
-    if (auto it = j.find("class_counts"); it != j.end()) {
-      if (!it->is_array() || it->size() != m.class_names.size()) {
-        return Status::Corrupt(origin, ": class_counts is not a list of ", m.class_names.size(),
-                               " counts");
-      }
-      uint64_t total = 0;
-      for (const json& c : *it) {
-        if (!c.is_number_unsigned())
-          return Status::Corrupt(origin, ": a class count is not a count");
-        m.class_counts.push_back(c.get<uint64_t>());
-        if (__builtin_add_overflow(total, m.class_counts.back(), &total)) total = ~uint64_t{0};
-      }
-      if (total != m.sample_count) {
-        return Status::Corrupt(origin, ": class_counts add up to ", total, ", sample_count is ",
-                               m.sample_count);
-      }
-    }
-    if (auto it = j.find("shape"); it != j.end() && !it->is_null()) {
-      if (!it->is_array() || it->size() != 3 || !(*it)[0].is_number_unsigned() ||
-          !(*it)[1].is_number_unsigned() || !(*it)[2].is_number_unsigned()) {
-        return Status::Corrupt(origin, ": shape is not [height, width, channels]");
-      }
-      const uint64_t h = (*it)[0].get<uint64_t>(), w = (*it)[1].get<uint64_t>(),
-                     c = (*it)[2].get<uint64_t>();
-      if (h == 0 || w == 0 || h > 65535 || w > 65535 || c != 3) {
-        return Status::Corrupt(origin, ": shape ", h, "x", w, "x", c,
-                               " is not a stored image shape (1..65535 x 1..65535 x 3)");
-      }
-      if (m.encoding == Encoding::kJpeg && m.format_version < 3) {
-        return Status::Corrupt(origin, ": a version ", m.format_version,
-                               " manifest records a shape only for raw or zstd records");
-      }
-      m.height = static_cast<uint32_t>(h);
-      m.width = static_cast<uint32_t>(w);
-      m.channels = static_cast<uint32_t>(c);
-    }
-    SF_RETURN_IF_ERROR(Get(j, "source_bytes", &m.source_bytes, origin, false));
-    SF_RETURN_IF_ERROR(Get(j, "created_by", &m.created_by, origin, false));
-    SF_RETURN_IF_ERROR(Get(j, "created_at", &m.created_at, origin, false));
-    if (auto it = j.find("resized_records"); it != j.end()) {
-      if (!it->is_number_unsigned() || it->get<uint64_t>() > m.sample_count) {
-        return Status::Corrupt(origin, ": resized_records is not a count of at most sample_count");
-      }
-      m.resized_records = it->get<uint64_t>();
-    }
-    if (auto it = j.find("reencoded_records"); it != j.end()) {
-      if (!it->is_number_unsigned() || it->get<uint64_t>() > m.sample_count) {
-        return Status::Corrupt(origin,
-                               ": reencoded_records is not a count of at most sample_count");
-      }
-      m.reencoded_records = it->get<uint64_t>();
-    }
-    if (auto it = j.find("options"); it != j.end()) {
-      if (!it->is_object()) return Status::Corrupt(origin, ": options is not an object");
-      m.options_json = it->dump(-1, ' ', false, json::error_handler_t::replace);
-    }
-    const json& shards = j.at("shards");
-    if (!shards.is_array() || shards.empty()) {
-      return Status::Corrupt(origin, ": shards is not a non-empty list");
-    }
-    uint64_t next = 0;
-    for (const json& s : shards) {
-      if (!s.is_object()) return Status::Corrupt(origin, ": a shard entry is not an object");
-      ShardInfo info;
-      SF_RETURN_IF_ERROR(Get(s, "file", &info.file, origin));
-      if (info.file.empty() || info.file.find('/') != std::string::npos || info.file[0] == '.') {
-        return Status::Corrupt(origin, ": shard file name \"", info.file, "\" is not a plain name");
-      }
-      const std::string where = origin + ": shard " + info.file;
-      SF_RETURN_IF_ERROR(Get(s, "first_sample", &info.first_sample, where));
-      SF_RETURN_IF_ERROR(Get(s, "sample_count", &info.sample_count, where));
-      SF_RETURN_IF_ERROR(Get(s, "chunk_count", &info.chunk_count, where));
-      SF_RETURN_IF_ERROR(Get(s, "payload_bytes", &info.payload_bytes, where, false));
-      SF_RETURN_IF_ERROR(Get(s, "file_bytes", &info.file_bytes, where, false));
-      info.sizes_recorded = s.contains("payload_bytes") && s.contains("file_bytes");
-      std::string hash;
-      SF_RETURN_IF_ERROR(Get(s, "xxh3", &hash, where));
-      if (!HexToHash(hash, &info.content_hash)) {
-        return Status::Corrupt(where, " has a malformed xxh3");
-      }
-      if (auto h = s.find("header"); h != s.end()) {
-        if (!h->is_object()) return Status::Corrupt(where, ": header is not an object");
-        info.header_override = true;
-        SF_RETURN_IF_ERROR(Get(*h, "shard_number", &info.header_number, where + ": header"));
-        SF_RETURN_IF_ERROR(Get(*h, "first_sample", &info.header_first_sample, where + ": header"));
-      }
-      if (info.first_sample != next) {
-        return Status::Corrupt(where, " starts at sample ", info.first_sample, ", expected ", next);
-      }
-      if (__builtin_add_overflow(next, info.sample_count, &next)) {
-        return Status::Corrupt(where, ": sample counts overflow");
-      }
-      m.shards.push_back(std::move(info));
-    }
-    if (next != m.sample_count) {
-      return Status::Corrupt(origin, ": shards hold ", next, " samples, manifest says ",
-                             m.sample_count);
-    }
-    if (auto it = j.find("part"); it != j.end()) {
-      if (!it->is_object()) return Status::Corrupt(origin, ": part is not an object");
-      const std::string where = origin + ": part";
-      m.is_part = true;
-      std::string source, options;
-      SF_RETURN_IF_ERROR(Get(*it, "index", &m.part.index, where));
-      SF_RETURN_IF_ERROR(Get(*it, "count", &m.part.count, where));
-      SF_RETURN_IF_ERROR(Get(*it, "first_item", &m.part.first_item, where));
-      SF_RETURN_IF_ERROR(Get(*it, "total_items", &m.part.total_items, where));
-      SF_RETURN_IF_ERROR(Get(*it, "source_fingerprint", &source, where));
-      SF_RETURN_IF_ERROR(Get(*it, "options_fingerprint", &options, where));
-      if (!HexToHash(source, &m.part.source_fingerprint) ||
-          !HexToHash(options, &m.part.options_fingerprint) || m.part.count == 0 ||
-          m.part.index >= m.part.count || m.part.first_item > m.part.total_items) {
-        return Status::Corrupt(where, " is malformed");
-      }
-    }
+    SF_RETURN_IF_ERROR(ParseIdentity(j, origin, m));
+    SF_RETURN_IF_ERROR(ParseClasses(j, origin, m));
+    SF_RETURN_IF_ERROR(ParseShape(j, origin, m));
+    SF_RETURN_IF_ERROR(ParseOptionalFields(j, origin, m));
+    SF_RETURN_IF_ERROR(ParseShards(j, origin, m));
+    SF_RETURN_IF_ERROR(ParsePart(j, origin, m));
   } catch (const json::exception& e) {
     return Status::Corrupt(origin, ": malformed manifest: ", e.what());
   }

@@ -171,9 +171,12 @@ def test_encoding_jpeg_counts_its_lossy_reencodes(tmp_path):
     assert json.loads((tmp_path / "a" / "manifest.json").read_text())["reencoded_records"] == 1
 
 
-def test_auto_refuses_a_size(tmp_path):
+def test_a_size_cap_with_the_default_encoding_packs_as_jpeg(tmp_path):
     src = tmp_path / "src"
     (src / "x").mkdir(parents=True)
     Image.new("RGB", (30, 20)).save(src / "x" / "0.png")
-    p = run("pack", src, tmp_path / "a", "--size", "8")
-    assert p.returncode == 2 and "encoding auto" in p.stderr, p.stderr
+    run("pack", src, tmp_path / "a", "--size", "8", check=0)
+    m = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    assert m["encoding"] == "jpeg" and m["resized_records"] == 1
+    p = run("pack", src, tmp_path / "b", "--crop", "center", "--size", "8")
+    assert p.returncode == 2 and "crop" in p.stderr, p.stderr

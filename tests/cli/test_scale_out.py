@@ -179,10 +179,11 @@ def test_mpirun_pack_equals_a_single_pack(tmp_path, backend):
 
 
 @needs_mpi
-def test_a_failing_rank_fails_the_job_and_leaves_no_archive(tmp_path):
+@pytest.mark.parametrize("broken", ["zebra/zz-broken.jpg", "cat/aa-broken.jpg"])  # rank 1, 0
+def test_a_failing_rank_fails_the_job_and_leaves_no_archive(tmp_path, broken):
     src = tmp_path / "src"
     shutil.copytree(GOOD, src)
-    (src / "zebra" / "zz-broken.jpg").write_bytes(b"\xff\xd8 not really a jpeg")  # rank 1's half
+    (src / broken).write_bytes(b"\xff\xd8 not really a jpeg")
     p = subprocess.run(["mpirun", "--oversubscribe", "-n", "2", CLI, "pack", str(src),
                         str(tmp_path / "mpi"), "--strict", "-q"], capture_output=True, text=True,
                        env=mpi_env(), timeout=300)
@@ -190,7 +191,8 @@ def test_a_failing_rank_fails_the_job_and_leaves_no_archive(tmp_path):
     single = run("pack", src, tmp_path / "single", "--strict", "-q")
     assert single.returncode == 1, single.stderr
     assert p.returncode == 1, (p.returncode, p.stderr)
-    assert "rank 1 of 2" in p.stderr and "zz-broken.jpg" in p.stderr, p.stderr
+    rank = 1 if broken.startswith("zebra") else 0
+    assert f"rank {rank} of 2" in p.stderr and os.path.basename(broken) in p.stderr, p.stderr
     assert not (tmp_path / "mpi").exists() and not (tmp_path / "mpi.parts").exists()
 
 
@@ -209,8 +211,11 @@ def test_mpirun_into_an_existing_out_is_refused_before_packing(tmp_path, existin
         out.mkdir()
         (out / "notes.txt").write_text("mine")
     before = sorted(os.listdir(out))
-    p = mpirun_pack(GOOD, out, "-q", *(["--overwrite"] if existing == "folder" else []))
+    report = tmp_path / "r.json"
+    p = mpirun_pack(GOOD, out, "-q", "--report", report,
+                    *(["--overwrite"] if existing == "folder" else []))
     assert p.returncode == 2, (p.returncode, p.stderr)
+    assert not any(f.startswith("r.json") for f in os.listdir(tmp_path))  # no rank packed
     assert ("already exists" if existing == "archive" else "not a shardfeed archive") in p.stderr
     assert not (tmp_path / "mpi.parts").exists()  # refused before any rank packed
     assert sorted(os.listdir(out)) == before

@@ -15,14 +15,14 @@ PLUGIN = os.environ.get("SHARDFEED_HDF5_PLUGIN_DIR", "")
 
 def test_jpeg_archive_datasets_and_bytes(tmp_path):
     out = tmp_path / "h"
-    shardfeed.pack(GOOD, out, backend="hdf5")
+    shardfeed.pack(GOOD, out, backend="hdf5", encoding="jpeg")
     archive = shardfeed.Archive(out)
     with h5py.File(out / "shard-00000.h5", "r") as f:
         for name in ("records", "record_offsets", "record_sizes", "labels", "shapes",
                      "shardfeed/header", "shardfeed/index", "shardfeed/chunk_sizes"):
             assert name in f, name
         assert f.attrs["format"] in (b"shardfeed", "shardfeed")
-        assert int(f.attrs["format_version"]) == 2
+        assert int(f.attrs["format_version"]) == 3
         manifest = json.loads(f.attrs["manifest"])
         assert manifest["sample_count"] == 36 and manifest["backend"] == "hdf5"
         assert f["records"].chunks is not None  # chunked

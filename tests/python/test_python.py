@@ -25,7 +25,7 @@ def test_archive_access(archive_path):
     a = shardfeed.Archive(archive_path)
     assert len(a) == 36
     assert a.class_names == ["cat", "dog", "zebra"]
-    assert a.encoding == "jpeg"
+    assert a.encoding == "auto"  # pack's default: JPEGs kept, other images lossless
     image, label = a[13]
     assert image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3
     assert label == 1

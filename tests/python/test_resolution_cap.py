@@ -17,7 +17,7 @@ GOOD = os.path.join(DATA, "good")
 @pytest.fixture(scope="module")
 def original(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("cap") / "orig")
-    assert shardfeed.pack(GOOD, out, workers=2)["packed"] == 36
+    assert shardfeed.pack(GOOD, out, workers=2, encoding="jpeg")["packed"] == 36
     return shardfeed.Archive(out)
 
 

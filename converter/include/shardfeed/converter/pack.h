@@ -53,7 +53,8 @@ using Validation = codec::Validation;
 
 struct PackOptions {
   // auto (the default): JPEG inputs keep their bytes, every other input is stored lossless as
-  // zstd pixels; per-record encodings (format version 3).
+  // zstd pixels; per-record encodings (format version 3). With a size (a resolution cap) auto
+  // packs as jpeg.
   format::Encoding encoding = format::Encoding::kAuto;
   // raw/zstd: resize so the short side is this (0: keep). jpeg: a resolution cap, the
   // fidelity-for-speed trade of FFCV's max_resolution: an image whose short side (long side,
@@ -95,6 +96,8 @@ struct PackResult {
   std::vector<SkippedFile> skipped;
   std::vector<SkippedFile> ignored;
   std::string output;
+  // The encoding the archive was packed with: options.encoding, except auto with a size (jpeg).
+  format::Encoding encoding = format::Encoding::kAuto;
 };
 
 using ProgressFn = std::function<void(const PackStats&)>;
@@ -119,7 +122,7 @@ Status DecodeForRecord(imaging::Decoder& decoder, const uint8_t* data, size_t si
 // The skip report as JSON (written by `pack --report`).
 std::string PackReportJson(const PackResult& result, const std::string& source);
 
-// Deterministic Fisher-Yates shuffle with a splitmix64/xoshiro stream from `seed`.
+// Deterministic Fisher-Yates shuffle with the splitmix64 stream of `seed` (base/random.h).
 void ShuffleItems(std::vector<SourceItem>* items, uint64_t seed);
 
 // XXH3 of a source list as parts see it: class names, then every item's path relative to the

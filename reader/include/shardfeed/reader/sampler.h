@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "shardfeed/base/random.h"
+
 namespace shardfeed::reader {
 
 struct SamplerOptions {
@@ -102,22 +104,7 @@ class Sampler {
 };
 
 // A reproducible 64-bit generator (splitmix64) used for shuffles and augmentation draws.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  double Uniform(double lo, double hi) { return lo + (hi - lo) * Uniform(); }
-  uint64_t Below(uint64_t bound) { return bound ? Next() % bound : 0; }
-
- private:
-  uint64_t state_;
-};
+using Rng = shardfeed::Rng;  // base/random.h: the one implementation, shared with the packer
 
 // Mixes several values into one seed (for per-(seed, epoch, sample) streams).
 uint64_t MixSeed(uint64_t a, uint64_t b, uint64_t c = 0);
