@@ -37,7 +37,9 @@ Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
   if (wo.chunk_bytes == 0) wo.chunk_bytes = 1 << 20;
   SF_ASSIGN_OR_RETURN(auto writer, format::ArchiveWriter::Create(out, wo));
   // --jpeg-layout indexed: the JPEG codec's own pack-time re-layout, on the stored bytes.
-  const bool relayout = jpeg_indexed && m.encoding == format::Encoding::kJpeg;
+  // An auto archive's JPEG records are re-laid too; its pixel records are copied as they are.
+  const bool relayout = jpeg_indexed && (m.encoding == format::Encoding::kJpeg ||
+                                         m.encoding == format::Encoding::kAuto);
   SF_ASSIGN_OR_RETURN(const codec::Codec* jpeg, codec::CodecFor(format::Encoding::kJpeg));
   codec::EncodeOptions encode;
   encode.jpeg_indexed = true;
@@ -52,7 +54,8 @@ Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
     }
     SF_RETURN_IF_ERROR(archive.VerifyRecord(i));  // never copy damage into a fresh checksum
     SF_ASSIGN_OR_RETURN(format::RecordView r, archive.At(i));
-    if (relayout && !(r.entry->flags & format::kFlagJpegIndexed)) {
+    if (relayout && r.entry->encoding == static_cast<uint8_t>(format::Encoding::kJpeg) &&
+        !(r.entry->flags & format::kFlagJpegIndexed)) {
       payload.assign(r.data, r.data + r.size);
       format::IndexEntry fresh{};
       bool resized = false;
