@@ -161,34 +161,6 @@ void BindTools(py::module_& m) {
         converter::PackOptionTable(), converter::PackOptions(),
         [](const converter::PackOption& o, py::dict& d) { d["recorded"] = o.recorded; });
   });
-  m.def(
-      "stats",
-      [](const std::string& path, const std::vector<std::string>& against, uint32_t size,
-         int workers, int near_threshold, double dark, double bright, double uniform, double blurry,
-         double extreme_aspect, uint32_t tiny) {
-        validate::StatsOptions o;
-        o.size = size;
-        o.workers = workers;
-        o.near_threshold = near_threshold;
-        o.dark = dark, o.bright = bright, o.uniform = uniform, o.blurry = blurry;
-        o.extreme_aspect = extreme_aspect;
-        o.tiny = tiny;
-        Check(validate::ValidateStatsOptions(o));
-        auto archive = Check(format::Archive::Open(path, format::IndexCheck::kFull));
-        std::vector<validate::OtherArchive> others;
-        for (const std::string& a : against) {
-          others.push_back({a, Check(format::Archive::Open(a, format::IndexCheck::kFull))});
-        }
-        Result<validate::StatsReport> report = Status::Internal("unset");
-        {
-          py::gil_scoped_release release;
-          report = validate::Stats(*archive, o, others);
-        }
-        return FromJson(Check(std::move(report)).ToJson());
-      },
-      py::arg("path"), py::arg("against"), py::arg("size"), py::arg("workers"),
-      py::arg("near_threshold"), py::arg("dark"), py::arg("bright"), py::arg("uniform"),
-      py::arg("blurry"), py::arg("extreme_aspect"), py::arg("tiny"));
   m.def("pack", &Pack, py::arg("src"), py::arg("out"));
   m.def("verify", &Verify, py::arg("path"), py::arg("decode") = false, py::arg("workers") = 0,
         py::arg("max_pixels") = 0);

@@ -91,19 +91,29 @@ TEST_CASE("records round-trip through chunks and shards with O(1) access") {
   CHECK(!a.At(n).ok());
 }
 
-TEST_CASE("views stay valid while the archive is referenced") {
+TEST_CASE("views stay valid while the archive is referenced, and only that long") {
+  // Before, this test held the archive in `keep` and checked the view: true whatever the code
+  // did. Now it checks what the contract says: any one reference keeps the mapping (the view
+  // reads sample 7's bytes, not another sample's), and the last one closes it (nothing hidden,
+  // such as a cache of open archives, keeps it mapped).
   TempDir dir;
   WriteArchive(dir / "a", 20);
   RecordView r;
-  std::vector<uint8_t> want = Payload(7);
+  std::vector<uint8_t> want = Payload(7), other = Payload(8);
+  std::weak_ptr<Archive> watch;
   {
     auto archive = Archive::Open(dir / "a");
     REQUIRE(archive.ok());
     std::shared_ptr<Archive> keep = *archive;
+    watch = keep;
     r = keep->At(7).ValueOrDie();
     archive = Status::Cancelled("drop the Result's reference");
+    REQUIRE(watch.use_count() == 1);  // `keep` alone holds it now
+    REQUIRE(r.size == want.size());
     REQUIRE(std::equal(want.begin(), want.end(), r.data));
+    REQUIRE(!(other.size() == r.size && std::equal(other.begin(), other.end(), r.data)));
   }
+  CHECK(watch.expired());
 }
 
 TEST_CASE("a flipped payload byte is caught and names the sample") {
