@@ -329,7 +329,7 @@ def test_verify_reports_an_archive_too_damaged_to_open_with_exit_1(archive, dama
     code = ("import json, sys, shardfeed; r = shardfeed.verify(sys.argv[1]); "
             "print(json.dumps(r))")
     env = dict(os.environ, PYTHONPATH=os.environ.get("SHARDFEED_PYTHONPATH", ""))
-    if env["PYTHONPATH"]:
+    if os.path.isdir(os.path.join(env["PYTHONPATH"], "shardfeed")):  # not in sanitizer builds
         py = subprocess.run(["/usr/bin/python3", "-c", code, str(archive)], capture_output=True,
                             text=True, env=env, timeout=60)
         assert py.returncode == 0, py.stderr  # a report, not an exception

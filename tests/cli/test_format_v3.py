@@ -9,7 +9,9 @@ import pytest
 from PIL import Image
 
 CLI = os.environ.get("SHARDFEED_CLI", "shardfeed")
-PYTHONPATH = os.environ.get("SHARDFEED_PYTHONPATH", "")
+# The Python module is built only in builds with SHARDFEED_PYTHON (not the sanitizer builds).
+_p = os.environ.get("SHARDFEED_PYTHONPATH", "")
+PYTHONPATH = _p if os.path.isdir(os.path.join(_p, "shardfeed")) else ""
 
 
 def run(*args, check=None):

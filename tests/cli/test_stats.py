@@ -16,7 +16,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 import stats_corpus as sc  # noqa: E402
 
 CLI = os.environ.get("SHARDFEED_CLI", "shardfeed")
-PYTHONPATH = os.environ.get("SHARDFEED_PYTHONPATH", "")
+# The Python module is built only in builds with SHARDFEED_PYTHON (not the sanitizer builds).
+_p = os.environ.get("SHARDFEED_PYTHONPATH", "")
+PYTHONPATH = _p if os.path.isdir(os.path.join(_p, "shardfeed")) else ""
 
 
 def run(*args, timeout=120):
