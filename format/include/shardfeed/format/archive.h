@@ -72,6 +72,14 @@ class Archive {
   // way to a record: every accessor opens its shard or fails with a Status (there is no
   // unchecked variant; a shard not opened yet is never dereferenced).
   Result<RecordView> At(uint64_t index) const;
+  // The schema (manifest().schema): Schema::Legacy() for archives of versions 1-3.
+  const Schema& schema() const { return manifest_.schema; }
+  // Field `f` of sample `index` (version 4; any field but the image and the class field, which
+  // At() gives): a view into the shard's column (fixed fields) or into the sample's var blob.
+  // With `verify`, the var blob's checksum is checked first (kChecksumMismatch naming the sample
+  // and the field). Errors name the archive, the shard, the sample and the field. Thread-safe,
+  // O(1) plus the checksum. The view lives as long as the Archive.
+  Result<FieldView> Field(uint64_t index, size_t f, bool verify = false) const;
   // The label of `index`, or -1 when its record cannot be read (At() says why).
   int32_t Label(uint64_t index) const {
     auto r = At(index);
@@ -83,7 +91,8 @@ class Archive {
   // archive answers them with zeros instead (format/src/fault_guard.h), so readers call this
   // after reading a record's bytes and drop what they read. OK otherwise. Thread-safe, O(1).
   Status CheckUnchanged(uint64_t index) const;
-  // Recomputes a record's XXH3 and compares it with the index. kChecksumMismatch names the sample.
+  // Recomputes a record's XXH3 and compares it with the index (version 4: and its var blob's
+  // with its VarEntry). kChecksumMismatch names the sample (and the field table).
   Status VerifyRecord(uint64_t index) const;
   // Recomputes a shard's content hash and compares it with the header and the manifest.
   Status VerifyShard(size_t shard) const;
@@ -139,7 +148,9 @@ struct WriterOptions {
   // N x height x width x 3 data set, one HDF5 chunk per record (zstd through filter 32015).
   Encoding encoding = Encoding::kJpeg;
   uint32_t height = 0, width = 0;
-  int zstd_level = 1;  // recorded as the HDF5 filter's parameter
+  int zstd_level = 1;  // recorded as the HDF5 filter's parameter (and the masks' zstd level)
+  // Version 4: the fields every Append gives (the manifest records it). Legacy(): image, label.
+  Schema schema = Schema::Legacy();
 };
 
 // Writes an archive atomically and never destroys anything that is not provably its own
@@ -169,8 +180,13 @@ class ArchiveWriter {
   ~ArchiveWriter();
 
   // Appends one record. `entry` gives label, shape, encoding, orientation and flags; its
-  // checksum/chunk/offset/size fields are filled in here.
+  // checksum/chunk/offset/size fields are filled in here. Only for schemas whose every field is
+  // the image or the class field (else kInvalidArgument: use the overload with values).
   Status Append(IndexEntry entry, const uint8_t* data, size_t size);
+  // Appends one sample of the schema: the image record as above, `values[f]` for every other
+  // field f (CheckValue'd here against the stored shape entry.height x entry.width: a bad value
+  // is kInvalidArgument naming the field, and nothing of the sample is written).
+  Status Append(IndexEntry entry, const uint8_t* data, size_t size, const FieldValues& values);
   // Closes the current shard (if it holds any record) so the next record starts a new one.
   Status NextShard();
   // Adds an existing, validated shard file of another archive as the next shard, without

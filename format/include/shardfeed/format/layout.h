@@ -1,4 +1,4 @@
-// The on-disk layout of a shardfeed archive, format version 3 (reads 1 and 2).
+// The on-disk layout of a shardfeed archive, format version 4 (reads 1 to 3).
 //
 // This header and docs/FORMAT.md describe the same thing and change together. Every field is
 // little-endian with a fixed width; the static_asserts pin sizes and offsets so that a compiler
@@ -17,8 +17,11 @@ namespace shardfeed::format {
 // own checksum ("manifest_xxh3"); its shards are laid out exactly as version 1's. Version 3
 // records the manifest's "shape" for every archive whose records decode to one shape, JPEG
 // included (the upright shape, after EXIF orientation; see UprightHeight), and adds the archive
-// encoding "auto" (per-record encodings) and "reencoded_records"; shards unchanged.
-inline constexpr uint32_t kFormatVersion = 3;
+// encoding "auto" (per-record encodings) and "reencoded_records"; shards unchanged. Version 4
+// adds typed per-sample fields (fields.h): the manifest's "fields" (the schema), a per-shard
+// fields table (fixed-size columns, then a VarEntry per sample when the schema has variable
+// fields) whose checksum is ShardHeader::fields_checksum, and var blobs in the chunks.
+inline constexpr uint32_t kFormatVersion = 4;
 inline constexpr uint32_t kMinFormatVersion = 1;
 inline constexpr bool IsReadableVersion(uint32_t v) {
   return v >= kMinFormatVersion && v <= kFormatVersion;
@@ -120,14 +123,41 @@ struct ShardHeader {
   uint64_t sample_count;    // entries in the index
   uint64_t chunk_count;     // chunks 0 .. chunk_count-1 exist
   uint64_t index_checksum;  // XXH3-64 of the index bytes
-  uint64_t content_hash;    // XXH3-64 streamed over every chunk in order, then the index bytes
-  uint64_t reserved;        // zero
+  uint64_t content_hash;    // XXH3-64 streamed over every chunk in order, then the index bytes,
+                            // then (version 4) the fields table bytes
+  uint64_t fields_checksum;  // version 4: XXH3-64 of the fields table (0 when it is empty);
+                             // before: reserved, zero
 };
 static_assert(sizeof(ShardHeader) == 64, "ShardHeader is 64 bytes on disk");
 static_assert(offsetof(ShardHeader, format_version) == 8);
 static_assert(offsetof(ShardHeader, first_sample) == 16);
 static_assert(offsetof(ShardHeader, index_checksum) == 40);
 static_assert(offsetof(ShardHeader, content_hash) == 48);
+static_assert(offsetof(ShardHeader, fields_checksum) == 56);
+
+// Version 4: where a sample's var blob (its variable-size field values, docs/FORMAT.md "Fields")
+// lives. One per sample, the last column of the shard's fields table, present when the schema
+// has variable fields. The blob starts 8-byte aligned within its chunk.
+struct VarEntry {
+  uint64_t checksum;  // XXH3-64 (seed 0) of the blob's bytes
+  uint32_t chunk;     // chunk number within the shard
+  uint32_t offset;    // byte offset of the blob within the chunk (a multiple of 8)
+  uint32_t size;      // blob size in bytes
+  uint32_t reserved;  // zero
+};
+static_assert(sizeof(VarEntry) == 24, "VarEntry is 24 bytes on disk");
+static_assert(offsetof(VarEntry, chunk) == 8);
+static_assert(offsetof(VarEntry, size) == 16);
+
+// A var blob starts with one of these per variable field (schema order), then the values, each
+// at an 8-byte aligned offset from the blob's start. An array/boxes/mask value begins with its
+// dims (u32 each, FieldSpec::stored_dims() of them) padded to 8 bytes, then its data (a mask's
+// data is a zstd frame of H*W bytes).
+struct VarSlot {
+  uint32_t offset;  // from the blob's first byte
+  uint32_t size;    // bytes of the value, dims included
+};
+static_assert(sizeof(VarSlot) == 8);
 
 inline constexpr char kShardMagic[8] = {'S', 'F', 'S', 'H', 'A', 'R', 'D', '\0'};
 
@@ -135,6 +165,7 @@ inline constexpr char kShardMagic[8] = {'S', 'F', 'S', 'H', 'A', 'R', 'D', '\0'}
 inline constexpr char kLmdbChunkPrefix = 'c';  // 'c' + chunk number as 4 bytes big-endian
 inline constexpr std::string_view kLmdbHeaderKey = "header";
 inline constexpr std::string_view kLmdbIndexKey = "index";
+inline constexpr std::string_view kLmdbFieldsKey = "fields";  // version 4, when not empty
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "shardfeed maps little-endian structs directly; big-endian hosts are unsupported");

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "shardfeed/base/status.h"
+#include "shardfeed/format/fields.h"
 #include "shardfeed/format/layout.h"
 
 namespace shardfeed::format {
@@ -43,7 +44,11 @@ struct Manifest {
   Backend backend = Backend::kLmdb;
   Encoding encoding = Encoding::kJpeg;
   uint64_t sample_count = 0;
-  std::vector<std::string> class_names;  // label i is class_names[i]
+  // Version 4: the archive's fields ("fields" in the manifest). Archives of versions 1-3 read as
+  // Schema::Legacy() (image, label).
+  Schema schema = Schema::Legacy();
+  // label i is class_names[i]. Version 4: empty when the schema has no class field ("label").
+  std::vector<std::string> class_names;
   std::vector<uint64_t> class_counts;    // samples per label
   // The one shape every record decodes to (UprightHeight/UprightWidth x 3), else all zero:
   // recorded by the writer whenever the records share it, whatever options made them (version
