@@ -226,3 +226,30 @@ def test_a_sample_that_does_not_decode_is_listed_not_fatal(corpus, tmp_path):
     assert s["samples"] == 2 and s["decoded"] == 1
     assert [e["index"] for e in s["errors"]] == [1] and "sample 1" in s["errors"][0]["reason"]
     assert run("stats", tmp_path / "x.sf", "-q", "--fail-on", "flags").returncode == 1
+
+
+def test_cli_and_python_read_the_options_through_one_table(corpus):
+    # The same bad value is refused with the same message by both; an unknown Python keyword
+    # is refused naming the closest option (before, Python took fixed positional parameters and
+    # the CLI parsed with boost, each with its own ranges).
+    p = run("stats", corpus / "train.sf", "--near-threshold", "17")
+    assert p.returncode == 2
+    assert "near_threshold (--near-threshold) must be" in p.stderr, p.stderr
+    if not PYTHONPATH:
+        pytest.skip("needs the Python package (SHARDFEED_PYTHONPATH)")
+    code = r"""
+import sys, shardfeed
+for kw in ({"near_threshold": 17}, {"near_treshold": 3}):
+    try:
+        shardfeed.stats(sys.argv[1], **kw)
+        print("accepted")
+    except ValueError as e:
+        print(e)
+"""
+    env = dict(os.environ, PYTHONPATH=PYTHONPATH)
+    q = subprocess.run(["/usr/bin/python3", "-c", code, str(corpus / "train.sf")],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert q.returncode == 0, q.stderr
+    bad, unknown = q.stdout.splitlines()
+    assert bad in p.stderr, (bad, p.stderr)
+    assert "did you mean 'near_threshold'" in unknown, unknown

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "shardfeed/base/option_table.h"
 #include "shardfeed/base/status.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/imaging/image.h"
@@ -40,6 +41,11 @@ struct StatsOptions {
 
 // Checks the options on their own; kInvalidArgument naming the option and its range.
 Status ValidateStatsOptions(const StatsOptions& options);
+
+// Every StatsOption declared once (name, range, help): `shardfeed stats --near-threshold 8` and
+// `shardfeed.stats(path, near_threshold=8)` both set them through it.
+using StatsOption = Option<StatsOptions>;
+const OptionTable<StatsOptions>& StatsOptionTable();
 
 // A histogram with fixed bin edges: counts[i] holds values in [edges[i], edges[i+1]); the last
 // bin is open-ended.
