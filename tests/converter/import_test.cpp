@@ -289,5 +289,50 @@ TEST_CASE("pixels are stored losslessly; a bad image is skipped and listed") {
   }
 }
 
+TEST_CASE("a sample writer destroyed without Finish leaves nothing; OUT is replaced only with "
+          "overwrite") {
+  TempDir dir;
+  PackOptions o;
+  o.workers = 2;
+  o.writer.schema = *format::Schema::FromJson(R"({"image": "image", "caption": "str"})");
+  auto sample = [](int i) {
+    Sample s;
+    s.name = "s" + std::to_string(i);
+    s.image_file = SomeImage();
+    s.values.resize(2);
+    s.values[1] = OwnedValue::Text("caption " + std::to_string(i));
+    return s;
+  };
+  {
+    auto writer = SampleWriter::Create(dir / "out", o);
+    REQUIRE(writer.ok());
+    for (int i = 0; i < 50; ++i) REQUIRE((*writer)->Write(sample(i)).ok());
+  }  // no Finish
+  CHECK(!fs::exists(dir / "out"));
+  CHECK(!fs::exists(dir / "out.partial"));
+  {
+    auto writer = SampleWriter::Create(dir / "out", o);
+    REQUIRE(writer.ok());
+    for (int i = 0; i < 3; ++i) REQUIRE((*writer)->Write(sample(i)).ok());
+    REQUIRE((*writer)->Finish(format::Manifest()).ok());
+  }
+  auto again = SampleWriter::Create(dir / "out", o);
+  CHECK(!again.ok());  // exists, no overwrite
+  o.writer.overwrite = true;
+  auto writer = SampleWriter::Create(dir / "out", o);
+  REQUIRE(writer.ok());
+  for (int i = 0; i < 5; ++i) REQUIRE((*writer)->Write(sample(i)).ok());
+  REQUIRE((*writer)->Finish(format::Manifest()).ok());
+  auto a = format::Archive::Open(dir / "out");
+  REQUIRE(a.ok());
+  REQUIRE((*a)->size() == 5);
+  for (uint64_t i = 0; i < 5; ++i) {
+    auto v = (*a)->Field(i, 1, true);
+    REQUIRE(v.ok());
+    CHECK(std::string(reinterpret_cast<const char*>(v->data), v->size) ==
+          "caption " + std::to_string(i));
+  }
+}
+
 }  // namespace
 }  // namespace shardfeed::converter
