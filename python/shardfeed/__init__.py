@@ -4,6 +4,7 @@
     shardfeed.pack("train/", "train.sf")                 # ImageFolder -> archive
     archive = shardfeed.Archive("train.sf")
     image, label = archive[0]                            # HWC uint8 numpy array, int
+    archive.schema, archive.sample(0)                    # every field: {"image": ..., ...}
     loader = shardfeed.Loader("train.sf", batch_size=64, shuffle=True, crop="random", size=224)
     for epoch in range(10):
         loader.set_epoch(epoch)
@@ -65,6 +66,23 @@ class Archive:
     def __getitem__(self, index):
         """(image, label): the sample decoded to an upright HWC uint8 RGB array."""
         return self._handle()[index]
+
+    @property
+    def schema(self):
+        """The fields every sample has, in order: {name: type} (type names of docs/FORMAT.md,
+        "Fields"), a per-box field as {"type": ..., "per": "boxes"}. Archives written before
+        format version 4: {"image": "image", "label": "int64"}."""
+        return self._handle().schema
+
+    def sample(self, index):
+        """Every field of a sample as a dict, checksums checked: the image decoded upright (HWC
+        uint8 RGB, as archive[i]), the label and other int64/float fields as Python numbers,
+        arrays and boxes as numpy arrays (read-only views into the archive's mapping when
+        aligned, which keep it open; copies otherwise), a mask as an (H, W) uint8 array, str
+        as str, bytes as bytes, json parsed. Boxes and masks are stored in the stored image's
+        pixels; for a JPEG with an EXIF orientation they are turned with the image, so they
+        always match the upright image returned here."""
+        return self._handle().sample(index)
 
     @property
     def class_names(self):
