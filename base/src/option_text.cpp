@@ -77,7 +77,7 @@ bool ParseByteSize(std::string_view text, uint64_t* out) {
   const double v = std::strtod(s.c_str(), &end);
   if (end == s.c_str() || !std::isfinite(v) || v < 0) return false;
   std::string unit(end);
-  if (!unit.empty() && unit[0] == ' ') unit.erase(0, 1);  // "2 GiB"
+  if (unit.size() > 1 && unit[0] == ' ') unit.erase(0, 1);  // "2 GiB" (not "2 ")
   for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   // dd's rule: K M G T and KiB MiB GiB TiB are powers of 1024; KB MB GB TB powers of 1000.
   double mult = 1;

@@ -300,7 +300,9 @@ Result<imaging::Image> ContactSheet(const format::Archive& archive, const Contac
     return Status::InvalidArgument("size (--size) must be in 16..512, not ", o.tile);
   }
   SF_ASSIGN_OR_RETURN(const std::vector<SheetRow> rows, SheetRows(archive, o));
-  const bool captions = !archive.schema().legacy();
+  // A folder pack's fields (image, label, path) have no caption: its sheet stays as before.
+  const bool captions = !archive.schema().legacy() &&
+                        archive.schema().ToJson() != format::Schema::ImageFolder().ToJson();
   // Layout: a label column, then tiles with a caption line (or two: index, then text) beneath.
   const uint32_t pad = 6, line = imaging::kTextCellHeight + 2;
   const uint32_t caption = line * (captions ? 2 : 1) + 2;

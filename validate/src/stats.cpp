@@ -18,6 +18,7 @@
 #include "sample_context.h"
 #include "shardfeed/base/cpus.h"
 #include "shardfeed/codec/codec.h"
+#include "shardfeed/format/stats_record.h"
 
 namespace shardfeed::validate {
 namespace {
@@ -235,6 +236,9 @@ const OptionTable<StatsOptions>& StatsOptionTable() {
        NumberOption<SO>("extreme_aspect", {1, 1e6}, "flag: long side / short side above",
                         &SO::extreme_aspect),
        CountOption<SO>("tiny", 0, 65535, "flag: short side below (pixels)", &SO::tiny),
+       BoolOption<SO>("save",
+                      "keep mean and std in ARCHIVE/stats.json for loaders given mean=\"archive\"",
+                      &SO::save),
        CountOption<SO>("max_pixels", 1, UINT64_MAX,
                        "refuse records declaring more pixels (as verify --decode and the loader)",
                        &SO::max_pixels)});
@@ -466,6 +470,14 @@ Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
     FindLeaks(m.samples, other.name, theirs.samples, o, &r);
   }
   if (progress) progress(total, total);
+  if (o.save) {
+    format::StatsRecord rec;
+    for (int c = 0; c < 3; ++c) rec.mean[c] = r.mean[c], rec.std[c] = r.std[c];
+    rec.size = o.size;
+    rec.samples = r.decoded;
+    rec.fingerprint = format::ArchiveFingerprint(archive);
+    SF_RETURN_IF_ERROR(format::WriteStatsRecord(archive, rec));
+  }
   return r;
 }
 

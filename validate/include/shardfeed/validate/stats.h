@@ -37,6 +37,9 @@ struct StatsOptions {
   // such, not also as blurry (it has no edges to measure).
   double dark = 25, bright = 230, uniform = 4, blurry = 50, extreme_aspect = 4;
   uint32_t tiny = 32;
+  // Keep mean, std and `size` in ARCHIVE/stats.json (format/stats_record.h), where a loader given
+  // mean="archive" reads them. The archive must be a local, writable directory.
+  bool save = false;
 };
 
 // Checks the options on their own; kInvalidArgument naming the option and its range.
