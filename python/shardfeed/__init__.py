@@ -5,6 +5,8 @@
     archive = shardfeed.Archive("train.sf")
     image, label = archive[0]                            # HWC uint8 numpy array, int
     archive.schema, archive.sample(0)                    # every field: {"image": ..., ...}
+    with shardfeed.Writer("mine.sf", schema={"image": "image", "caption": "str"}) as w:
+        w.write({"image": jpeg_bytes, "caption": "a cat"})   # from any Python source
     loader = shardfeed.Loader("train.sf", batch_size=64, shuffle=True, crop="random", size=224)
     for epoch in range(10):
         loader.set_epoch(epoch)
@@ -19,10 +21,11 @@ import os
 import weakref
 
 from . import _native
+from .writer import Writer, pack_iterable
 from ._native import (DataError, Error, Timeout, WorkerError, cuda_available,
                       cuda_kernels_built, cuda_unavailable_reason)
 
-__all__ = ["Archive", "Loader", "Batch", "pack", "merge", "convert", "verify", "inspect", "stats", "Error",
+__all__ = ["Archive", "Loader", "Batch", "Writer", "pack_iterable", "pack", "merge", "convert", "verify", "inspect", "stats", "Error",
            "DataError",
            "WorkerError", "Timeout", "cuda_available", "cuda_unavailable_reason",
            "cuda_kernels_built"]
