@@ -148,3 +148,23 @@ def test_without_pyarrow_the_error_says_so(tmp_path):
             "sys.exit(parquet.main([%r, %r]))" % (str(tmp_path), str(tmp_path / "out")))
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 2 and "needs pyarrow" in run.stderr
+
+
+@pytest.mark.skipif(not os.environ.get("SHARDFEED_CLI"), reason="SHARDFEED_CLI not set")
+def test_shardfeed_pack_runs_the_importer(tmp_path):
+    # `shardfeed pack` recognises a .parquet SRC (or takes --from parquet) and passes its
+    # flags on to this module: pack's options, -q; other sources' flags are refused.
+    t, boxes = table()
+    pq.write_table(t, tmp_path / "t.parquet")
+    cli = os.environ["SHARDFEED_CLI"]
+    run = subprocess.run([cli, "pack", str(tmp_path / "t.parquet"), str(tmp_path / "a"),
+                          "--workers", "2", "-q"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    check(tmp_path / "a", 20, boxes)
+    run = subprocess.run([cli, "pack", str(tmp_path), str(tmp_path / "b"), "--from", "parquet",
+                          "--backend", "hdf5"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    check(tmp_path / "b", 20, boxes)
+    run = subprocess.run([cli, "pack", str(tmp_path / "t.parquet"), str(tmp_path / "c"),
+                          "--images", "x"], capture_output=True, text=True)
+    assert run.returncode == 2 and "--images does not apply" in run.stderr

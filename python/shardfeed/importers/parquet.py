@@ -273,6 +273,11 @@ def _options_parser():
     p.add_argument("--skip-bad", nargs="?", const="true", default="false",
                    help="skip (and report) rows that do not match the schema")
     p.add_argument("--report", help="write the JSON report to this file")
+    # What `shardfeed pack SRC OUT --from parquet ...` passes on (it runs this module).
+    p.add_argument("--from", dest="source_kind", default="parquet", help=argparse.SUPPRESS)
+    p.add_argument("-q", "--quiet", action="store_true", help="no summary line")
+    for flag in _OTHER_SOURCES:
+        p.add_argument(flag, default=None, help=argparse.SUPPRESS)
     for o in _native.pack_options():  # pack's options, from its one table
         if o["name"] in _PACK_ONLY:
             if o["name"] != "skip_bad":  # refused below with a reason, not as unknown
@@ -288,6 +293,8 @@ def _options_parser():
 
 
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+# pack's flags for other kinds of source: refused with a reason rather than as unknown.
+_OTHER_SOURCES = ("--list", "--images", "--captions", "--parts-dir")
 
 
 def main(argv=None):
@@ -297,6 +304,11 @@ def main(argv=None):
         if getattr(args, name, None) is not None:
             parser.error("--%s is not taken by this importer: rows are written in the source's "
                          "order, as one archive" % name)
+    if args.source_kind != "parquet":
+        parser.error("--from %s: this is the parquet importer" % args.source_kind)
+    for flag in _OTHER_SOURCES:
+        if getattr(args, flag[2:].replace("-", "_")) is not None:
+            parser.error("%s does not apply to a parquet source" % flag)
     if args.skip_bad.lower() not in _TRUE + _FALSE:
         parser.error("--skip-bad takes true or false, not %r" % args.skip_bad)
     args.skip_bad = args.skip_bad.lower() in _TRUE
@@ -318,6 +330,8 @@ def main(argv=None):
     if args.report:
         with open(args.report, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2)
+    if args.quiet:
+        return 0
     print("packed %d samples from %s into %s (%d skipped)" % (
         report["packed"], report["source"], args.out, report["skipped_count"]))
     for s in report["skipped"][:20]:
