@@ -79,7 +79,8 @@ class Archive:
 
     def sample(self, index):
         """Every field of a sample as a dict, checksums checked: the image decoded upright (HWC
-        uint8 RGB, as archive[i]), the label and other int64/float fields as Python numbers,
+        uint8 RGB, as archive[i]), the label and other int64 and float64 fields as Python
+        numbers, float32 fields as numpy float32 scalars (the stored value and type),
         arrays and boxes as numpy arrays (read-only views into the archive's mapping when
         aligned, which keep it open; copies otherwise), a mask as an (H, W) uint8 array, str
         as str, bytes as bytes, json parsed. Boxes and masks are stored in the stored image's

@@ -112,10 +112,10 @@ py::object FieldObject(const PyArchive& a, const format::FieldSpec& spec,
       std::memcpy(&x, v.data, sizeof x);
       return py::int_(x);
     }
-    case FieldKind::kFloat32: {
+    case FieldKind::kFloat32: {  // a numpy float32: the stored value with its stored type
       float x;
       std::memcpy(&x, v.data, sizeof x);
-      return py::float_(x);
+      return py::module_::import("numpy").attr("float32")(x);
     }
     case FieldKind::kFloat64: {
       double x;

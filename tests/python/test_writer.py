@@ -100,7 +100,7 @@ def check_equal(got, want, i):
     assert got["caption"] == want["caption"]
     assert got["raw"] == want["raw"]
     assert got["meta"] == want["meta"]
-    assert got["score"] == float(np.float32(want["score"]))
+    assert got["score"] == np.float32(want["score"]) and type(got["score"]) is np.float32
     assert got["weight"] == float(want["weight"])
     assert got["count"] == want["count"]
 
