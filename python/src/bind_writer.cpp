@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 
 #include "common.h"
 #include "shardfeed/converter/options.h"
@@ -24,6 +25,23 @@ bool PackOnly(const std::string& name) {
 }
 
 class PyWriter {
+  // Marks a call in progress. The native writer is used by one thread; calls that release the
+  // GIL would otherwise let a second Python thread into it. Checked and set under the GIL.
+  class Busy {
+   public:
+    explicit Busy(bool* busy) : busy_(busy) {
+      if (*busy_) {
+        throw std::runtime_error(
+            "shardfeed.Writer used from two threads at once: one thread writes (and closes)");
+      }
+      *busy_ = true;
+    }
+    ~Busy() { *busy_ = false; }
+
+   private:
+    bool* busy_;
+  };
+
  public:
   PyWriter(const std::string& out, const std::string& schema_json,
            std::optional<std::vector<std::string>> class_names, bool skip_bad, const py::kwargs& kw)
@@ -60,6 +78,7 @@ class PyWriter {
   // C-contiguous array (pixels) or any bytes-like object (an encoded image file); `values` one
   // entry per schema field (the image's and the class field's are not read).
   void Write(uint64_t number, const py::handle& image, int64_t label, const py::list& values) {
+    Busy busy(&busy_);
     if (!writer_) throw py::value_error("this Writer is closed");
     converter::Sample s;
     s.name = "sample " + std::to_string(number);
@@ -106,6 +125,7 @@ class PyWriter {
 
   // Writes the rest, the manifest, and renames the archive into place; the report dict.
   py::object Finish() {
+    Busy busy(&busy_);
     if (!writer_) throw py::value_error("this Writer is closed");
     format::Manifest m;
     if (schema_.label_field() >= 0) {
@@ -129,6 +149,7 @@ class PyWriter {
 
   // Drops everything (the partial output is removed; `out` stays as it was).
   void Abort() {
+    Busy busy(&busy_);
     if (!writer_) return;
     result_ = writer_->result();
     py::gil_scoped_release release;
@@ -136,7 +157,8 @@ class PyWriter {
   }
 
   // [(sample number, reason)] the writer skipped (bad images; bad values with skip_bad).
-  py::list Skipped() const {
+  py::list Skipped() {
+    Busy busy(&busy_);
     const converter::PackResult& r = writer_ ? writer_->result() : result_;
     py::list out;
     for (const converter::SkippedFile& f : r.skipped) {
@@ -195,6 +217,7 @@ class PyWriter {
   format::Schema schema_;
   std::optional<std::vector<std::string>> class_names_;
   int64_t max_label_ = -1;
+  bool busy_ = false;
   std::unique_ptr<converter::SampleWriter> writer_;
   converter::PackResult result_;
 };
