@@ -276,7 +276,8 @@ class Writer:
 
     Atomic: nothing is at `out` until the with-block exits cleanly (close()); an exception in
     the block (or abort(), or a Writer dropped unclosed) leaves `out` as it was. Samples are
-    stored in write() order. Not thread-safe: write from one thread.
+    stored in write() order. Not thread-safe: write from one thread (a second thread calling
+    in while another is inside raises RuntimeError).
     """
 
     def __init__(self, out, schema=None, encoding="auto", workers=0, overwrite=False,
