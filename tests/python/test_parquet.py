@@ -168,3 +168,12 @@ def test_shardfeed_pack_runs_the_importer(tmp_path):
     run = subprocess.run([cli, "pack", str(tmp_path / "t.parquet"), str(tmp_path / "c"),
                           "--images", "x"], capture_output=True, text=True)
     assert run.returncode == 2 and "--images does not apply" in run.stderr
+
+
+def test_a_damaged_file_is_named(tmp_path):
+    (tmp_path / "d.parquet").write_bytes(b"PAR1")
+    run = subprocess.run([sys.executable, "-m", "shardfeed.importers.parquet",
+                          str(tmp_path / "d.parquet"), str(tmp_path / "out")],
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and str(tmp_path / "d.parquet") in run.stderr
+    assert "Traceback" not in run.stderr and not (tmp_path / "out").exists()

@@ -90,20 +90,25 @@ class Source:
 
     def _open(self, path):
         pa = _pyarrow()
-        if self.kind == "parquet":
-            return pa.parquet.ParquetFile(path)
         try:
-            return pa.ipc.open_stream(pa.memory_map(path))  # what save_to_disk writes
-        except pa.ArrowInvalid:
-            return pa.ipc.open_file(pa.memory_map(path))
+            if self.kind == "parquet":
+                return pa.parquet.ParquetFile(path)
+            try:
+                return pa.ipc.open_stream(pa.memory_map(path))  # what save_to_disk writes
+            except pa.ArrowInvalid:
+                return pa.ipc.open_file(pa.memory_map(path))
+        except (pa.ArrowException, OSError) as e:
+            raise SystemExit2("%s: %s" % (path, e)) from None
 
     def batches(self):
+        pa = _pyarrow()
         for path in self.files:
             reader = self._open(path)
-            if self.kind == "parquet":
-                yield from reader.iter_batches(batch_size=256)
-            else:
-                yield from reader
+            batches = reader.iter_batches(batch_size=256) if self.kind == "parquet" else reader
+            try:
+                yield from batches
+            except (pa.ArrowException, OSError) as e:  # damage past the footer
+                raise SystemExit2("%s: %s" % (path, e)) from None
 
 
 def _is_image_struct(t, pa):
