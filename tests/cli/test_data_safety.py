@@ -3,6 +3,8 @@ commands as a user runs them against folders they cannot re-create and against d
 crafted archives. Each case is a defect seen on an earlier build; a crash shows up here as a
 negative return code (killed by a signal)."""
 import fcntl
+import ctypes
+import ctypes.util
 import json
 import os
 import shutil
@@ -205,28 +207,25 @@ def test_a_full_disk_says_no_space(tmp_path):
 
 # ---- the manifest -------------------------------------------------------------------------
 
-@pytest.fixture
-def legacy_archive(tmp_path):
-    """The sample images with the fields image and label only (a folder pack adds path, whose
-    fields table a version-1 manifest cannot describe): JSONL rows with that schema."""
-    rows, schema = tmp_path / "rows.jsonl", tmp_path / "schema.json"
-    with open(rows, "w") as f:
-        for label, cls in enumerate(sorted(os.listdir(GOOD))):
-            for name in sorted(n for n in os.listdir(os.path.join(GOOD, cls)) if n[0] != "."):
-                f.write(json.dumps({"image": os.path.join(GOOD, cls, name), "label": label}) + "\n")
-    schema.write_text('{"image": "image", "label": "int64"}')
-    out = tmp_path / "a"
-    assert run("pack", rows, out, "--schema", schema, "--encoding", "jpeg").returncode == 0
-    return out
+def _xxh3_64(data):
+    """XXH3-64 (seed 0) through the libxxhash the project links."""
+    lib = ctypes.CDLL(ctypes.util.find_library("xxhash") or "libxxhash.so.0")
+    lib.XXH3_64bits.restype = ctypes.c_uint64
+    lib.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    return lib.XXH3_64bits(data, len(data))
 
 
 def edit_manifest(archive, change, keep_checksum=True):
+    """Edits manifest.json; keep_checksum=False then recomputes "manifest_xxh3" as a writer
+    would (docs/FORMAT.md: compact JSON, keys sorted), so only checks against the shards can
+    catch the edit."""
     path = archive / "manifest.json"
     m = json.loads(path.read_text())
-    if not keep_checksum:  # a version-1 manifest: no checksum of its own
-        m.pop("manifest_xxh3", None)
-        m["format_version"] = 1
     change(m)
+    if not keep_checksum:
+        m.pop("manifest_xxh3", None)
+        canonical = json.dumps(m, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        m["manifest_xxh3"] = "%016x" % _xxh3_64(canonical.encode())
     path.write_text(json.dumps(m, indent=2))
 
 
@@ -239,8 +238,7 @@ def test_verify_catches_an_edited_class_name(archive):
 
 
 @pytest.mark.parametrize("field", ["class_counts", "shape", "encoding", "sample_count"])
-def test_verify_checks_every_field_against_the_shards(legacy_archive, field):
-    archive = legacy_archive
+def test_verify_checks_every_field_against_the_shards(archive, field):
     def change(m):
         if field == "class_counts":
             m["class_counts"][0] += 1
@@ -256,8 +254,7 @@ def test_verify_checks_every_field_against_the_shards(legacy_archive, field):
     assert p.returncode == 1, (p.returncode, p.stderr)
 
 
-def test_convert_ignores_a_mistyped_option(legacy_archive, tmp_path):
-    archive = legacy_archive
+def test_convert_ignores_a_mistyped_option(archive, tmp_path):
     edit_manifest(archive, lambda m: m["options"].update(chunk_bytes="1M"), keep_checksum=False)
     assert run("verify", archive).returncode == 0
     p = run("convert", archive, tmp_path / "b")
@@ -306,10 +303,9 @@ def test_inspect_escapes_bidirectional_overrides(tmp_path):
     assert "doc\\xe2\\x80\\xaegpj.exe" in p.stdout, p.stdout
 
 
-def test_verify_checks_payload_bytes_against_the_shards(legacy_archive):
-    archive = legacy_archive
+def test_verify_checks_payload_bytes_against_the_shards(archive):
     # Issue 19: a manifest whose derived payload_bytes disagrees verified once its checksum was
-    # recomputed (here: a version-1 manifest, which has none).
+    # recomputed.
     def change(m):
         m["shards"][0]["payload_bytes"] += 1
     edit_manifest(archive, change, keep_checksum=False)
