@@ -289,8 +289,9 @@ TEST_CASE("pixels are stored losslessly; a bad image is skipped and listed") {
   }
 }
 
-TEST_CASE("a sample writer destroyed without Finish leaves nothing; OUT is replaced only with "
-          "overwrite") {
+TEST_CASE(
+    "a sample writer destroyed without Finish leaves nothing; OUT is replaced only with "
+    "overwrite") {
   TempDir dir;
   PackOptions o;
   o.workers = 2;
