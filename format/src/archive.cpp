@@ -612,7 +612,9 @@ Result<FieldView> Archive::Field(uint64_t index, size_t f, bool verify) const {
     view.aligned = reinterpret_cast<uintptr_t>(view.data) % ElemSize(spec.elem) == 0;
     return view;
   }
-  SF_ASSIGN_OR_RETURN(VarBlob blob, Blob(index));
+  auto found = Blob(index);
+  if (!found.ok()) return found.status().WithContext("reading field '" + spec.name + "'");
+  const VarBlob& blob = *found;
   if (verify) SF_RETURN_IF_ERROR(CheckBlob(index, blob, field));
   auto view = VarField(schema, blob.data, blob.size, f);
   if (!view.ok()) {
