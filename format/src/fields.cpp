@@ -315,8 +315,6 @@ int Schema::Find(std::string_view name) const {
   return -1;
 }
 
-bool Schema::has_var_fields() const { return !var_.empty(); }
-
 bool Schema::legacy() const { return fields_.size() == 2 && image_ == 0 && label_ == 1; }
 
 int Schema::VarSlot(size_t f) const {

@@ -66,6 +66,19 @@ inline bool Hdf5ImagesMode(const WriterOptions& o) {
          !o.schema.has_var_fields();
 }
 
+// Version 4 (fields_table.cpp). The table's size against the schema (every shard open), its
+// checksum (a full open, verify), one sample's VarEntry (copied: the table need not be aligned
+// for it), the entries [begin, end) inside their chunks (a full open; lazily, each when read),
+// and verify's exact check of where blobs lie (after their record, same chunk), summing the
+// blobs' bytes and the padding before them. Errors name `where` (the shard) and the sample.
+Status CheckFieldsTable(const ShardStore& shard, const Schema& schema, const std::string& where);
+Status CheckFieldsChecksum(const ShardStore& shard, const std::string& where);
+VarEntry VarEntryOf(const ShardStore& shard, const Schema& schema, uint64_t i);
+Status ValidateVarEntries(const ShardStore& shard, const Schema& schema, uint64_t first_sample,
+                          uint64_t begin, uint64_t end, const std::string& where);
+Status VarLayout(const ShardStore& shard, const Schema& schema, uint64_t first_sample,
+                 const std::string& where, uint64_t* blobs, uint64_t* padding);
+
 Result<std::unique_ptr<ShardStore>> OpenLmdbShard(const std::string& file, const ShardInfo& info,
                                                   size_t number);
 

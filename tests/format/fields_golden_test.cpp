@@ -129,7 +129,10 @@ void WriteGolden(const std::string& path, Backend backend, Encoding encoding, bo
 // expectations into $SHARDFEED_GOLDEN_V4_OUT (never into the committed directory).
 TEST_CASE("write the version-4 golden archives", "[.make_golden_v4]") {
   const char* out = std::getenv("SHARDFEED_GOLDEN_V4_OUT");
-  REQUIRE(out != nullptr);
+  if (out == nullptr) {  // selected by a file tag ([#fields_golden_test]), not asked to write
+    WARN("SHARDFEED_GOLDEN_V4_OUT is not set: no golden archives written");
+    return;
+  }
   auto all = Schema::FromJson(kGoldenSchema);
   auto fixed = Schema::FromJson(
       R"({"image": "image", "label": "int64", "score": "float32", "emb": "float32[3]"})");

@@ -318,5 +318,50 @@ TEST_CASE("fixed-shape raw HDF5 archives keep /images for fixed fields, use reco
   }
 }
 
+// Regression: VarField multiplied the dims and checked the product after each step, so with 4
+// dims the product could wrap around 2^64 to the value's size (here 0) and a view promising
+// 2^20 x 2^20 x 2^24 bytes over an empty value was returned.
+TEST_CASE("dims whose product wraps around are refused", "[fields]") {
+  auto schema = Schema::FromJson(R"({"image": "image", "grid": "uint8[*,*,*,*]"})");
+  REQUIRE(schema.ok());
+  FieldValues values(2);
+  values[1].present = true;
+  values[1].ndim = 4;
+  values[1].dims = {1, 1, 1, 0};  // an empty array
+  std::vector<uint8_t> blob;
+  REQUIRE(EncodeVarBlob(*schema, values, 1, &blob).ok());
+  REQUIRE(VarField(*schema, blob.data(), blob.size(), 1).ok());
+  VarSlot slot;
+  std::memcpy(&slot, blob.data(), sizeof slot);
+  const uint32_t dims[4] = {1u << 20, 1u << 20, 1u << 24, 1};
+  std::memcpy(blob.data() + slot.offset, dims, sizeof dims);
+  auto v = VarField(*schema, blob.data(), blob.size(), 1);
+  REQUIRE(!v.ok());
+  CHECK(v.status().code() == StatusCode::kCorrupt);
+  CHECK(v.status().message().find("'grid'") != std::string::npos);
+}
+
+// Boxes given at an address not aligned for float (a view of an HDF5 chunk, a slice of a
+// caller's buffer) are checked through memcpy (UBSan flagged the float loads before).
+TEST_CASE("boxes at an unaligned address are checked", "[fields]") {
+  auto schema = Schema::FromJson(R"({"image": "image", "boxes": "boxes"})");
+  REQUIRE(schema.ok());
+  std::vector<uint8_t> buffer(1 + 2 * 16);
+  const float box[8] = {1, 2, 3, 4, 5, 6, 7, std::nanf("")};
+  std::memcpy(buffer.data() + 1, box, sizeof box);
+  FieldValue v;
+  v.present = true;
+  v.data = buffer.data() + 1;
+  v.size = sizeof box;
+  v.ndim = 2;
+  v.dims = {2, 4};
+  Status st = CheckValue(schema->fields()[1], v, 8, 8, -1);
+  CHECK(st.code() == StatusCode::kInvalidArgument);
+  CHECK(st.message().find("box 1 is not finite") != std::string::npos);
+  v.size = 16;
+  v.dims = {1, 4};
+  CHECK(CheckValue(schema->fields()[1], v, 8, 8, -1).ok());
+}
+
 }  // namespace
 }  // namespace shardfeed::format

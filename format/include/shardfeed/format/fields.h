@@ -102,8 +102,8 @@ class Schema {
   int Find(std::string_view name) const;
   int image_field() const { return image_; }  // always >= 0 for a valid schema
   int label_field() const { return label_; }  // the class field, or -1 when there is none
-  bool has_var_fields() const;                // any field stored in the var blob
-  bool legacy() const;                        // exactly image + label (a v1-3 archive's)
+  bool has_var_fields() const { return !var_.empty(); }  // any field stored in the var blob
+  bool legacy() const;                                   // exactly image + label (a v1-3 archive's)
 
   // Adds a field (for building schemas in C++); checks as FromJson does.
   Status Add(FieldSpec spec);
