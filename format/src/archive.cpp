@@ -193,15 +193,23 @@ Status ValidateVarEntries(const ShardStore& shard, const Schema& schema, uint64_
   if (!schema.has_var_fields()) return Status::OK();
   for (uint64_t i = begin; i < end; ++i) {
     const VarEntry v = VarEntryOf(shard, schema, i);
-    if (v.chunk >= shard.header.chunk_count ||
-        uint64_t{v.offset} + v.size > shard.chunk_size[v.chunk] || v.offset % 8 != 0 ||
-        v.reserved != 0) {
+    // An HDF5 /images shard addresses its var stream (chunk 0), every other shard its chunks.
+    const bool inside = shard.var_stream
+                            ? v.chunk == 0 && uint64_t{v.offset} + v.size <= shard.var_size
+                            : v.chunk < shard.header.chunk_count &&
+                                  uint64_t{v.offset} + v.size <= shard.chunk_size[v.chunk];
+    if (!inside || v.offset % 8 != 0 || v.reserved != 0) {
       return Status::Corrupt(where, ": var entry of sample ", first_sample + i, " (chunk ", v.chunk,
-                             ", offset ", v.offset, ", size ", v.size,
-                             ") points outside its chunk");
+                             ", offset ", v.offset, ", size ", v.size, ") points outside ",
+                             shard.var_stream ? "/shardfeed/var" : "its chunk");
     }
   }
   return Status::OK();
+}
+
+// The bytes a VarEntry checked by ValidateVarEntries addresses.
+const uint8_t* VarBlobData(const ShardStore& shard, const VarEntry& v) {
+  return (shard.var_stream ? shard.var_data : shard.chunk_data[v.chunk]) + v.offset;
 }
 
 // Every var entry in bounds and where the writer puts it: in its record's chunk, at the first
@@ -211,6 +219,25 @@ Status VarLayout(const ShardStore& shard, const Schema& schema, uint64_t first_s
   const uint64_t n = shard.header.sample_count;
   SF_RETURN_IF_ERROR(ValidateVarEntries(shard, schema, first_sample, 0, n, where));
   if (!schema.has_var_fields()) return Status::OK();
+  if (shard.var_stream) {  // HDF5 /images: blobs back to back in the var stream, 8-aligned
+    uint64_t end = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      const VarEntry v = VarEntryOf(shard, schema, i);
+      if (v.offset != ((end + 7) & ~uint64_t{7})) {
+        return Status::Corrupt(where, ": var blob of sample ", first_sample + i,
+                               " does not follow the previous one in /shardfeed/var (offset ",
+                               v.offset, ", the previous ends at ", end, ")");
+      }
+      *blobs += v.size;
+      *padding += v.offset - end;
+      end = uint64_t{v.offset} + v.size;
+    }
+    if (end != shard.var_size) {
+      return Status::Corrupt(where, ": /shardfeed/var holds ", shard.var_size,
+                             " bytes, its blobs end at ", end);
+    }
+    return Status::OK();
+  }
   for (uint64_t i = 0; i < n; ++i) {
     const VarEntry v = VarEntryOf(shard, schema, i);
     const IndexEntry& e = shard.index[i];
@@ -315,13 +342,15 @@ Archive::~Archive() = default;
 
 namespace {
 
-// XXH3 of a shard's chunks then its index: the content hash its header and the manifest hold.
+// XXH3 of a shard's chunks, its var stream (HDF5 /images shards), its index and its fields
+// table: the content hash its header and the manifest hold.
 uint64_t ShardContentHash(const ShardStore& shard) {
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
   for (size_t c = 0; c < shard.chunk_data.size(); ++c) {
     XXH3_64bits_update(state, shard.chunk_data[c], shard.chunk_size[c]);
   }
+  if (shard.var_size > 0) XXH3_64bits_update(state, shard.var_data, shard.var_size);
   XXH3_64bits_update(state, shard.index, shard.header.sample_count * sizeof(IndexEntry));
   if (shard.fields_size > 0) XXH3_64bits_update(state, shard.fields, shard.fields_size);
   uint64_t got = XXH3_64bits_digest(state);
@@ -565,7 +594,7 @@ Result<Archive::VarBlob> Archive::Blob(uint64_t index) const {
   SF_RETURN_IF_ERROR(
       ValidateVarEntries(shard, manifest_.schema, shard_starts_[s], local, local + 1, slot->file));
   const VarEntry v = VarEntryOf(shard, manifest_.schema, local);
-  return VarBlob{shard.chunk_data[v.chunk] + v.offset, v.size, v.checksum, &slot->file};
+  return VarBlob{VarBlobData(shard, v), v.size, v.checksum, &slot->file};
 }
 
 Status Archive::CheckBlob(uint64_t index, const VarBlob& blob, const std::string& field) const {
@@ -662,6 +691,7 @@ Status Archive::VerifyDerived() const {
     uint64_t records = 0, chunks = 0;
     for (uint64_t i = 0; i < shard.header.sample_count; ++i) records += shard.index[i].size;
     for (uint64_t size : shard.chunk_size) chunks += size;
+    chunks += shard.var_size;  // HDF5 /images shards: the var stream holds the blobs
     auto differs = [&](const char* field, uint64_t stored, uint64_t actual) {
       return Status::Corrupt(manifest_file, ": shard ", info.file, ": ", field, " is ", stored,
                              ", the shard holds ", actual);
