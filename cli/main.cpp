@@ -1,6 +1,7 @@
 // The shardfeed command line: a thin layer over the public headers. Exit codes:
 //   0 success; 1 the work found bad data (verify failures, --strict skips);
 //   2 wrong arguments; 3 any other error (I/O, corrupt archive).
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -147,6 +148,8 @@ int PackParquet(int argc, char** argv) {
   pid_t pid = ::fork();
   if (pid == 0) {
     ::setenv("PYTHONPATH", pythonpath.c_str(), 1);
+    const int null = ::open("/dev/null", O_WRONLY);  // the check's traceback is not the message
+    if (null >= 0) ::dup2(null, STDERR_FILENO);
     ::execl(python.c_str(), python.c_str(), "-c", check.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
@@ -156,8 +159,17 @@ int PackParquet(int argc, char** argv) {
         "parquet import needs the shardfeed Python package and pyarrow importable by ", python,
         " (pip install pyarrow); it runs python -m shardfeed.importers.parquet SRC OUT"));
   }
+  // The importer takes pack's arguments but --from (it is the parquet one) and -q (it prints
+  // no progress line).
   std::vector<std::string> args = {python, "-m", "shardfeed.importers.parquet"};
-  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--from") {
+      ++i;
+    } else if (a.rfind("--from=", 0) != 0 && a != "-q" && a != "--quiet") {
+      args.push_back(a);
+    }
+  }
   std::vector<char*> argv_out;
   for (std::string& a : args) argv_out.push_back(a.data());
   argv_out.push_back(nullptr);

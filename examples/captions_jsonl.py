@@ -37,7 +37,7 @@ def main(root):
     loader = shardfeed.Loader(out, batch_size=3, crop="center", size=32,
                               fields=["caption"], workers=2)
     for batch in loader:
-        for image, caption in zip(batch["images"], batch["caption"]):
+        for image, caption in zip(batch[0], batch["caption"]):  # batch[0]: the images
             colour = caption.split()[1]
             # PNGs are stored losslessly: the pixels are exactly the caption's colour.
             assert tuple(np.asarray(image)[16, 16]) == COLOURS[colour], caption

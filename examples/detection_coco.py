@@ -43,7 +43,7 @@ def main(root):
     loader = shardfeed.Loader(archive, batch_size=4, crop="center", size=96, flip=True,
                               fields=["boxes", "labels"], workers=2)
     for batch in loader:
-        images, boxes, labels = batch["images"], batch["boxes"], batch["labels"]
+        images, boxes, labels = batch[0], batch["boxes"], batch["labels"]  # images: as ever
         print("images", tuple(images.shape), "boxes of the first image",
               np.asarray(boxes[0]).round(1).tolist(), "labels", np.asarray(labels[0]).tolist())
         for b in boxes:

@@ -79,6 +79,13 @@ Result<SourceList> ImportCsv(const std::string& file, const ImportOptions& optio
   } while (got && header.size() == 1 && header[0].empty());
   if (!got) return Status::InvalidArgument(file, ": empty (expected a header row)");
   if (!header.empty() && header[0].rfind("\xEF\xBB\xBF", 0) == 0) header[0].erase(0, 3);  // BOM
+  for (size_t i = 0; i < header.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (header[i] == header[j]) {
+        return Status::Corrupt(file, ":", line_no, ": column '", header[i], "' given twice");
+      }
+    }
+  }
   std::vector<Json> objects;
   std::vector<std::string> where;
   std::vector<SkippedFile> skipped;

@@ -19,6 +19,8 @@
 namespace shardfeed::converter {
 namespace {
 
+constexpr uint64_t kMaxValueBytes = uint64_t{1} << 30;  // a non-image member read into memory
+
 struct Member {
   std::string name;
   uint64_t offset = 0, size = 0;  // the data's byte range in the tar
@@ -97,6 +99,10 @@ Status ListTar(const std::string& file, std::vector<Member>* members) {
     std::string name = Text(h, 100);
     if (std::memcmp(h + 257, "ustar", 5) == 0 && h[345]) name = Text(h + 345, 155) + "/" + name;
     if (type == 'L' || type == 'x') {
+      if (size > (1u << 20)) {
+        return Status::Corrupt(file, ": byte ", pos, ": a long-name or pax header of ", size,
+                               " bytes (more than 1 MiB)");
+      }
       std::string body;
       SF_RETURN_IF_ERROR(ReadAt(fd.get(), data, static_cast<size_t>(size), &body));
       if (type == 'L') {
@@ -263,6 +269,10 @@ Result<SourceList> ImportWebDataset(const std::string& src, const ImportOptions&
       FieldOfExtension(ext, &spec);
       const int f = schema.Find(spec.name);
       if (f < 0 || f == schema.image_field()) continue;  // not in the given schema
+      if (m.size > kMaxValueBytes) {
+        return Status::Corrupt(where, ": member ", m.name, " of ", m.size,
+                               " bytes is larger than a field value may be (1 GiB)");
+      }
       std::string bytes;
       Status read = ReadAt(fd->get(), m.offset, static_cast<size_t>(m.size), &bytes);
       if (!read.ok()) return Status(read.code(), s.tar + ": " + read.message());

@@ -373,7 +373,7 @@ void SampleWriter::Impl::StopWorkers() {
 // strict.
 Status SampleWriter::Impl::Append(Slot& slot) {
   const Prepared& p = slot.prepared;
-  const std::string& name = slot.sample.name.empty() ? slot.sample.image_file : slot.sample.name;
+  const std::string& name = slot.sample.name;
   PackStats& stats = result.stats;
   ++stats.done;
   const bool bad_image = !p.status.ok();
@@ -444,6 +444,10 @@ Status SampleWriter::Impl::WriteNext() {
 Status SampleWriter::Impl::Write(Sample sample) {
   if (finished_) return Status::InvalidArgument("write after finish");
   if (!failure_.ok()) return failure_;
+  if (sample.name.empty()) {
+    sample.name =
+        sample.image_file.empty() ? "sample " + std::to_string(next_submit_) : sample.image_file;
+  }
   ++result.stats.total;
   while (next_submit_ >= next_write_ + window_) {
     failure_ = WriteNext();

@@ -345,3 +345,20 @@ def test_parquet_is_run_by_the_python_package_or_explained(tmp_path):
     # The Python importer ran (and refused this 4-byte file as the bad parquet it is).
     assert p.returncode != 0
     assert "Traceback" not in p.stderr or "parquet" in p.stderr
+
+
+def test_a_damaged_tar_is_an_error_naming_the_file_and_offset(tmp_path):
+    with tarfile.open(tmp_path / "a.tar", "w") as tar:
+        b = io.BytesIO()
+        Image.new("RGB", (8, 8)).save(b, "PNG")
+        add_member(tar, "x.png", b.getvalue())
+        add_member(tar, "y.png", b.getvalue())
+    data = bytearray((tmp_path / "a.tar").read_bytes())
+    data[1024 + 100] ^= 0xFF  # y.png's header (after x.png's header and one data block)
+    (tmp_path / "a.tar").write_bytes(bytes(data))
+    p = run("pack", tmp_path / "a.tar", tmp_path / "out", "-q", check=1)
+    assert "a.tar: byte 1024: not a tar header" in p.stderr, p.stderr
+    (tmp_path / "b.tar").write_bytes(bytes(data[:540]))  # x.png (69 bytes) cut short
+    p = run("pack", tmp_path / "b.tar", tmp_path / "out", "-q", check=1)
+    assert "b.tar: byte 0" in p.stderr and "past the end" in p.stderr, p.stderr
+    assert not (tmp_path / "out").exists()

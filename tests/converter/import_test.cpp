@@ -145,6 +145,9 @@ TEST_CASE("a CSV manifest: quoted cells, typed columns, class names from strings
   o.schema_json = R"({"image": "image", "n": "int64"})";
   auto refused = ImportCsv(dir / "bad.csv", o);
   CHECK(refused.status().message().find("bad.csv:3: field 'n'") != std::string::npos);
+  Write(dir / "twice.csv", "image,n,n\n" + img + ",1,2\n");
+  auto twice = ImportCsv(dir / "twice.csv", {});
+  CHECK(twice.status().message().find("twice.csv:1: column 'n' given twice") != std::string::npos);
 }
 
 TEST_CASE("a COCO file: xywh boxes, contiguous labels, iscrowd, captions, empty images") {
@@ -289,8 +292,9 @@ TEST_CASE("pixels are stored losslessly; a bad image is skipped and listed") {
   }
 }
 
-TEST_CASE("a sample writer destroyed without Finish leaves nothing; OUT is replaced only with "
-          "overwrite") {
+TEST_CASE(
+    "a sample writer destroyed without Finish leaves nothing; OUT is replaced only with "
+    "overwrite") {
   TempDir dir;
   PackOptions o;
   o.workers = 2;

@@ -49,7 +49,9 @@ namespace shardfeed::converter {
 //   - `height` > 0: `image` holds height x width x 3 uint8 RGB pixels, row-major;
 //   - else `image` holds an encoded image file's bytes (JPEG, PNG, WebP, ...).
 struct Sample {
-  std::string name;  // how errors and the skip list name the sample ("cat/1.jpg", "a.jsonl:12")
+  // How errors and the skip list name the sample ("cat/1.jpg", "a.jsonl:12"); empty: the image
+  // file, else "sample N" (N counting Write() calls from 0).
+  std::string name;
   imaging::Bytes image;
   uint32_t height = 0, width = 0;
   std::string image_file;
