@@ -248,13 +248,15 @@ Archive::~Archive() = default;
 
 namespace {
 
-// XXH3 of a shard's chunks then its index: the content hash its header and the manifest hold.
+// XXH3 of a shard's chunks, its var stream (HDF5 /images shards), its index and its fields
+// table: the content hash its header and the manifest hold.
 uint64_t ShardContentHash(const ShardStore& shard) {
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
   for (size_t c = 0; c < shard.chunk_data.size(); ++c) {
     XXH3_64bits_update(state, shard.chunk_data[c], shard.chunk_size[c]);
   }
+  if (shard.var_size > 0) XXH3_64bits_update(state, shard.var_data, shard.var_size);
   XXH3_64bits_update(state, shard.index, shard.header.sample_count * sizeof(IndexEntry));
   if (shard.fields_size > 0) XXH3_64bits_update(state, shard.fields, shard.fields_size);
   uint64_t got = XXH3_64bits_digest(state);
@@ -498,7 +500,7 @@ Result<Archive::VarBlob> Archive::Blob(uint64_t index) const {
   SF_RETURN_IF_ERROR(
       ValidateVarEntries(shard, manifest_.schema, shard_starts_[s], local, local + 1, slot->file));
   const VarEntry v = VarEntryOf(shard, manifest_.schema, local);
-  return VarBlob{shard.chunk_data[v.chunk] + v.offset, v.size, v.checksum, &slot->file};
+  return VarBlob{VarBlobData(shard, v), v.size, v.checksum, &slot->file};
 }
 
 Status Archive::CheckBlob(uint64_t index, const VarBlob& blob, const std::string& field) const {
@@ -597,6 +599,7 @@ Status Archive::VerifyDerived() const {
     uint64_t records = 0, chunks = 0;
     for (uint64_t i = 0; i < shard.header.sample_count; ++i) records += shard.index[i].size;
     for (uint64_t size : shard.chunk_size) chunks += size;
+    chunks += shard.var_size;  // HDF5 /images shards: the var stream holds the blobs
     auto differs = [&](const char* field, uint64_t stored, uint64_t actual) {
       return Status::Corrupt(manifest_file, ": shard ", info.file, ": ", field, " is ", stored,
                              ", the shard holds ", actual);

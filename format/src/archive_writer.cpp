@@ -255,6 +255,8 @@ Result<std::unique_ptr<ArchiveWriter>> ArchiveWriter::Create(const std::string& 
   }
   if (Hdf5ImagesMode(options)) {
     w->options_.chunk_bytes = 1;  // one record per chunk: each is a row of /images
+    // and the var blobs (when the schema has variable fields) go to the var stream /shardfeed/var
+    w->var_separate_ = options.schema.has_var_fields();
   }
   SF_RETURN_IF_ERROR(w->OpenShard());
   return w;
@@ -327,6 +329,7 @@ Status ArchiveWriter::OpenShard() {
   index_.clear();
   columns_.assign(FixedColumns(options_.schema), {});
   var_entries_.clear();
+  var_stream_.clear();
   chunk_count_ = 0;
   shard_first_ = samples_;
   shard_payload_ = 0;
@@ -416,17 +419,22 @@ Status ArchiveWriter::CheckRecord(const IndexEntry& entry, size_t size) const {
 
 // The record, then (version 4, when the schema has variable fields) zero padding to a multiple
 // of 8 and the var blob, in the same chunk: the pair is one unit for the chunk and shard rules.
+// HDF5 /images shards (var_separate_): the blob goes to the var stream instead, at its next
+// multiple of 8, and a shard closes before its var stream would pass 4 GiB (u32 offsets).
 Status ArchiveWriter::Place(IndexEntry& entry, const uint8_t* data, size_t size, bool with_blob) {
   const uint64_t extra = with_blob ? 7 + blob_.size() : 0;  // padding at most 7
-  if (options_.shard_bytes && shard_payload_ > 0 &&
-      shard_payload_ + size + extra > options_.shard_bytes) {
+  const uint64_t in_chunk = var_separate_ ? 0 : extra;
+  constexpr uint64_t kMaxOffset = (uint64_t{1} << 32) - 1;
+  if ((options_.shard_bytes && shard_payload_ > 0 &&
+       shard_payload_ + size + extra > options_.shard_bytes) ||
+      (var_separate_ && with_blob && !index_.empty() && var_stream_.size() + extra > kMaxOffset)) {
     SF_RETURN_IF_ERROR(CloseShard());
     SF_RETURN_IF_ERROR(OpenShard());
   }
-  if (!chunk_.empty() && chunk_.size() + size + extra > options_.chunk_bytes) {
+  if (!chunk_.empty() && chunk_.size() + size + in_chunk > options_.chunk_bytes) {
     SF_RETURN_IF_ERROR(FlushChunk());
   }
-  if (chunk_.size() + size + extra > (uint64_t{1} << 32) - 1) {
+  if (chunk_.size() + size + in_chunk > kMaxOffset || (var_separate_ && extra > kMaxOffset)) {
     return Status::InvalidArgument("a sample of ", size + extra, " bytes is too large");
   }
   NoteShape(UprightHeight(entry), UprightWidth(entry));
@@ -437,13 +445,14 @@ Status ArchiveWriter::Place(IndexEntry& entry, const uint8_t* data, size_t size,
   chunk_.insert(chunk_.end(), data, data + size);
   index_.push_back(entry);
   if (with_blob) {
-    chunk_.resize((chunk_.size() + 7) & ~size_t{7}, 0);
+    std::vector<uint8_t>& out = var_separate_ ? var_stream_ : chunk_;
+    out.resize((out.size() + 7) & ~size_t{7}, 0);
     VarEntry v{};
     v.checksum = RecordChecksum(blob_.data(), blob_.size());
-    v.chunk = chunk_count_;
-    v.offset = static_cast<uint32_t>(chunk_.size());
+    v.chunk = var_separate_ ? 0 : chunk_count_;
+    v.offset = static_cast<uint32_t>(out.size());
     v.size = static_cast<uint32_t>(blob_.size());
-    chunk_.insert(chunk_.end(), blob_.begin(), blob_.end());
+    out.insert(out.end(), blob_.begin(), blob_.end());
     var_entries_.push_back(v);
     bytes_ += blob_.size();
     shard_payload_ += blob_.size();
@@ -518,6 +527,10 @@ Status ArchiveWriter::LinkShard(const std::string& file, const ShardInfo& source
 
 Status ArchiveWriter::CloseShard() {
   SF_RETURN_IF_ERROR(FlushChunk());
+  if (var_separate_) {  // the content hash streams the chunks, then the var stream
+    SF_RETURN_IF_ERROR(sink_->PutVarStream(var_stream_.data(), var_stream_.size()));
+    XXH3_64bits_update(hash_->state, var_stream_.data(), var_stream_.size());
+  }
   ShardHeader h{};
   std::memcpy(h.magic, kShardMagic, sizeof(h.magic));
   h.format_version = kFormatVersion;
@@ -562,6 +575,8 @@ Status ArchiveWriter::CloseShard() {
   columns_.clear();
   var_entries_.clear();
   var_entries_.shrink_to_fit();
+  var_stream_.clear();
+  var_stream_.shrink_to_fit();
   return Status::OK();
 }
 

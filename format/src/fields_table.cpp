@@ -42,15 +42,23 @@ Status ValidateVarEntries(const ShardStore& shard, const Schema& schema, uint64_
   if (!schema.has_var_fields()) return Status::OK();
   for (uint64_t i = begin; i < end; ++i) {
     const VarEntry v = VarEntryOf(shard, schema, i);
-    if (v.chunk >= shard.header.chunk_count ||
-        uint64_t{v.offset} + v.size > shard.chunk_size[v.chunk] || v.offset % 8 != 0 ||
-        v.reserved != 0) {
+    // An HDF5 /images shard addresses its var stream (chunk 0), every other shard its chunks.
+    const bool inside = shard.var_stream
+                            ? v.chunk == 0 && uint64_t{v.offset} + v.size <= shard.var_size
+                            : v.chunk < shard.header.chunk_count &&
+                                  uint64_t{v.offset} + v.size <= shard.chunk_size[v.chunk];
+    if (!inside || v.offset % 8 != 0 || v.reserved != 0) {
       return Status::Corrupt(where, ": var entry of sample ", first_sample + i, " (chunk ", v.chunk,
-                             ", offset ", v.offset, ", size ", v.size,
-                             ") points outside its chunk");
+                             ", offset ", v.offset, ", size ", v.size, ") points outside ",
+                             shard.var_stream ? "/shardfeed/var" : "its chunk");
     }
   }
   return Status::OK();
+}
+
+// The bytes a VarEntry checked by ValidateVarEntries addresses.
+const uint8_t* VarBlobData(const ShardStore& shard, const VarEntry& v) {
+  return (shard.var_stream ? shard.var_data : shard.chunk_data[v.chunk]) + v.offset;
 }
 
 // Every var entry in bounds and where the writer puts it: in its record's chunk, at the first
@@ -60,6 +68,25 @@ Status VarLayout(const ShardStore& shard, const Schema& schema, uint64_t first_s
   const uint64_t n = shard.header.sample_count;
   SF_RETURN_IF_ERROR(ValidateVarEntries(shard, schema, first_sample, 0, n, where));
   if (!schema.has_var_fields()) return Status::OK();
+  if (shard.var_stream) {  // HDF5 /images: blobs back to back in the var stream, 8-aligned
+    uint64_t end = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      const VarEntry v = VarEntryOf(shard, schema, i);
+      if (v.offset != ((end + 7) & ~uint64_t{7})) {
+        return Status::Corrupt(where, ": var blob of sample ", first_sample + i,
+                               " does not follow the previous one in /shardfeed/var (offset ",
+                               v.offset, ", the previous ends at ", end, ")");
+      }
+      *blobs += v.size;
+      *padding += v.offset - end;
+      end = uint64_t{v.offset} + v.size;
+    }
+    if (end != shard.var_size) {
+      return Status::Corrupt(where, ": /shardfeed/var holds ", shard.var_size,
+                             " bytes, its blobs end at ", end);
+    }
+    return Status::OK();
+  }
   for (uint64_t i = 0; i < n; ++i) {
     const VarEntry v = VarEntryOf(shard, schema, i);
     const IndexEntry& e = shard.index[i];
@@ -74,5 +101,6 @@ Status VarLayout(const ShardStore& shard, const Schema& schema, uint64_t first_s
   }
   return Status::OK();
 }
+
 
 }  // namespace shardfeed::format

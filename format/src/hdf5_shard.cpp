@@ -9,6 +9,9 @@
 //   /shardfeed/header uint8[64]          /shardfeed/index uint8[N*32]
 //   /shardfeed/chunk_sizes uint64[K]     attributes on /: format, format_version, encoding,
 //                                        chunk_bytes, manifest (JSON, once the archive is done)
+//   /shardfeed/fields uint8[T]           version 4, when the schema has fields (fields table)
+//   /shardfeed/var    uint8[V]           version 4, /images shards with variable fields: the var
+//                                        stream (every var blob; VarEntry chunk 0, offset into it)
 #include <fcntl.h>
 #include <hdf5.h>
 #include <sys/mman.h>
@@ -299,6 +302,15 @@ class Hdf5Sink : public ArchiveWriter::ShardSink {
     return Status::OK();
   }
 
+  // Kept until Finish (the writer holds the bytes until then), written beside the index.
+  Status PutVarStream(const uint8_t* data, size_t size) override {
+    if (!images_mode_) return Status::Internal(file_, ": a var stream for a /records shard");
+    var_data_ = data;
+    var_size_ = size;
+    has_var_ = true;
+    return Status::OK();
+  }
+
   Status Finish(const ShardHeader& header, const IndexEntry* index, size_t count,
                 const uint8_t* fields, size_t fields_size) override {
     std::lock_guard<std::mutex> lock(Hdf5Lock());
@@ -337,6 +349,10 @@ class Hdf5Sink : public ArchiveWriter::ShardSink {
       hsize_t t = fields_size;
       SF_RETURN_IF_ERROR(WriteDataset(group.get(), "fields", H5T_STD_U8LE, 1, &t, fields, file_));
     }
+    if (has_var_) {
+      hsize_t v = var_size_;
+      SF_RETURN_IF_ERROR(WriteDataset(group.get(), "var", H5T_STD_U8LE, 1, &v, var_data_, file_));
+    }
     SF_RETURN_IF_ERROR(WriteStringAttr(f, "format", "shardfeed", file_));
     SF_RETURN_IF_ERROR(WriteU64Attr(f, "format_version", kFormatVersion, file_));
     SF_RETURN_IF_ERROR(WriteU64Attr(f, "chunk_bytes", images_mode_ ? 0 : chunk_bytes_, file_));
@@ -354,6 +370,9 @@ class Hdf5Sink : public ArchiveWriter::ShardSink {
   uint64_t next_hdf5_chunk_ = 0;
   std::vector<uint64_t> chunk_sizes_, chunk_first_;
   std::vector<uint8_t> pad_;
+  bool has_var_ = false;  // PutVarStream was called: write /shardfeed/var
+  const uint8_t* var_data_ = nullptr;
+  size_t var_size_ = 0;
 };
 
 class Hdf5ShardStore : public ShardStore {
@@ -365,6 +384,7 @@ class Hdf5ShardStore : public ShardStore {
   size_t map_len_ = 0;
   std::vector<IndexEntry> owned_index;
   std::vector<uint64_t> owned_fields;              // the fields table when it could not be mapped
+  std::vector<uint8_t> owned_var;                  // the var stream when it could not be mapped
   std::vector<std::vector<uint8_t>> owned_chunks;  // logical chunks whose pieces were not adjacent
 };
 
@@ -399,6 +419,7 @@ Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file, const
   std::vector<std::vector<uint64_t>> piece_addr;  // records mode: each logical chunk's pieces
   uint64_t index_offset = kNoOffset;   // where the index lies in the file, when it can be mapped
   uint64_t fields_offset = kNoOffset;  // likewise the fields table
+  uint64_t var_offset = kNoOffset;     // and the var stream (/images shards)
   uint64_t chunk_bytes = 0;
   {
     std::lock_guard<std::mutex> lock(Hdf5Lock());
@@ -459,6 +480,24 @@ Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file, const
       return Status::Corrupt(file, ": implausible chunk_bytes ", chunk_bytes);
     }
     const bool images_mode = chunk_bytes == 0;
+    if (images_mode) {
+      // Version 4: the var stream VarEntries address in this mode (absent: no variable fields;
+      // an entry pointing into it then fails its bounds check).
+      store->var_stream = true;
+      const Placement var = Place(f.get(), "/shardfeed/var", store->file_bytes);
+      if (var.exists && var.elements > store->file_bytes) {
+        return Status::Corrupt(file, ": /shardfeed/var holds ", var.elements,
+                               " bytes, more than the file");
+      }
+      store->var_size = var.elements;
+      if (var.offset != kNoOffset) {
+        var_offset = var.offset;
+      } else if (var.elements > 0) {
+        SF_RETURN_IF_ERROR(ReadVector(f.get(), "/shardfeed/var", H5T_NATIVE_UINT8,
+                                      &store->owned_var, var.elements, file));
+        store->var_data = store->owned_var.data();
+      }
+    }
     const char* name = images_mode ? "images" : "records";
     if (H5Lexists(f.get(), name, H5P_DEFAULT) <= 0)
       return Status::Corrupt(file, ": missing /", name);
@@ -510,6 +549,7 @@ Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file, const
     store->index = reinterpret_cast<const IndexEntry*>(base + index_offset);
   }
   if (fields_offset != kNoOffset) store->fields = base + fields_offset;
+  if (var_offset != kNoOffset) store->var_data = base + var_offset;
   store->chunk_data.resize(chunk_sizes.size());
   store->chunk_size = chunk_sizes;
   for (size_t k = 0; k < chunk_sizes.size(); ++k) {

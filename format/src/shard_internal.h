@@ -24,6 +24,13 @@ class ShardStore {
   uint64_t fields_size = 0;
   std::vector<const uint8_t*> chunk_data;  // header.chunk_count pointers
   std::vector<uint64_t> chunk_size;        // their sizes
+  // Version 4, HDF5 shards holding /images (var_stream true): the var stream /shardfeed/var,
+  // every sample's var blob in sample order; a VarEntry of such a shard has chunk 0 and an
+  // offset into it (docs/FORMAT.md, "A shard (HDF5)"). var_data may be null when var_size is 0.
+  // Every other shard: false, its blobs lie in the chunks.
+  bool var_stream = false;
+  const uint8_t* var_data = nullptr;
+  uint64_t var_size = 0;
   uint64_t file_bytes = 0;
   // The mapped region, for madvise.
   const uint8_t* map_base = nullptr;
@@ -58,19 +65,19 @@ inline size_t FixedColumns(const Schema& schema) {
   return n;
 }
 
-// HDF5 stores fixed-shape raw/zstd records as /images (one record per HDF5 chunk) unless the
-// schema has variable fields, whose blobs need the record stream (/records).
+// HDF5 stores fixed-shape raw/zstd records as /images (one record per HDF5 chunk), whatever the
+// schema: var blobs then go to the var stream /shardfeed/var instead of the chunks.
 inline bool Hdf5ImagesMode(const WriterOptions& o) {
   return o.backend == Backend::kHdf5 && o.height > 0 &&
-         (o.encoding == Encoding::kRaw || o.encoding == Encoding::kZstd) &&
-         !o.schema.has_var_fields();
+         (o.encoding == Encoding::kRaw || o.encoding == Encoding::kZstd);
 }
 
 // Version 4 (fields_table.cpp). The table's size against the schema (every shard open), its
 // checksum (a full open, verify), one sample's VarEntry (copied: the table need not be aligned
 // for it), the entries [begin, end) inside their chunks (a full open; lazily, each when read),
 // and verify's exact check of where blobs lie (after their record, same chunk), summing the
-// blobs' bytes and the padding before them. Errors name `where` (the shard) and the sample.
+// blobs' bytes and the padding before them (HDF5 /images shards: back to back in the var
+// stream). Errors name `where` (the shard) and the sample.
 Status CheckFieldsTable(const ShardStore& shard, const Schema& schema, const std::string& where);
 Status CheckFieldsChecksum(const ShardStore& shard, const std::string& where);
 VarEntry VarEntryOf(const ShardStore& shard, const Schema& schema, uint64_t i);
@@ -78,6 +85,9 @@ Status ValidateVarEntries(const ShardStore& shard, const Schema& schema, uint64_
                           uint64_t begin, uint64_t end, const std::string& where);
 Status VarLayout(const ShardStore& shard, const Schema& schema, uint64_t first_sample,
                  const std::string& where, uint64_t* blobs, uint64_t* padding);
+// The bytes a VarEntry checked by ValidateVarEntries addresses (its chunk, or the HDF5 /images
+// shard's var stream).
+const uint8_t* VarBlobData(const ShardStore& shard, const VarEntry& v);
 
 Result<std::unique_ptr<ShardStore>> OpenLmdbShard(const std::string& file, const ShardInfo& info,
                                                   size_t number);
@@ -86,6 +96,11 @@ class ArchiveWriter::ShardSink {
  public:
   virtual ~ShardSink() = default;
   virtual Status PutChunk(uint32_t number, const uint8_t* data, size_t size) = 0;
+  // HDF5 /images shards with variable fields: the shard's var stream, once, before Finish.
+  virtual Status PutVarStream(const uint8_t* data, size_t size) {
+    (void)data, (void)size;
+    return Status::Internal("this backend keeps var blobs in its chunks");
+  }
   // Writes the fields table (when `fields_size` > 0), header and index, syncs and closes the file.
   virtual Status Finish(const ShardHeader& header, const IndexEntry* index, size_t count,
                         const uint8_t* fields, size_t fields_size) = 0;

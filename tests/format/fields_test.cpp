@@ -266,7 +266,7 @@ TEST_CASE("a schema without a class field: labels are 0, class names optional, n
   }
 }
 
-TEST_CASE("fixed-shape raw HDF5 archives keep /images for fixed fields, use records for blobs",
+TEST_CASE("fixed-shape raw/zstd HDF5 archives keep /images with fixed and variable fields",
           "[fields]") {
   for (const char* json : {R"({"image": "image", "label": "int64", "score": "float64"})",
                            R"({"image": "image", "label": "int64", "tags": "int64[*]"})"}) {

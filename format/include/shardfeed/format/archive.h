@@ -166,7 +166,7 @@ struct WriterOptions {
   uint32_t height = 0, width = 0;
   int zstd_level = 1;  // recorded as the HDF5 filter's parameter (and the masks' zstd level)
   // Version 4: the fields every Append gives (the manifest records it). Legacy(): image, label.
-  // HDF5 keeps fixed-shape raw/zstd records in /images only when it has no variable fields.
+  // HDF5 /images shards keep the var blobs in a var stream (/shardfeed/var) beside /images.
   Schema schema = Schema::Legacy();
 };
 
@@ -256,6 +256,9 @@ class ArchiveWriter {
   std::vector<std::vector<uint8_t>> columns_;
   std::vector<VarEntry> var_entries_;
   std::vector<uint8_t> blob_;
+  // HDF5 /images shards with variable fields: the blobs go to var_stream_ (/shardfeed/var).
+  bool var_separate_ = false;
+  std::vector<uint8_t> var_stream_;
   uint32_t chunk_count_ = 0;  // chunks flushed in the open shard
   uint64_t shard_first_ = 0;  // global index of the open shard's first sample
   struct HashState;

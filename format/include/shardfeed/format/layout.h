@@ -124,7 +124,8 @@ struct ShardHeader {
   uint64_t sample_count;     // entries in the index
   uint64_t chunk_count;      // chunks 0 .. chunk_count-1 exist
   uint64_t index_checksum;   // XXH3-64 of the index bytes
-  uint64_t content_hash;     // XXH3-64 streamed over every chunk in order, then the index bytes,
+  uint64_t content_hash;     // XXH3-64 streamed over every chunk in order, (HDF5 /images shards)
+                             // the var stream, then the index bytes,
                              // then (version 4) the fields table bytes
   uint64_t fields_checksum;  // version 4: XXH3-64 of the fields table (0 when it is empty);
                              // before: reserved, zero
@@ -139,12 +140,16 @@ static_assert(offsetof(ShardHeader, fields_checksum) == 56);
 // Version 4: where a sample's var blob (its variable-size field values, docs/FORMAT.md "Fields")
 // lives. One per sample, the last column of the shard's fields table, present when the schema
 // has variable fields. The blob follows its sample's record in the same chunk, at the first
-// offset after the record that is a multiple of 8 (zero padding between).
+// offset after the record that is a multiple of 8 (zero padding between). An HDF5 shard holding
+// /images has no record stream: its blobs are the var stream, the dataset /shardfeed/var, each at
+// the first multiple of 8 at or after the previous sample's blob's end (the first at 0, zero
+// padding between, nothing after the last); there chunk is 0 and offset is into that stream,
+// which the shard's content hash streams after the chunks.
 struct VarEntry {
   uint64_t checksum;  // XXH3-64 (seed 0) of the blob's bytes
-  uint32_t chunk;     // chunk number within the shard
-  uint32_t offset;    // byte offset of the blob within the chunk (a multiple of 8)
-  uint32_t size;      // blob size in bytes
+  uint32_t chunk;     // chunk number within the shard (HDF5 /images shard: 0)
+  uint32_t offset;  // byte offset of the blob within the chunk or the var stream (a multiple of 8)
+  uint32_t size;    // blob size in bytes
   uint32_t reserved;  // zero
 };
 static_assert(sizeof(VarEntry) == 24, "VarEntry is 24 bytes on disk");
