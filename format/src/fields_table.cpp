@@ -102,5 +102,4 @@ Status VarLayout(const ShardStore& shard, const Schema& schema, uint64_t first_s
   return Status::OK();
 }
 
-
 }  // namespace shardfeed::format
