@@ -114,6 +114,7 @@ Status ValidateEntries(const ShardStore& shard, const Manifest& manifest, uint64
   const uint8_t encoding = static_cast<uint8_t>(manifest.encoding);
   const bool any = manifest.encoding == Encoding::kAuto;  // each entry's own encoding
   const size_t classes = manifest.class_names.size();
+  const bool labelled = manifest.schema.label_field() >= 0;  // else every label is 0
   for (uint64_t i = begin; i < end; ++i) {
     const IndexEntry& e = shard.index[i];
     const uint64_t sample = first_sample + i;
@@ -142,11 +143,85 @@ Status ValidateEntries(const ShardStore& shard, const Manifest& manifest, uint64
         (UprightHeight(e) != manifest.height || UprightWidth(e) != manifest.width)) {
       return bad("has another shape than the manifest");
     }
+    if (!labelled) {
+      if (e.label != 0) {
+        return Status::Corrupt(where, ": sample ", sample, " has label ", e.label,
+                               " but the fields have no class field (0 expected)");
+      }
+      continue;
+    }
     if (e.label < 0 || static_cast<size_t>(e.label) >= classes) {
       return Status::Corrupt(where, ": sample ", sample, " has label ", e.label, " but there are ",
                              classes, " classes");
     }
     if (class_counts) ++(*class_counts)[e.label];
+  }
+  return Status::OK();
+}
+
+Status CheckFieldsTable(const ShardStore& shard, const Schema& schema, const std::string& where) {
+  const uint64_t want = schema.TableSize(shard.header.sample_count);
+  if (shard.fields_size != want) {
+    return Status::Corrupt(where, ": fields table is ", shard.fields_size, " bytes, the fields (",
+                           schema.ToJson(), ") of ", shard.header.sample_count, " samples need ",
+                           want);
+  }
+  return Status::OK();
+}
+
+Status CheckFieldsChecksum(const ShardStore& shard, const std::string& where) {
+  if (shard.fields_size == 0) return Status::OK();
+  const uint64_t got = XXH3_64bits(shard.fields, shard.fields_size);
+  if (got != shard.header.fields_checksum) {
+    return Status::ChecksumMismatch(where, ": fields table checksum mismatch (stored ",
+                                    HashToHex(shard.header.fields_checksum), ", computed ",
+                                    HashToHex(got), ")");
+  }
+  return Status::OK();
+}
+
+VarEntry VarEntryOf(const ShardStore& shard, const Schema& schema, uint64_t i) {
+  VarEntry v;
+  std::memcpy(
+      &v, shard.fields + schema.VarColumnOffset(shard.header.sample_count) + i * sizeof(VarEntry),
+      sizeof v);
+  return v;
+}
+
+Status ValidateVarEntries(const ShardStore& shard, const Schema& schema, uint64_t first_sample,
+                          uint64_t begin, uint64_t end, const std::string& where) {
+  if (!schema.has_var_fields()) return Status::OK();
+  for (uint64_t i = begin; i < end; ++i) {
+    const VarEntry v = VarEntryOf(shard, schema, i);
+    if (v.chunk >= shard.header.chunk_count ||
+        uint64_t{v.offset} + v.size > shard.chunk_size[v.chunk] || v.offset % 8 != 0 ||
+        v.reserved != 0) {
+      return Status::Corrupt(where, ": var entry of sample ", first_sample + i, " (chunk ", v.chunk,
+                             ", offset ", v.offset, ", size ", v.size,
+                             ") points outside its chunk");
+    }
+  }
+  return Status::OK();
+}
+
+// Every var entry in bounds and where the writer puts it: in its record's chunk, at the first
+// multiple of 8 after the record. Sums the blobs' bytes and the padding before them.
+Status VarLayout(const ShardStore& shard, const Schema& schema, uint64_t first_sample,
+                 const std::string& where, uint64_t* blobs, uint64_t* padding) {
+  const uint64_t n = shard.header.sample_count;
+  SF_RETURN_IF_ERROR(ValidateVarEntries(shard, schema, first_sample, 0, n, where));
+  if (!schema.has_var_fields()) return Status::OK();
+  for (uint64_t i = 0; i < n; ++i) {
+    const VarEntry v = VarEntryOf(shard, schema, i);
+    const IndexEntry& e = shard.index[i];
+    const uint64_t end = uint64_t{e.offset} + e.size;
+    if (v.chunk != e.chunk || v.offset != ((end + 7) & ~uint64_t{7})) {
+      return Status::Corrupt(where, ": var blob of sample ", first_sample + i,
+                             " does not follow its record (chunk ", v.chunk, " offset ", v.offset,
+                             ", the record ends in chunk ", e.chunk, " at ", end, ")");
+    }
+    *blobs += v.size;
+    *padding += v.offset - end;
   }
   return Status::OK();
 }
@@ -248,6 +323,7 @@ uint64_t ShardContentHash(const ShardStore& shard) {
     XXH3_64bits_update(state, shard.chunk_data[c], shard.chunk_size[c]);
   }
   XXH3_64bits_update(state, shard.index, shard.header.sample_count * sizeof(IndexEntry));
+  if (shard.fields_size > 0) XXH3_64bits_update(state, shard.fields, shard.fields_size);
   uint64_t got = XXH3_64bits_digest(state);
   XXH3_freeState(state);
   return got;
@@ -326,7 +402,12 @@ Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path, IndexChe
     SF_RETURN_IF_ERROR(CheckIndexChecksum(*shard->store, file));
     SF_RETURN_IF_ERROR(ValidateEntries(*shard->store, archive->manifest_, archive->shard_starts_[s],
                                        0, shard->store->header.sample_count, file, &class_counts));
+    SF_RETURN_IF_ERROR(CheckFieldsChecksum(*shard->store, file));
+    SF_RETURN_IF_ERROR(ValidateVarEntries(*shard->store, archive->manifest_.schema,
+                                          archive->shard_starts_[s], 0,
+                                          shard->store->header.sample_count, file));
   }
+  if (archive->manifest_.schema.label_field() < 0) class_counts.clear();  // none without labels
   // The manifest's counts are checked against the labels stored, so an edited manifest (a count,
   // a class added or dropped) cannot pass even where it carries no checksum (version 1).
   const Manifest& m = archive->manifest_;
@@ -368,6 +449,7 @@ Status Archive::OpenShard(size_t s) const {
   }
   SF_ASSIGN_OR_RETURN(std::unique_ptr<ShardStore> store,
                       OpenShardFile(manifest_.backend, file, info, s));
+  SF_RETURN_IF_ERROR(CheckFieldsTable(*store, manifest_.schema, shards_[s]->file));
   // The guard answers a SIGBUS by mapping zeros over its range: register only what is provably
   // this shard's mapping (never wider than the file it maps, plus LMDB's last page).
   if (store->map_size <= store->file_bytes + kMaxLmdbPage) {
@@ -458,7 +540,7 @@ Status Archive::CheckUnchanged(uint64_t index) const {
                          " and any read from it since are unreliable: reopen the archive");
 }
 
-Status Archive::VerifyRecord(uint64_t index) const {
+Status Archive::VerifyRecord(uint64_t index, bool fields) const {
   SF_ASSIGN_OR_RETURN(RecordView r, At(index));
   uint64_t got = RecordChecksum(r.data, r.size);
   SF_RETURN_IF_ERROR(CheckUnchanged(index));
@@ -467,7 +549,84 @@ Status Archive::VerifyRecord(uint64_t index) const {
         path_, ": sample ", index, ": payload checksum mismatch (stored ",
         HashToHex(r.entry->checksum), ", computed ", HashToHex(got), ")");
   }
+  if (!fields || !manifest_.schema.has_var_fields()) return Status::OK();
+  SF_ASSIGN_OR_RETURN(VarBlob blob, Blob(index));
+  return CheckBlob(index, blob, "");
+}
+
+Result<Archive::VarBlob> Archive::Blob(uint64_t index) const {
+  const size_t s = FindShard(index);
+  Status error;
+  const Shard* slot = Ready(s, &error);
+  if (!slot) return error;
+  const ShardStore& shard = *slot->store;
+  const uint64_t local = index - shard_starts_[s];
+  // Checked here every time (a few comparisons): a lazily opened shard's entries were not.
+  SF_RETURN_IF_ERROR(
+      ValidateVarEntries(shard, manifest_.schema, shard_starts_[s], local, local + 1, slot->file));
+  const VarEntry v = VarEntryOf(shard, manifest_.schema, local);
+  return VarBlob{shard.chunk_data[v.chunk] + v.offset, v.size, v.checksum, &slot->file};
+}
+
+Status Archive::CheckBlob(uint64_t index, const VarBlob& blob, const std::string& field) const {
+  const uint64_t got = RecordChecksum(blob.data, blob.size);
+  SF_RETURN_IF_ERROR(CheckUnchanged(index));
+  if (got != blob.checksum) {
+    return Status::ChecksumMismatch(*blob.file, ": sample ", index, field,
+                                    ": var blob (the sample's variable fields) checksum mismatch "
+                                    "(stored ",
+                                    HashToHex(blob.checksum), ", computed ", HashToHex(got), ")");
+  }
   return Status::OK();
+}
+
+Result<FieldView> Archive::Field(uint64_t index, size_t f, bool verify) const {
+  const Schema& schema = manifest_.schema;
+  if (index >= size()) {
+    return Status::InvalidArgument(path_, ": sample ", index, " out of range (archive has ", size(),
+                                   " samples)");
+  }
+  if (f >= schema.size() || static_cast<int>(f) == schema.image_field() ||
+      static_cast<int>(f) == schema.label_field()) {
+    return Status::InvalidArgument(path_, ": field ", f,
+                                   f < schema.size() ? " ('" + schema.fields()[f].name + "')" : "",
+                                   " is not a stored field (the image and the class field come "
+                                   "from At)");
+  }
+  const FieldSpec& spec = schema.fields()[f];
+  const std::string field = ": field '" + spec.name + "'";
+  if (spec.fixed()) {
+    const size_t s = FindShard(index);
+    Status error;
+    const Shard* slot = Ready(s, &error);
+    if (!slot) return error;
+    const ShardStore& shard = *slot->store;
+    const uint64_t n = shard.header.sample_count;
+    FieldView view;
+    view.data =
+        shard.fields + schema.ColumnOffset(f, n) + (index - shard_starts_[s]) * spec.item_bytes();
+    view.size = spec.item_bytes();
+    view.ndim = static_cast<uint32_t>(spec.dims.size());
+    for (size_t d = 0; d < spec.dims.size(); ++d)
+      view.dims[d] = static_cast<uint32_t>(spec.dims[d]);
+    view.aligned = reinterpret_cast<uintptr_t>(view.data) % ElemSize(spec.elem) == 0;
+    return view;
+  }
+  SF_ASSIGN_OR_RETURN(VarBlob blob, Blob(index));
+  if (verify) SF_RETURN_IF_ERROR(CheckBlob(index, blob, field));
+  auto view = VarField(schema, blob.data, blob.size, f);
+  if (!view.ok()) {
+    return view.status().WithContext(*blob.file + ": sample " + std::to_string(index));
+  }
+  if (spec.kind == FieldKind::kMask) {  // a reader sizes its buffer from these: the image's
+    SF_ASSIGN_OR_RETURN(RecordView r, At(index));
+    if (view->dims[0] != r.entry->height || view->dims[1] != r.entry->width) {
+      return Status::Corrupt(*blob.file, ": sample ", index, field, ": mask is ", view->dims[0],
+                             "x", view->dims[1], ", the image is stored as ", r.entry->height, "x",
+                             r.entry->width);
+    }
+  }
+  return view;
 }
 
 Status Archive::VerifyShard(size_t s) const {
@@ -507,10 +666,19 @@ Status Archive::VerifyDerived() const {
       return Status::Corrupt(manifest_file, ": shard ", info.file, ": ", field, " is ", stored,
                              ", the shard holds ", actual);
     };
-    if (info.sizes_recorded && info.payload_bytes != records) {
-      return differs("payload_bytes", info.payload_bytes, records);
+    SF_RETURN_IF_ERROR(CheckFieldsChecksum(shard, slot->file));
+    uint64_t blobs = 0, padding = 0;
+    SF_RETURN_IF_ERROR(
+        VarLayout(shard, manifest_.schema, shard_starts_[s], slot->file, &blobs, &padding));
+    // Var blobs count as payload; the padding before each blob belongs to the chunk only.
+    const uint64_t payload = records + blobs;
+    if (info.sizes_recorded && info.payload_bytes != payload) {
+      return differs("payload_bytes", info.payload_bytes, payload);
     }
-    if (chunks != records) return differs("chunk bytes (sum of records)", records, chunks);
+    if (chunks != payload + padding) {
+      return differs("chunk bytes (sum of records, var blobs and their padding)", payload + padding,
+                     chunks);
+    }
     if (info.sizes_recorded && manifest_.backend == Backend::kLmdb &&
         info.file_bytes != shard.file_bytes) {
       return differs("file_bytes", info.file_bytes, shard.file_bytes);

@@ -253,8 +253,7 @@ Result<std::unique_ptr<ArchiveWriter>> ArchiveWriter::Create(const std::string& 
     marker << "a shardfeed archive being written; removed when it is complete\n";
     if (!marker) return Status::IOError(partial, ": cannot write ", kPartialMarker);
   }
-  if (options.backend == Backend::kHdf5 && options.height > 0 &&
-      (options.encoding == Encoding::kRaw || options.encoding == Encoding::kZstd)) {
+  if (Hdf5ImagesMode(options)) {
     w->options_.chunk_bytes = 1;  // one record per chunk: each is a row of /images
   }
   SF_RETURN_IF_ERROR(w->OpenShard());
@@ -326,6 +325,8 @@ Status ArchiveWriter::OpenShard() {
   }
   chunk_.clear();
   index_.clear();
+  columns_.assign(FixedColumns(options_.schema), {});
+  var_entries_.clear();
   chunk_count_ = 0;
   shard_first_ = samples_;
   shard_payload_ = 0;
@@ -343,7 +344,56 @@ Status ArchiveWriter::FlushChunk() {
 }
 
 Status ArchiveWriter::Append(IndexEntry entry, const uint8_t* data, size_t size) {
+  const Schema& schema = options_.schema;
+  if (schema.size() != 1 + (schema.label_field() >= 0)) {
+    return Status::InvalidArgument("the schema has fields besides the image and label (",
+                                   schema.ToJson(), "): append their values too");
+  }
+  SF_RETURN_IF_ERROR(CheckRecord(entry, size));
+  return Place(entry, data, size, /*with_blob=*/false);
+}
+
+Status ArchiveWriter::Append(IndexEntry entry, const uint8_t* data, size_t size,
+                             const FieldValues& values) {
+  const Schema& schema = options_.schema;
+  SF_RETURN_IF_ERROR(CheckRecord(entry, size));
+  if (values.size() != schema.size()) {
+    return Status::InvalidArgument(values.size(), " field values for a schema of ", schema.size(),
+                                   " fields");
+  }
+  // Every value first: nothing of the sample is written unless all of them are good.
+  for (size_t f = 0; f < schema.size(); ++f) {
+    const FieldSpec& spec = schema.fields()[f];
+    if (static_cast<int>(f) == schema.image_field() || static_cast<int>(f) == schema.label_field())
+      continue;
+    int64_t box_rows = -1;
+    if (!spec.per.empty()) {
+      const FieldValue& boxes = values[schema.Find(spec.per)];  // checked before (declared so)
+      box_rows = boxes.ndim > 0 ? boxes.dims[0] : -1;
+    }
+    SF_RETURN_IF_ERROR(CheckValue(spec, values[f], entry.height, entry.width, box_rows));
+  }
+  blob_.clear();
+  if (schema.has_var_fields()) {
+    SF_RETURN_IF_ERROR(EncodeVarBlob(schema, values, options_.zstd_level, &blob_));
+  }
+  SF_RETURN_IF_ERROR(Place(entry, data, size, schema.has_var_fields()));
+  size_t column = 0;
+  for (size_t f = 0; f < schema.size(); ++f) {
+    if (!IsColumn(schema, f)) continue;
+    const auto* v = static_cast<const uint8_t*>(values[f].data);
+    std::vector<uint8_t>& out = columns_[column++];
+    out.insert(out.end(), v, v + schema.fields()[f].item_bytes());
+  }
+  return Status::OK();
+}
+
+Status ArchiveWriter::CheckRecord(const IndexEntry& entry, size_t size) const {
   if (finished_) return Status::InvalidArgument("Append after Finish");
+  if (options_.schema.label_field() < 0 && entry.label != 0) {
+    return Status::InvalidArgument("label ", entry.label,
+                                   " given, but the schema has no class field (label): 0 expected");
+  }
   if (size > (uint64_t{1} << 31))
     return Status::InvalidArgument("record of ", size, " bytes is too large");
   if (entry.label < 0) return Status::InvalidArgument("negative label ", entry.label);
@@ -361,12 +411,23 @@ Status ArchiveWriter::Append(IndexEntry entry, const uint8_t* data, size_t size)
         known ? std::string(EncodingName(got)) : std::to_string(entry.encoding),
         " appended to an archive of encoding ", EncodingName(options_.encoding));
   }
-  if (options_.shard_bytes && shard_payload_ > 0 && shard_payload_ + size > options_.shard_bytes) {
+  return Status::OK();
+}
+
+// The record, then (version 4, when the schema has variable fields) zero padding to a multiple
+// of 8 and the var blob, in the same chunk: the pair is one unit for the chunk and shard rules.
+Status ArchiveWriter::Place(IndexEntry& entry, const uint8_t* data, size_t size, bool with_blob) {
+  const uint64_t extra = with_blob ? 7 + blob_.size() : 0;  // padding at most 7
+  if (options_.shard_bytes && shard_payload_ > 0 &&
+      shard_payload_ + size + extra > options_.shard_bytes) {
     SF_RETURN_IF_ERROR(CloseShard());
     SF_RETURN_IF_ERROR(OpenShard());
   }
-  if (!chunk_.empty() && chunk_.size() + size > options_.chunk_bytes) {
+  if (!chunk_.empty() && chunk_.size() + size + extra > options_.chunk_bytes) {
     SF_RETURN_IF_ERROR(FlushChunk());
+  }
+  if (chunk_.size() + size + extra > (uint64_t{1} << 32) - 1) {
+    return Status::InvalidArgument("a sample of ", size + extra, " bytes is too large");
   }
   NoteShape(UprightHeight(entry), UprightWidth(entry));
   entry.checksum = RecordChecksum(data, size);
@@ -375,9 +436,23 @@ Status ArchiveWriter::Append(IndexEntry entry, const uint8_t* data, size_t size)
   entry.size = static_cast<uint32_t>(size);
   chunk_.insert(chunk_.end(), data, data + size);
   index_.push_back(entry);
-  if (static_cast<size_t>(entry.label) >= class_counts_.size())
-    class_counts_.resize(entry.label + 1);
-  ++class_counts_[entry.label];
+  if (with_blob) {
+    chunk_.resize((chunk_.size() + 7) & ~size_t{7}, 0);
+    VarEntry v{};
+    v.checksum = RecordChecksum(blob_.data(), blob_.size());
+    v.chunk = chunk_count_;
+    v.offset = static_cast<uint32_t>(chunk_.size());
+    v.size = static_cast<uint32_t>(blob_.size());
+    chunk_.insert(chunk_.end(), blob_.begin(), blob_.end());
+    var_entries_.push_back(v);
+    bytes_ += blob_.size();
+    shard_payload_ += blob_.size();
+  }
+  if (options_.schema.label_field() >= 0) {
+    if (static_cast<size_t>(entry.label) >= class_counts_.size())
+      class_counts_.resize(entry.label + 1);
+    ++class_counts_[entry.label];
+  }
   ++samples_;
   bytes_ += size;
   shard_payload_ += size;
@@ -434,8 +509,10 @@ Status ArchiveWriter::LinkShard(const std::string& file, const ShardInfo& source
   linked_.push_back(true);
   samples_ += source.sample_count;
   bytes_ += source.payload_bytes;
-  if (counts.size() > class_counts_.size()) class_counts_.resize(counts.size());
-  for (size_t c = 0; c < counts.size(); ++c) class_counts_[c] += counts[c];
+  if (options_.schema.label_field() >= 0) {
+    if (counts.size() > class_counts_.size()) class_counts_.resize(counts.size());
+    for (size_t c = 0; c < counts.size(); ++c) class_counts_[c] += counts[c];
+  }
   return OpenShard();
 }
 
@@ -450,8 +527,24 @@ Status ArchiveWriter::CloseShard() {
   h.chunk_count = chunk_count_;
   h.index_checksum = XXH3_64bits(index_.data(), index_.size() * sizeof(IndexEntry));
   XXH3_64bits_update(hash_->state, index_.data(), index_.size() * sizeof(IndexEntry));
+  // The fields table: each fixed column padded to 8 bytes, then the var entries.
+  std::vector<uint8_t> table;
+  for (const auto& column : columns_) {
+    table.insert(table.end(), column.begin(), column.end());
+    table.resize((table.size() + 7) & ~size_t{7}, 0);
+  }
+  const auto* var = reinterpret_cast<const uint8_t*>(var_entries_.data());
+  table.insert(table.end(), var, var + var_entries_.size() * sizeof(VarEntry));
+  if (table.size() != options_.schema.TableSize(index_.size())) {
+    return Status::Internal("fields table of ", table.size(), " bytes, the schema needs ",
+                            options_.schema.TableSize(index_.size()));
+  }
+  if (!table.empty()) {
+    h.fields_checksum = XXH3_64bits(table.data(), table.size());
+    XXH3_64bits_update(hash_->state, table.data(), table.size());
+  }
   h.content_hash = XXH3_64bits_digest(hash_->state);
-  SF_RETURN_IF_ERROR(sink_->Finish(h, index_.data(), index_.size()));
+  SF_RETURN_IF_ERROR(sink_->Finish(h, index_.data(), index_.size(), table.data(), table.size()));
   sink_.reset();
   ShardInfo info;
   info.file = ShardFileName(options_.backend, shards_.size());
@@ -466,6 +559,9 @@ Status ArchiveWriter::CloseShard() {
   linked_.push_back(false);
   index_.clear();
   index_.shrink_to_fit();
+  columns_.clear();
+  var_entries_.clear();
+  var_entries_.shrink_to_fit();
   return Status::OK();
 }
 
@@ -480,6 +576,7 @@ Status ArchiveWriter::Finish(Manifest manifest) {
   }
   manifest.format_version = kFormatVersion;
   manifest.backend = options_.backend;
+  manifest.schema = options_.schema;  // what every shard was written with
   manifest.sample_count = samples_;
   manifest.shards = shards_;
   if (manifest.created_at.empty()) manifest.created_at = NowUtc();
@@ -488,8 +585,10 @@ Status ArchiveWriter::Finish(Manifest manifest) {
     manifest.width = shape_w_;
     manifest.channels = 3;
   }
-  class_counts_.resize(std::max(class_counts_.size(), manifest.class_names.size()));
-  manifest.class_counts = class_counts_;
+  if (options_.schema.label_field() >= 0) {
+    class_counts_.resize(std::max(class_counts_.size(), manifest.class_names.size()));
+  }
+  manifest.class_counts = class_counts_;  // none without a class field
   if (class_counts_.size() > manifest.class_names.size()) {
     return Status::InvalidArgument("a record has label ", class_counts_.size() - 1, " but only ",
                                    manifest.class_names.size(), " class names were given");

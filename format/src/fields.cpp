@@ -401,9 +401,10 @@ Status CheckValue(const FieldSpec& spec, const FieldValue& value, uint32_t heigh
                                 "' has " + std::to_string(box_rows) + " boxes");
   }
   if (spec.kind == FieldKind::kBoxes) {
-    const auto* b = static_cast<const float*>(value.data);
     for (uint64_t i = 0; i < uint64_t{value.dims[0]} * 4; ++i) {
-      if (!(b[i] == b[i]) || b[i] > 1e30f || b[i] < -1e30f) {
+      float b;  // the caller's bytes need not be aligned for float (views of HDF5 chunks)
+      std::memcpy(&b, p + 4 * i, sizeof b);
+      if (!(b == b) || b > 1e30f || b < -1e30f) {
         return FieldError(spec, "box " + std::to_string(i / 4) + " is not finite");
       }
     }
@@ -481,8 +482,11 @@ Result<FieldView> VarField(const Schema& schema, const uint8_t* blob, size_t siz
       return corrupt("dim " + std::to_string(i) + " is " + std::to_string(view.dims[i]) +
                      ", the type says " + std::to_string(spec.dims[i]));
     }
-    n *= view.dims[i];
-    if (n > (uint64_t{1} << 40)) return corrupt("dims too large");
+    // Checked before it can wrap: a crafted product that wrapped to the value's size would
+    // let a reader index past the blob.
+    if (__builtin_mul_overflow(n, uint64_t{view.dims[i]}, &n) || n > (uint64_t{1} << 40)) {
+      return corrupt("dims too large");
+    }
   }
   view.data += head;
   view.size -= head;

@@ -189,6 +189,32 @@ Status ReadVector(hid_t file, const char* name, hid_t mem_type, std::vector<T>* 
   return Status::OK();
 }
 
+constexpr uint64_t kNoOffset = ~uint64_t{0};
+
+// Where a 1-D uint8 dataset lies in the file: its element count, and its file offset when it is
+// stored contiguously inside the file (kNoOffset otherwise: read it through HDF5).
+struct Placement {
+  bool exists = false;
+  uint64_t elements = 0;
+  uint64_t offset = kNoOffset;
+};
+Placement Place(hid_t file, const char* name, uint64_t file_bytes) {
+  Placement p;
+  if (H5Lexists(file, "/shardfeed", H5P_DEFAULT) <= 0 || H5Lexists(file, name, H5P_DEFAULT) <= 0) {
+    return p;
+  }
+  Handle dset(H5Dopen2(file, name, H5P_DEFAULT));
+  Handle space(dset.ok() ? H5Dget_space(dset.get()) : -1);
+  if (!space.ok() || H5Sget_simple_extent_ndims(space.get()) != 1) return p;
+  hsize_t n = 0;
+  H5Sget_simple_extent_dims(space.get(), &n, nullptr);
+  p.exists = true;
+  p.elements = n;
+  const haddr_t offset = H5Dget_offset(dset.get());
+  if (offset != HADDR_UNDEF && offset <= file_bytes && n <= file_bytes - offset) p.offset = offset;
+  return p;
+}
+
 class Hdf5Sink : public ArchiveWriter::ShardSink {
  public:
   ~Hdf5Sink() override {
@@ -201,8 +227,7 @@ class Hdf5Sink : public ArchiveWriter::ShardSink {
     std::lock_guard<std::mutex> lock(Hdf5Lock());
     QuietHdf5();
     file_ = file;
-    images_mode_ =
-        opt.height > 0 && (opt.encoding == Encoding::kRaw || opt.encoding == Encoding::kZstd);
+    images_mode_ = Hdf5ImagesMode(opt);
     chunk_bytes_ = opt.chunk_bytes;
     Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
     // v110 objects: a single unlimited dimension gets an extensible-array chunk index, so
@@ -274,7 +299,8 @@ class Hdf5Sink : public ArchiveWriter::ShardSink {
     return Status::OK();
   }
 
-  Status Finish(const ShardHeader& header, const IndexEntry* index, size_t count) override {
+  Status Finish(const ShardHeader& header, const IndexEntry* index, size_t count,
+                const uint8_t* fields, size_t fields_size) override {
     std::lock_guard<std::mutex> lock(Hdf5Lock());
     const hid_t f = file_h_.get();
     std::vector<int64_t> labels(count);
@@ -307,6 +333,10 @@ class Hdf5Sink : public ArchiveWriter::ShardSink {
     SF_RETURN_IF_ERROR(WriteDataset(group.get(), "index", H5T_STD_U8LE, 1, &idx, index, file_));
     SF_RETURN_IF_ERROR(
         WriteDataset(group.get(), "chunk_sizes", H5T_STD_U64LE, 1, &k, chunk_sizes_.data(), file_));
+    if (fields_size > 0) {
+      hsize_t t = fields_size;
+      SF_RETURN_IF_ERROR(WriteDataset(group.get(), "fields", H5T_STD_U8LE, 1, &t, fields, file_));
+    }
     SF_RETURN_IF_ERROR(WriteStringAttr(f, "format", "shardfeed", file_));
     SF_RETURN_IF_ERROR(WriteU64Attr(f, "format_version", kFormatVersion, file_));
     SF_RETURN_IF_ERROR(WriteU64Attr(f, "chunk_bytes", images_mode_ ? 0 : chunk_bytes_, file_));
@@ -334,6 +364,7 @@ class Hdf5ShardStore : public ShardStore {
   void* map_ = nullptr;
   size_t map_len_ = 0;
   std::vector<IndexEntry> owned_index;
+  std::vector<uint64_t> owned_fields;              // the fields table when it could not be mapped
   std::vector<std::vector<uint8_t>> owned_chunks;  // logical chunks whose pieces were not adjacent
 };
 
@@ -366,8 +397,8 @@ Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file, const
   // Phase 1, under the HDF5 lock: read the small metadata and every chunk's file address.
   std::vector<uint64_t> chunk_sizes, chunk_addr;
   std::vector<std::vector<uint64_t>> piece_addr;  // records mode: each logical chunk's pieces
-  constexpr uint64_t kNoOffset = ~uint64_t{0};
-  uint64_t index_offset = kNoOffset;  // where the index lies in the file, when it can be mapped
+  uint64_t index_offset = kNoOffset;   // where the index lies in the file, when it can be mapped
+  uint64_t fields_offset = kNoOffset;  // likewise the fields table
   uint64_t chunk_bytes = 0;
   {
     std::lock_guard<std::mutex> lock(Hdf5Lock());
@@ -384,18 +415,27 @@ Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file, const
     // the file (as our writer does): no private copy, pages shared by every reader of the file.
     const uint64_t index_size = store->header.sample_count * sizeof(IndexEntry);
     {
-      Handle dset(H5Lexists(f.get(), "/shardfeed/index", H5P_DEFAULT) > 0
-                      ? H5Dopen2(f.get(), "/shardfeed/index", H5P_DEFAULT)
-                      : -1);
-      Handle space(dset.ok() ? H5Dget_space(dset.get()) : -1);
-      hsize_t n = 0;
-      if (space.ok() && H5Sget_simple_extent_ndims(space.get()) == 1) {
-        H5Sget_simple_extent_dims(space.get(), &n, nullptr);
+      const Placement p = Place(f.get(), "/shardfeed/index", store->file_bytes);
+      if (p.elements == index_size && p.offset % alignof(IndexEntry) == 0) index_offset = p.offset;
+    }
+    // Version 4: the fields table, when present (its size is checked by the archive against the
+    // schema; one larger than the file cannot be ours).
+    const Placement fields = Place(f.get(), "/shardfeed/fields", store->file_bytes);
+    if (fields.exists) {
+      if (fields.elements > store->file_bytes) {
+        return Status::Corrupt(file, ": /shardfeed/fields holds ", fields.elements,
+                               " bytes, more than the file");
       }
-      const haddr_t offset = dset.ok() ? H5Dget_offset(dset.get()) : HADDR_UNDEF;
-      if (n == index_size && offset != HADDR_UNDEF && offset % alignof(IndexEntry) == 0 &&
-          offset <= store->file_bytes && index_size <= store->file_bytes - offset) {
-        index_offset = offset;
+      store->fields_size = fields.elements;
+      if (fields.offset != kNoOffset && fields.offset % 8 == 0) {
+        fields_offset = fields.offset;
+      } else if (fields.elements > 0) {
+        std::vector<uint8_t> bytes;
+        SF_RETURN_IF_ERROR(ReadVector(f.get(), "/shardfeed/fields", H5T_NATIVE_UINT8, &bytes,
+                                      fields.elements, file));
+        store->owned_fields.resize((bytes.size() + 7) / 8);
+        std::memcpy(store->owned_fields.data(), bytes.data(), bytes.size());
+        store->fields = reinterpret_cast<const uint8_t*>(store->owned_fields.data());
       }
     }
     if (index_offset == kNoOffset && index_size > 0) {
@@ -469,6 +509,7 @@ Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file, const
   if (index_offset != kNoOffset) {
     store->index = reinterpret_cast<const IndexEntry*>(base + index_offset);
   }
+  if (fields_offset != kNoOffset) store->fields = base + fields_offset;
   store->chunk_data.resize(chunk_sizes.size());
   store->chunk_size = chunk_sizes;
   for (size_t k = 0; k < chunk_sizes.size(); ++k) {

@@ -38,6 +38,7 @@ class LmdbShardStore : public ShardStore {
   MDB_env* env_ = nullptr;
   MDB_txn* txn_ = nullptr;  // held for the store's lifetime: keeps every pointer valid
   std::vector<IndexEntry> owned_index;
+  std::vector<uint64_t> owned_fields;  // a misaligned fields table, copied (8-byte aligned)
 };
 
 class LmdbSink : public ArchiveWriter::ShardSink {
@@ -80,8 +81,13 @@ class LmdbSink : public ArchiveWriter::ShardSink {
     return Status::OK();
   }
 
-  Status Finish(const ShardHeader& header, const IndexEntry* index, size_t count) override {
-    // Two transactions are fine: the shard counts only once the manifest names it.
+  Status Finish(const ShardHeader& header, const IndexEntry* index, size_t count,
+                const uint8_t* fields, size_t fields_size) override {
+    // Several transactions are fine: the shard counts only once the manifest names it. Keys go
+    // in LMDB's order (MDB_APPEND): "fields" < "header" < "index".
+    if (fields_size > 0) {
+      SF_RETURN_IF_ERROR(Put(kLmdbFieldsKey.data(), kLmdbFieldsKey.size(), fields, fields_size));
+    }
     SF_RETURN_IF_ERROR(Put(kLmdbHeaderKey.data(), kLmdbHeaderKey.size(), &header, sizeof(header)));
     SF_RETURN_IF_ERROR(
         Put(kLmdbIndexKey.data(), kLmdbIndexKey.size(), index, count * sizeof(IndexEntry)));
@@ -381,6 +387,25 @@ Result<std::unique_ptr<ShardStore>> OpenLmdbShard(const std::string& file,
   } else {
     store->index = static_cast<const IndexEntry*>(v.mv_data);
   }
+  // Version 4: the fields table, when the shard has one (its size is checked by the archive
+  // against the schema). Copied when LMDB stored it misaligned, like the index.
+  const uint8_t* fields_in_map = nullptr;
+  {
+    MDB_val k{kLmdbFieldsKey.size(), const_cast<char*>(kLmdbFieldsKey.data())};
+    int r = mdb_get(store->txn_, dbi, &k, &v);
+    if (r && r != MDB_NOTFOUND) return LmdbError(file, "get fields", r);
+    if (r == 0 && v.mv_size > 0) {
+      fields_in_map = static_cast<const uint8_t*>(v.mv_data);
+      store->fields_size = v.mv_size;
+      if (reinterpret_cast<uintptr_t>(v.mv_data) % 8 != 0) {
+        store->owned_fields.resize((v.mv_size + 7) / 8);
+        std::memcpy(store->owned_fields.data(), v.mv_data, v.mv_size);
+        store->fields = reinterpret_cast<const uint8_t*>(store->owned_fields.data());
+      } else {
+        store->fields = fields_in_map;
+      }
+    }
+  }
   store->chunk_data.resize(store->header.chunk_count);
   store->chunk_size.resize(store->header.chunk_count);
   for (uint32_t c = 0; c < store->header.chunk_count; ++c) {
@@ -397,6 +422,10 @@ Result<std::unique_ptr<ShardStore>> OpenLmdbShard(const std::string& file,
   for (size_t c = 0; c < store->chunk_data.size(); ++c) {
     lo = std::min(lo, store->chunk_data[c]);
     hi = std::max(hi, store->chunk_data[c] + store->chunk_size[c]);
+  }
+  if (fields_in_map) {
+    lo = std::min(lo, fields_in_map);
+    hi = std::max(hi, fields_in_map + store->fields_size);
   }
   store->map_base = lo;
   store->map_size = static_cast<size_t>(hi - lo);

@@ -184,6 +184,7 @@ class ShapeScan : public nlohmann::json_sax<json> {
 Manifest SameRecordsAs(const Manifest& m) {
   Manifest out;
   out.encoding = m.encoding;
+  out.schema = m.schema;
   out.class_names = m.class_names;
   out.height = m.height;
   out.width = m.width;
@@ -248,6 +249,7 @@ std::string Manifest::ToJson() const {
             {"options", options},
             {"shards", shards_json}};
   if (class_counts.empty()) j.erase("class_counts");  // unknown (accepted as absent on read)
+  if (format_version >= 4) j["fields"] = json::parse(schema.ToJson());
   if (resized_records) j["resized_records"] = *resized_records;
   if (reencoded_records) j["reencoded_records"] = *reencoded_records;
   if (is_part) {
@@ -307,7 +309,21 @@ Status ParseIdentity(const json& j, const std::string& origin, Manifest& m) {
   return Status::OK();
 }
 
-// class_names, and class_counts when present (one per class, adding up).
+// fields (version 4, required): the schema in its manifest form (a list); before: Legacy().
+Status ParseFields(const json& j, const std::string& origin, Manifest& m) {
+  if (m.format_version < 4) return Status::OK();
+  auto it = j.find("fields");
+  if (it == j.end()) return Status::Corrupt(origin, ": missing field \"fields\" (version 4)");
+  if (!it->is_array()) return Status::Corrupt(origin, ": fields is not a list");
+  auto schema = Schema::FromJson(it->dump(-1, ' ', false, json::error_handler_t::replace));
+  if (!schema.ok()) return Status::Corrupt(origin, ": fields: ", schema.status().message());
+  m.schema = std::move(*schema);
+  return Status::OK();
+}
+
+// class_names, and class_counts when present (one per class, adding up). Without a class field
+// (version 4) every label is 0 and there are no counts; class names are optional (e.g. the names
+// of a per-box label field).
 Status ParseClasses(const json& j, const std::string& origin, Manifest& m) {
   const json& names = j.at("class_names");
   if (!names.is_array()) return Status::Corrupt(origin, ": class_names is not a list");
@@ -315,10 +331,14 @@ Status ParseClasses(const json& j, const std::string& origin, Manifest& m) {
     if (!n.is_string()) return Status::Corrupt(origin, ": a class name is not a string");
     m.class_names.push_back(n.get<std::string>());
   }
-  if (m.class_names.empty() && m.sample_count > 0) {
+  const bool labelled = m.schema.label_field() >= 0;
+  if (labelled && m.class_names.empty() && m.sample_count > 0) {
     return Status::Corrupt(origin, ": samples but no class names");
   }
   if (auto it = j.find("class_counts"); it != j.end()) {
+    if (!labelled) {
+      return Status::Corrupt(origin, ": class_counts, but the fields have no class field (label)");
+    }
     if (!it->is_array() || it->size() != m.class_names.size()) {
       return Status::Corrupt(origin, ": class_counts is not a list of ", m.class_names.size(),
                              " counts");
@@ -471,6 +491,7 @@ Result<Manifest> Manifest::FromJson(const std::string& text, const std::string& 
   Manifest m;
   try {
     SF_RETURN_IF_ERROR(ParseIdentity(j, origin, m));
+    SF_RETURN_IF_ERROR(ParseFields(j, origin, m));
     SF_RETURN_IF_ERROR(ParseClasses(j, origin, m));
     SF_RETURN_IF_ERROR(ParseShape(j, origin, m));
     SF_RETURN_IF_ERROR(ParseOptionalFields(j, origin, m));

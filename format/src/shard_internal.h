@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "shardfeed/base/status.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/format/layout.h"
 #include "shardfeed/format/manifest.h"
-#include "shardfeed/base/status.h"
 
 namespace shardfeed::format {
 
@@ -18,7 +18,10 @@ class ShardStore {
  public:
   virtual ~ShardStore() = default;
   ShardHeader header{};
-  const IndexEntry* index = nullptr;       // header.sample_count entries
+  const IndexEntry* index = nullptr;  // header.sample_count entries
+  // Version 4: the fields table (Schema::TableSize bytes, 8-byte aligned), or null and 0.
+  const uint8_t* fields = nullptr;
+  uint64_t fields_size = 0;
   std::vector<const uint8_t*> chunk_data;  // header.chunk_count pointers
   std::vector<uint64_t> chunk_size;        // their sizes
   uint64_t file_bytes = 0;
@@ -45,6 +48,24 @@ Status ValidateEntries(const ShardStore& shard, const Manifest& manifest, uint64
                        uint64_t begin, uint64_t end, const std::string& where,
                        std::vector<uint64_t>* class_counts);
 
+// Version 4: field f of `schema` is a column of the fields table (fixed, not the class field).
+inline bool IsColumn(const Schema& schema, size_t f) {
+  return schema.fields()[f].fixed() && static_cast<int>(f) != schema.label_field();
+}
+inline size_t FixedColumns(const Schema& schema) {
+  size_t n = 0;
+  for (size_t f = 0; f < schema.size(); ++f) n += IsColumn(schema, f);
+  return n;
+}
+
+// HDF5 stores fixed-shape raw/zstd records as /images (one record per HDF5 chunk) unless the
+// schema has variable fields, whose blobs need the record stream (/records).
+inline bool Hdf5ImagesMode(const WriterOptions& o) {
+  return o.backend == Backend::kHdf5 && o.height > 0 &&
+         (o.encoding == Encoding::kRaw || o.encoding == Encoding::kZstd) &&
+         !o.schema.has_var_fields();
+}
+
 Result<std::unique_ptr<ShardStore>> OpenLmdbShard(const std::string& file, const ShardInfo& info,
                                                   size_t number);
 
@@ -52,8 +73,9 @@ class ArchiveWriter::ShardSink {
  public:
   virtual ~ShardSink() = default;
   virtual Status PutChunk(uint32_t number, const uint8_t* data, size_t size) = 0;
-  // Writes header and index, syncs and closes the file.
-  virtual Status Finish(const ShardHeader& header, const IndexEntry* index, size_t count) = 0;
+  // Writes the fields table (when `fields_size` > 0), header and index, syncs and closes the file.
+  virtual Status Finish(const ShardHeader& header, const IndexEntry* index, size_t count,
+                        const uint8_t* fields, size_t fields_size) = 0;
 };
 
 Result<std::unique_ptr<ArchiveWriter::ShardSink>> CreateLmdbSink(const std::string& file);

@@ -22,7 +22,7 @@ def test_jpeg_archive_datasets_and_bytes(tmp_path):
                      "shardfeed/header", "shardfeed/index", "shardfeed/chunk_sizes"):
             assert name in f, name
         assert f.attrs["format"] in (b"shardfeed", "shardfeed")
-        assert int(f.attrs["format_version"]) == 3
+        assert int(f.attrs["format_version"]) == 4
         manifest = json.loads(f.attrs["manifest"])
         assert manifest["sample_count"] == 36 and manifest["backend"] == "hdf5"
         assert f["records"].chunks is not None  # chunked

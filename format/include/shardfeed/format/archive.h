@@ -91,9 +91,11 @@ class Archive {
   // archive answers them with zeros instead (format/src/fault_guard.h), so readers call this
   // after reading a record's bytes and drop what they read. OK otherwise. Thread-safe, O(1).
   Status CheckUnchanged(uint64_t index) const;
-  // Recomputes a record's XXH3 and compares it with the index (version 4: and its var blob's
-  // with its VarEntry). kChecksumMismatch names the sample (and the field table).
-  Status VerifyRecord(uint64_t index) const;
+  // Recomputes a record's XXH3 and compares it with the index and, with `fields` (version 4,
+  // a schema with variable fields), its var blob's with its VarEntry. kChecksumMismatch names
+  // the shard and the sample. A reader that uses no variable field passes false: the check then
+  // touches nothing but the record, as before version 4.
+  Status VerifyRecord(uint64_t index, bool fields = true) const;
   // Recomputes a shard's content hash and compares it with the header and the manifest.
   Status VerifyShard(size_t shard) const;
   // Cross-checks every field of the manifest that is derived from the shards against the shards
@@ -125,6 +127,15 @@ class Archive {
   void FetchAll() const;  // remote: opens every shard, 4 downloads at a time
   const Shard* Ready(size_t s, Status* error) const;
   RecordView Record(const Shard& shard, size_t s, uint64_t index) const;  // shard s is ready
+  // A sample's var blob (version 4), its VarEntry checked; `file` names its shard.
+  struct VarBlob {
+    const uint8_t* data;
+    size_t size;
+    uint64_t checksum;
+    const std::string* file;
+  };
+  Result<VarBlob> Blob(uint64_t index) const;
+  Status CheckBlob(uint64_t index, const VarBlob& blob, const std::string& field) const;
 
   std::string path_;
   Manifest manifest_;
@@ -186,6 +197,10 @@ class ArchiveWriter {
   // Appends one sample of the schema: the image record as above, `values[f]` for every other
   // field f (CheckValue'd here against the stored shape entry.height x entry.width: a bad value
   // is kInvalidArgument naming the field, and nothing of the sample is written).
+  // `values` has one entry per schema field (those of the image and the class field are not
+  // read; without a class field entry.label must be 0). The variable values become the sample's
+  // var blob, written right after the record in the same chunk; the fixed ones go to the shard's
+  // columns. Errors name the field; the caller adds the sample.
   Status Append(IndexEntry entry, const uint8_t* data, size_t size, const FieldValues& values);
   // Closes the current shard (if it holds any record) so the next record starts a new one.
   Status NextShard();
@@ -193,7 +208,9 @@ class ArchiveWriter {
   // copying its records: a hard link (a copy only across filesystems; `*copied` says which).
   // `source` is its entry in that archive's manifest and `source_number` its position there; its
   // header keeps that position (the manifest records it). `class_counts` are the labels it
-  // holds, per class. The current shard must be empty. `merge` builds archives with it.
+  // holds, per class. The current shard must be empty. `merge` builds archives with it. The
+  // file's archive must have options.schema as its schema (the caller checks: merge compares
+  // the manifests); its fields table travels inside the file.
   Status LinkShard(const std::string& file, const ShardInfo& source, uint32_t source_number,
                    const std::vector<uint64_t>& class_counts, bool* copied = nullptr,
                    uint32_t height = 0, uint32_t width = 0);
@@ -213,6 +230,9 @@ class ArchiveWriter {
   Status OpenShard();
   Status FlushChunk();
   Status CloseShard();
+  Status CheckRecord(const IndexEntry& entry, size_t size) const;
+  // Places `size` record bytes and then `blob_` (when `with_blob`) in the chunk stream.
+  Status Place(IndexEntry& entry, const uint8_t* data, size_t size, bool with_blob);
 
   Status Recover();  // leftovers of a killed writer (lock held)
 
@@ -224,8 +244,13 @@ class ArchiveWriter {
   std::vector<uint64_t> class_counts_;
   std::vector<uint8_t> chunk_;     // the chunk being filled
   std::vector<IndexEntry> index_;  // the open shard's index
-  uint32_t chunk_count_ = 0;       // chunks flushed in the open shard
-  uint64_t shard_first_ = 0;       // global index of the open shard's first sample
+  // Version 4: the open shard's fixed columns (one per Schema::ColumnOffset field, in schema
+  // order) and var entries; blob_ is the sample being appended.
+  std::vector<std::vector<uint8_t>> columns_;
+  std::vector<VarEntry> var_entries_;
+  std::vector<uint8_t> blob_;
+  uint32_t chunk_count_ = 0;  // chunks flushed in the open shard
+  uint64_t shard_first_ = 0;  // global index of the open shard's first sample
   struct HashState;
   std::unique_ptr<HashState> hash_;  // the open shard's content hash
   uint64_t samples_ = 0, bytes_ = 0, shard_payload_ = 0;

@@ -108,6 +108,10 @@ class Schema {
   // Adds a field (for building schemas in C++); checks as FromJson does.
   Status Add(FieldSpec spec);
 
+  // Same fields, types and "per" in the same order (what merge requires of its parts).
+  bool operator==(const Schema& other) const { return ToJson() == other.ToJson(); }
+  bool operator!=(const Schema& other) const { return !(*this == other); }
+
   // The shard's fields table (docs/FORMAT.md "Fields"): where field `f`'s column starts for a
   // shard of `samples` samples (fixed fields only), where the VarEntry column starts (only when
   // has_var_fields()), and the table's total size (0 when the schema has neither).
@@ -148,7 +152,7 @@ Status CheckValue(const FieldSpec& spec, const FieldValue& value, uint32_t heigh
 
 // Encodes a sample's variable values into its var blob (appending to `out`, which the writer
 // places 8-byte aligned in a chunk), masks compressed at `zstd_level`. Values must have passed
-// CheckValue. The fixed values go to columns (EncodeColumnValue).
+// CheckValue. The fixed values go to the shard's columns as they are (item_bytes() each).
 Status EncodeVarBlob(const Schema& schema, const FieldValues& values, int zstd_level,
                      std::vector<uint8_t>* out);
 
