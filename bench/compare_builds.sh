@@ -3,13 +3,17 @@
 # what "before/after" figures in docs/BENCHMARKS.md come from.
 #   bench/compare_builds.sh OLD_SHARDFEED NEW_SHARDFEED CORPUS WORKDIR
 # The archives are packed by OLD (the format NEW must also read); CUDA is disabled in both.
+# With PACK_EACH=1 each build reads archives it packed itself (WORKDIR/old, WORKDIR/new): a
+# format change is measured as a user meets it (e.g. version 4's path field beside every image).
 set -euo pipefail
 OLD=$1 NEW=$2 CORPUS=$3 B=$4
-mkdir -p "$B"
-[ -d "$B/jpeg.sf" ] || "$OLD" pack "$CORPUS" "$B/jpeg.sf" -q >/dev/null
-[ -d "$B/raw224.sf" ] || "$OLD" pack "$CORPUS" "$B/raw224.sf" --encoding raw --size 224 --crop center -q >/dev/null
-if [ ! -d "$B/raw32x30k.sf" ]; then  # 30,000 tiny records: the corpus listed 10 times
-  /usr/bin/python3 - "$CORPUS" "$B/list30k.txt" <<'PY'
+pack_all() {  # pack_all BIN DIR
+  local bin=$1 d=$2
+  mkdir -p "$d"
+  [ -d "$d/jpeg.sf" ] || "$bin" pack "$CORPUS" "$d/jpeg.sf" -q >/dev/null
+  [ -d "$d/raw224.sf" ] || "$bin" pack "$CORPUS" "$d/raw224.sf" --encoding raw --size 224 --crop center -q >/dev/null
+  if [ ! -d "$d/raw32x30k.sf" ]; then  # 30,000 tiny records: the corpus listed 10 times
+    /usr/bin/python3 - "$CORPUS" "$d/list30k.txt" <<'PY'
 import os, sys
 root, out = sys.argv[1], sys.argv[2]
 files = sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs)
@@ -19,14 +23,25 @@ with open(out, "w") as o:
         for f in files:
             o.write("%s %d\n" % (f, classes.index(f.split("/")[0])))
 PY
-  "$OLD" pack "$CORPUS" "$B/raw32x30k.sf" --list "$B/list30k.txt" --encoding raw --size 32 --crop center -q >/dev/null
+    "$bin" pack "$CORPUS" "$d/raw32x30k.sf" --list "$d/list30k.txt" --encoding raw --size 32 --crop center -q >/dev/null
+  fi
+}
+if [ "${PACK_EACH:-0}" = 1 ]; then
+  pack_all "$OLD" "$B/old"
+  pack_all "$NEW" "$B/new"
+  OLD_DIR=$B/old NEW_DIR=$B/new
+else
+  pack_all "$OLD" "$B"
+  OLD_DIR=$B NEW_DIR=$B
 fi
 run() { local bin=$1; shift; SHARDFEED_DISABLE_CUDA=1 "$bin" bench "$@" --json | /usr/bin/python3 -c "import json,sys; print('%.0f' % json.load(sys.stdin)['images_per_second'])"; }
 while IFS= read -r case; do
   set -- $case
-  a=$B/$1; shift
+  a=$1; shift
   olds=(); news=()
-  for round in 1 2 3; do olds+=($(run "$OLD" "$a" "$@")); news+=($(run "$NEW" "$a" "$@")); done
+  for round in 1 2 3; do
+    olds+=($(run "$OLD" "$OLD_DIR/$a" "$@")); news+=($(run "$NEW" "$NEW_DIR/$a" "$@"))
+  done
   /usr/bin/python3 - "$case" "${olds[@]}" "${news[@]}" <<'PY'
 import statistics, sys
 case = sys.argv[1]; v = list(map(float, sys.argv[2:])); o, n = v[:3], v[3:]

@@ -17,6 +17,8 @@ import time
 
 import numpy as np
 
+from common import consume
+
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406]) * 255
 IMAGENET_STD = np.array([0.229, 0.224, 0.225]) * 255
 
@@ -51,14 +53,13 @@ def read(beton, crop, normalize, workers, batch, epochs):
     loader = Loader(beton, batch_size=batch, num_workers=workers, order=OrderOption.RANDOM,
                     os_cache=True, drop_last=False,
                     pipelines={"image": image, "label": [IntDecoder(), ToTensor()]})
-    dtype = None
-    for images, _ in loader:  # warm-up epoch: numba compilation, page cache
-        dtype = str(images.dtype)
-    n, t = 0, time.perf_counter()
+    first = []  # the first batch's images: dtype and shape
+    consume(loader, step=lambda i, item: first.append(item[0]) if i == 1 else None)  # warm-up:
+    n, seconds = 0, 0.0                                            # numba, page cache
     for _ in range(epochs):
-        for images, _ in loader:
-            n += images.shape[0]
-    return n / (time.perf_counter() - t), dtype, list(images.shape)
+        c = consume(loader)
+        n, seconds = n + c.images, seconds + c.seconds
+    return n / seconds, str(first[0].dtype), list(first[0].shape)
 
 
 def main():

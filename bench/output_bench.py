@@ -33,20 +33,20 @@ def run_json(cmd):
 def python_loader_ips(build, archive, args, **options):
     """shardfeed.torch.Loader as a training loop sees it (tensors in hand), in a fresh process."""
     code = """
-import json, sys, time, torch
-sys.path.insert(0, %r)
+import json, sys, torch
+sys.path[:0] = [%r, %r]
 import shardfeed.torch as sft
+from common import consume
 torch.set_num_threads(1)
 loader = sft.Loader(%r, batch_size=%d, workers=%d, shuffle=True, **json.loads(%r))
-for images, labels in loader:  # warm-up epoch
-    pass
-n, t = 0, time.perf_counter()
+consume(loader)  # warm-up epoch
+n, s, dtype = 0, 0.0, []
 for _ in range(%d):
-    for images, labels in loader:
-        n += images.shape[0]
-print(json.dumps({"ips": n / (time.perf_counter() - t), "dtype": str(images.dtype)}))
-""" % (os.path.join(build, "python"), archive, args.batch_size, args.workers, json.dumps(options),
-       args.epochs)
+    c = consume(loader, step=lambda i, item: dtype.append(str(item[0].dtype)) if i == 1 else None)
+    n, s = n + c.images, s + c.seconds
+print(json.dumps({"ips": n / s, "dtype": dtype[0]}))
+""" % (os.path.join(build, "python"), os.path.dirname(os.path.abspath(__file__)), archive,
+       args.batch_size, args.workers, json.dumps(options), args.epochs)
     out = subprocess.run(["/usr/bin/python3", "-c", code], check=True, capture_output=True,
                          text=True).stdout
     return json.loads(out)["ips"]

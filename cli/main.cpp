@@ -2,6 +2,7 @@
 //   0 success; 1 the work found bad data (verify failures, --strict skips);
 //   2 wrong arguments; 3 any other error (I/O, corrupt archive).
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -9,15 +10,18 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <new>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "cli_internal.h"
 #include "shardfeed/converter/convert.h"
+#include "shardfeed/converter/importers.h"
 #include "shardfeed/converter/options.h"
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/format/archive.h"
@@ -114,7 +118,7 @@ void PrintUsage() {
   std::printf(
       "usage: shardfeed <command> [options]\n\n"
       "commands:\n"
-      "  pack SRC OUT        pack an image folder (or --list FILE) into an archive\n"
+      "  pack SRC OUT        pack an image folder, list, JSONL/CSV, COCO or WebDataset source\n"
       "  verify ARCHIVE      check every record checksum and shard hash (--decode: decode too)\n"
       "  inspect ARCHIVE     samples, classes, encoding, shapes, sizes\n"
       "  extract ARCHIVE DIR write the samples back as an image folder\n"
@@ -126,16 +130,64 @@ void PrintUsage() {
       "Run 'shardfeed <command> --help' for a command's options.\n");
 }
 
+// pack --from parquet: the Python package's importer, run with the interpreter the Python module
+// was built for (the build tree's package first on its path).
+int PackParquet(int argc, char** argv) {
+  const std::string python = SHARDFEED_BUILD_PYTHON;
+  const std::string path = SHARDFEED_BUILD_PYTHONPATH;
+  if (python.empty() || ::access(python.c_str(), X_OK) != 0) {
+    return Fail(Status::Unsupported(
+        "parquet import needs the shardfeed Python package and pyarrow (pip install "
+        "shardfeed pyarrow; then python -m shardfeed.importers.parquet SRC OUT)"));
+  }
+  std::string pythonpath = path;
+  if (const char* old = std::getenv("PYTHONPATH"); old && *old)
+    pythonpath += ":" + std::string(old);
+  const std::string check = "import shardfeed.importers.parquet, pyarrow";
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setenv("PYTHONPATH", pythonpath.c_str(), 1);
+    ::execl(python.c_str(), python.c_str(), "-c", check.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return Fail(Status::Unsupported(
+        "parquet import needs the shardfeed Python package and pyarrow importable by ", python,
+        " (pip install pyarrow); it runs python -m shardfeed.importers.parquet SRC OUT"));
+  }
+  std::vector<std::string> args = {python, "-m", "shardfeed.importers.parquet"};
+  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+  std::vector<char*> argv_out;
+  for (std::string& a : args) argv_out.push_back(a.data());
+  argv_out.push_back(nullptr);
+  std::fflush(nullptr);
+  ::setenv("PYTHONPATH", pythonpath.c_str(), 1);
+  ::execv(python.c_str(), argv_out.data());
+  return Fail(Status::IOError("cannot run ", python, ": ", std::strerror(errno)));
+}
+
+// About 120 lines: the flags, the source (folder, list or an importer), the pack, the summary.
 int CmdPack(int argc, char** argv) {
   // Every pack option comes from converter/options.h (shardfeed.pack takes the same ones).
   po::options_description desc("pack options (as shardfeed.pack takes them)");
-  std::string src, out, list, report, parts_dir;
+  std::string src, out, list, report, parts_dir, from, schema_file;
+  converter::ImportOptions import;
   converter::PackOptions opt;
   std::vector<std::string> helps;  // kept alive: program_options stores the pointers
+  const std::string from_help =
+      std::string("what SRC is [") + converter::SourceKinds() + "] (default: recognised from SRC)";
   desc.add_options()("src", po::value(&src)->required(),
-                     "image folder (ROOT/<class>/<image>), or the root of --list paths")(
+                     "image folder (ROOT/<class>/<image>), the root of --list paths, a JSONL/CSV "
+                     "manifest, a COCO instances .json, .tar shards or a directory of them")(
       "out", po::value(&out)->required(), "archive to write (a directory)")(
-      "list", po::value(&list), "list file: 'path label' or MXNet 'index\\tlabel\\tpath' per line");
+      "list", po::value(&list), "list file: 'path label' or MXNet 'index\\tlabel\\tpath' per line")(
+      "from", po::value(&from), from_help.c_str())(
+      "schema", po::value(&schema_file),
+      "jsonl/csv/webdataset: the fields as a JSON file "
+      "({name: type, ...}; default: inferred from the data)")(
+      "images", po::value(&import.images), "coco: the folder the file_names are relative to")(
+      "captions", po::value(&import.captions), "coco: a COCO captions file (a captions field)");
   cli::AddOptionTable(desc, converter::PackOptionTable(), opt, &helps);
   desc.add_options()("report", po::value(&report), "write a JSON report of skipped files here")(
       "parts-dir", po::value(&parts_dir), "where --part writes (default OUT.parts)")(
@@ -145,12 +197,29 @@ int CmdPack(int argc, char** argv) {
   po::variables_map vm;
   int rc = ParseArgs(argc, argv, desc, pos, vm, "shardfeed pack SRC OUT [options]");
   if (rc >= 0) return rc;
+  if (from == "parquet" || (from.empty() && list.empty() && converter::DetectSourceKind(src).ok() &&
+                            *converter::DetectSourceKind(src) == "parquet")) {
+    return PackParquet(argc, argv);
+  }
   if (Status s = cli::ApplyOptionTable(vm, converter::PackOptionTable(), &opt); !s.ok())
     return Fail(s);
   if (Status s = converter::ValidatePackOptions(opt); !s.ok()) return Fail(s);
-  opt.options_json = converter::PackOptionsJson(opt, list.empty() ? "folder" : "list");
+  if (!schema_file.empty()) {
+    std::ifstream f(schema_file);
+    std::stringstream text;
+    text << f.rdbuf();
+    if (!f) return Fail(Status::NotFound(schema_file, ": cannot read the schema file"));
+    import.schema_json = text.str();
+    if (auto parsed = format::Schema::FromJson(import.schema_json); !parsed.ok()) {
+      return Fail(parsed.status().WithContext(schema_file));
+    }
+  }
+  import.kind = from;
+  import.list = list;
+  import.skip_bad = opt.skip_bad;
   const std::string backend(format::BackendName(opt.writer.backend));
   const std::string archive_out = out;  // the final archive (what the scan must never pack)
+  import.exclude = converter::OutputPaths(archive_out);
   if (opt.part_record) {
     const uint32_t i = opt.part, n = opt.parts;
     out = parts_dir.empty()
@@ -162,15 +231,23 @@ int CmdPack(int argc, char** argv) {
     return Fail(Status::InvalidArgument("--parts-dir goes with --part"));
   }
 #ifdef SHARDFEED_WITH_MPI
-  if (!opt.part_record && cli::MpiWorldSize() > 1) {
+  if (!opt.part_record && cli::MpiWorldSize() > 1 &&
+      (from.empty() || from == "folder" || from == "list")) {
+    opt.options_json = converter::PackOptionsJson(opt, list.empty() ? "folder" : "list");
     return cli::MpiPack(src, list, archive_out, opt, report);
   }
 #endif
 
-  Result<converter::SourceList> source =
-      list.empty() ? converter::ScanImageFolder(src, converter::OutputPaths(archive_out))
-                   : converter::ReadListFile(list, src);
-  if (!source.ok()) return Fail(source.status());
+  Result<converter::SourceList> source = converter::ImportSource(src, import);
+  if (!source.ok()) {
+    // A bad row or annotation in the source is bad data (exit 1), like a --strict skip.
+    if (source.status().code() == StatusCode::kCorrupt) {
+      std::fprintf(stderr, "shardfeed: error: %s\n", source.status().message().c_str());
+      return 1;
+    }
+    return Fail(source.status());
+  }
+  opt.options_json = converter::PackOptionsJson(opt, source->kind);
 
   const bool tty = !vm.count("quiet") && ::isatty(STDERR_FILENO);
   auto progress = [&](const converter::PackStats& s) {
@@ -200,8 +277,10 @@ int CmdPack(int argc, char** argv) {
     std::fprintf(stderr, "... and %zu more skipped (see --report)\n", result.skipped.size() - 20);
   }
   if (!st.ok()) {
-    // Skipped files are bad data (exit 1): a --strict skip, or every file skipped.
-    if (!result.skipped.empty() && (opt.strict || result.stats.packed == 0)) {
+    // Bad data (exit 1): a --strict skip, every file skipped, a sample whose fields do not
+    // match the schema.
+    if (!result.failed_sample.empty() ||
+        (!result.skipped.empty() && (opt.strict || result.stats.packed == 0))) {
       std::fprintf(stderr, "shardfeed: error: %s\n", st.message().c_str());
       return 1;
     }
@@ -211,8 +290,8 @@ int CmdPack(int argc, char** argv) {
   std::printf("packed %llu of %llu files into %s (%s, %s): %llu skipped, %zu ignored\n",
               static_cast<unsigned long long>(s.packed), static_cast<unsigned long long>(s.total),
               out.c_str(), std::string(format::EncodingName(result.encoding)).c_str(),
-              backend.c_str(),
-              static_cast<unsigned long long>(result.skipped.size()), result.ignored.size());
+              backend.c_str(), static_cast<unsigned long long>(result.skipped.size()),
+              result.ignored.size());
   if (s.reencoded > 0) {
     std::printf("%llu re-encoded (%s); the rest keep their bytes\n",
                 static_cast<unsigned long long>(s.reencoded),

@@ -70,28 +70,9 @@ int CmdStats(int argc, char** argv) {
       "json", po::value(&json_out), "write the JSON report here ('-': stdout)")(
       "html", po::value(&html_out), "write a self-contained HTML page here")(
       "fail-on", po::value(&fail_on_text),
-      "exit 1 when any of these is found: duplicates,leaks,cross-label,flags,imbalance=RATIO")(
-      "size", po::value(&o.size)->default_value(0),
-      "mean/std after the loader's centre crop resized to SIZE x SIZE (0: stored images)")(
-      "workers", po::value(&o.workers)->default_value(0), "threads (0: all cores)")(
-      "near-threshold", po::value(&o.near_threshold)->default_value(o.near_threshold),
-      "near duplicates: perceptual hashes at most this many bits apart (0..16)")(
-      "dark", po::value(&o.dark)->default_value(o.dark), "flag: mean luma below (0..255)")(
-      "bright", po::value(&o.bright)->default_value(o.bright), "flag: mean luma above (0..255)")(
-      "uniform", po::value(&o.uniform)->default_value(o.uniform),
-      "flag: luma standard deviation below (0..255)")(
-      "blurry", po::value(&o.blurry)->default_value(o.blurry),
-      "flag: variance of the Laplacian of luma (at most 256 px a side) below")(
-      "extreme-aspect", po::value(&o.extreme_aspect)->default_value(o.extreme_aspect),
-      "flag: long side / short side above")("tiny", po::value(&o.tiny)->default_value(o.tiny),
-                                            "flag: short side below (pixels)");
-  // Through the option mechanism: boost read --max-pixels=-1 as 2^64-1.
-  using SO = validate::StatsOptions;
-  static const OptionTable<SO> table(
-      "stats option", {CountOption<SO>("max_pixels", 1, UINT64_MAX,
-                                       "refuse records declaring more pixels (as verify --decode "
-                                       "and the loader)",
-                                       &SO::max_pixels)});
+      "exit 1 when any of these is found: duplicates,leaks,cross-label,flags,imbalance=RATIO");
+  // Every threshold through the one table (validate::StatsOptionTable), as Python's stats().
+  const auto& table = validate::StatsOptionTable();
   std::vector<std::string> helps;
   AddOptionTable(desc, table, o, &helps);
   desc.add_options()("quiet,q", "no progress bar");

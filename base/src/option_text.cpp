@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 
 namespace shardfeed {
@@ -76,20 +77,17 @@ bool ParseByteSize(std::string_view text, uint64_t* out) {
   const double v = std::strtod(s.c_str(), &end);
   if (end == s.c_str() || !std::isfinite(v) || v < 0) return false;
   std::string unit(end);
+  if (unit.size() > 1 && unit[0] == ' ') unit.erase(0, 1);  // "2 GiB" (not "2 ")
   for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  // dd's rule: K M G T and KiB MiB GiB TiB are powers of 1024; KB MB GB TB powers of 1000.
   double mult = 1;
-  if (unit.empty() || unit == "B") {
-    mult = 1;
-  } else if (unit == "K" || unit == "KB" || unit == "KIB") {
-    mult = 1024;
-  } else if (unit == "M" || unit == "MB" || unit == "MIB") {
-    mult = 1024.0 * 1024;
-  } else if (unit == "G" || unit == "GB" || unit == "GIB") {
-    mult = 1024.0 * 1024 * 1024;
-  } else if (unit == "T" || unit == "TB" || unit == "TIB") {
-    mult = 1024.0 * 1024 * 1024 * 1024;
-  } else {
-    return false;
+  if (!unit.empty() && unit != "B") {
+    const char* letters = "KMGT";
+    const char* at = std::strchr(letters, unit[0]);
+    const std::string rest = unit.substr(1);
+    if (!at || !*at || !(rest.empty() || rest == "I" || rest == "IB" || rest == "B")) return false;
+    const double base = rest == "B" ? 1000 : 1024;
+    for (const char* u = letters; u <= at; ++u) mult *= base;
   }
   if (v * mult >= 18446744073709551615.0) return false;
   *out = static_cast<uint64_t>(v * mult);

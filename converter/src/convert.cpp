@@ -8,6 +8,54 @@ namespace shardfeed::converter {
 
 using nlohmann::json;
 
+namespace {
+
+// Appends a record with the same field values as sample i of `archive` (read through
+// Archive::Field, masks decoded: the writer takes pixels), or alone for a legacy schema.
+class FieldCopier {
+ public:
+  explicit FieldCopier(const format::Archive& archive) : archive_(archive) {}
+
+  Status Append(format::ArchiveWriter& writer, uint64_t i, const format::IndexEntry& entry,
+                const uint8_t* data, size_t size) {
+    const format::Schema& schema = archive_.schema();
+    if (schema.size() == 1 + (schema.label_field() >= 0)) return writer.Append(entry, data, size);
+    values_.assign(schema.size(), format::FieldValue{});
+    masks_.resize(schema.size());
+    for (size_t f = 0; f < schema.size(); ++f) {
+      if (static_cast<int>(f) == schema.image_field() ||
+          static_cast<int>(f) == schema.label_field()) {
+        continue;
+      }
+      // VerifyRecord(i) checked the var blob already.
+      SF_ASSIGN_OR_RETURN(format::FieldView v, archive_.Field(i, f, /*verify=*/false));
+      format::FieldValue& out = values_[f];
+      out.present = true;
+      out.data = v.data;
+      out.size = v.size;
+      out.dims = v.dims;
+      out.ndim = v.ndim;
+      if (schema.fields()[f].kind == format::FieldKind::kMask) {
+        masks_[f].resize(size_t{v.dims[0]} * v.dims[1]);
+        SF_RETURN_IF_ERROR(format::DecodeMask(v, masks_[f].data())
+                               .WithContext(archive_.path() + ": sample " + std::to_string(i) +
+                                            ": field '" + schema.fields()[f].name + "'"));
+        out.data = masks_[f].data();
+        out.size = masks_[f].size();
+      }
+    }
+    return writer.Append(entry, data, size, values_)
+        .WithContext(archive_.path() + ": sample " + std::to_string(i));
+  }
+
+ private:
+  const format::Archive& archive_;
+  format::FieldValues values_;
+  std::vector<std::vector<uint8_t>> masks_;
+};
+
+}  // namespace
+
 Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
                          format::Backend backend, bool overwrite, bool jpeg_indexed) {
   const format::Manifest& m = archive.manifest();
@@ -18,6 +66,7 @@ Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
   wo.encoding = m.encoding;
   wo.height = m.height;
   wo.width = m.width;
+  wo.schema = m.schema;
   // The pack options are free-form, for humans: take a value only if it has the right type.
   if (auto j = json::parse(m.options_json, nullptr, false); j.is_object()) {
     // "chunk_size" since the pack options table (converter/options.h); "chunk_bytes" before.
@@ -46,6 +95,7 @@ Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
   encode.validation = codec::Validation::kNone;  // the records were checked when packed
   codec::Context ctx;
   imaging::Bytes payload;
+  FieldCopier fields(archive);
   size_t shard = 0;
   for (uint64_t i = 0; i < archive.size(); ++i) {
     while (shard + 1 < m.shards.size() && i >= m.shards[shard + 1].first_sample) {
@@ -63,10 +113,10 @@ Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
                              .WithContext(archive.path() + ": sample " + std::to_string(i)));
       format::IndexEntry e = *r.entry;
       e.flags = fresh.flags;
-      SF_RETURN_IF_ERROR(writer->Append(e, payload.data(), payload.size()));
+      SF_RETURN_IF_ERROR(fields.Append(*writer, i, e, payload.data(), payload.size()));
       continue;
     }
-    SF_RETURN_IF_ERROR(writer->Append(*r.entry, r.data, r.size));
+    SF_RETURN_IF_ERROR(fields.Append(*writer, i, *r.entry, r.data, r.size));
   }
   format::Manifest copy = format::SameRecordsAs(m);
   if (relayout) {

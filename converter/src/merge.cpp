@@ -76,6 +76,7 @@ Status Merge(const std::vector<std::string>& args, const std::string& out, bool 
     if (m.backend != first.backend) return differs("the backend");
     if (m.encoding != first.encoding) return differs("the encoding");
     if (m.class_names != first.class_names) return differs("the class list");
+    if (m.schema != first.schema) return differs("the fields (schema)");
     const uint64_t want_first = m.part.total_items * m.part.index / m.part.count;
     if (m.part.first_item != want_first) return differs("the split of the source list");
     if (auto [it, fresh] = by_index.emplace(m.part.index, parts.size()); !fresh) {
@@ -99,6 +100,7 @@ Status Merge(const std::vector<std::string>& args, const std::string& out, bool 
   wo.encoding = m0.encoding;
   wo.height = m0.height;
   wo.width = m0.width;
+  wo.schema = m0.schema;  // every part's (checked above): the fields tables travel in the files
   wo.overwrite = overwrite;
   wo.protect = paths;
   SF_ASSIGN_OR_RETURN(auto writer, format::ArchiveWriter::Create(out, wo));

@@ -131,6 +131,10 @@ std::vector<PackOption> MakeTable() {
                      "worker threads (0: all cores; the archive is the same whatever it is)",
                      &O::workers),
       BoolOption<O>("strict", "fail (and write no archive) if any file is skipped", &O::strict),
+      BoolOption<O>("skip_bad",
+                    "skip samples whose fields do not match the schema (and bad manifest rows), "
+                    "listed like bad images, instead of failing",
+                    &O::skip_bad),
       BoolOption<O>(
           "overwrite", "replace an existing archive at OUT (only a shardfeed archive)",
           [](auto& o) -> auto& { return o.writer.overwrite; }),
@@ -167,8 +171,8 @@ Status ValidatePackOptions(const PackOptions& o) {
         "crop (--crop) center applies to raw and zstd records; jpeg records keep the whole "
         "image");
   }
-  if (o.max_side && ((o.encoding != Encoding::kJpeg && o.encoding != Encoding::kAuto) ||
-                     o.size == 0)) {
+  if (o.max_side &&
+      ((o.encoding != Encoding::kJpeg && o.encoding != Encoding::kAuto) || o.size == 0)) {
     return Status::InvalidArgument(
         "max_side (--max-side) applies to encoding jpeg with a size (--size)");
   }
@@ -186,6 +190,11 @@ Status ValidatePackOptions(const PackOptions& o) {
   if (o.writer.chunk_bytes > kMaxChunk) {
     return BadOption("chunk_size", "a size in bytes in 1..1G",
                      std::to_string(o.writer.chunk_bytes));
+  }
+  if (o.strict && o.skip_bad) {
+    return Status::InvalidArgument(
+        "strict (--strict) and skip_bad (--skip-bad) contradict each other: strict fails on any "
+        "skipped sample");
   }
   if (o.parts == 0 || o.parts > kMaxParts || o.part >= o.parts) {
     return BadOption("part", "I/N with 0 <= I < N <= " + std::to_string(kMaxParts),

@@ -1,128 +1,14 @@
-// The parallel, ordered packer: workers prepare records out of order inside a bounded window;
-// the calling thread appends them strictly in source order, so the archive does not depend on
-// the worker count or on scheduling.
+// Pack: a source list (folder, list file, importer) fed through a SampleWriter
+// (sample_writer.cpp), which owns the parallel ordered pipeline.
 #include "shardfeed/converter/pack.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <zstd.h>
-
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
-#include <cstring>
-#include <mutex>
 #include <nlohmann/json.hpp>
-#include <thread>
 
-#include "shardfeed/base/cpus.h"
 #include "shardfeed/base/random.h"
 #include "shardfeed/converter/options.h"
+#include "shardfeed/converter/sample_writer.h"
 
 namespace shardfeed::converter {
-namespace {
-
-using format::Encoding;
-using format::IndexEntry;
-
-// Reads a regular file whose first bytes are an image signature. Refuses FIFOs and devices (they
-// could block or never end), and looks at 64 bytes before reading the rest, so a folder's stray
-// videos and archives cost one small read each.
-constexpr uint64_t kMaxFileBytes = uint64_t{1} << 31;  // a record's limit
-
-Status ReadFile(const std::string& path, imaging::Bytes* out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    int err = errno;
-    struct stat lst;
-    if (err == ENOENT && ::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)) {
-      return Status::IOError("unreadable: dangling symbolic link");
-    }
-    return Status::IOError("unreadable: ", std::strerror(err));
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return Status::IOError("not a regular file");
-  }
-  if (static_cast<uint64_t>(st.st_size) > kMaxFileBytes) {
-    ::close(fd);
-    return Status::Unsupported("file of ", st.st_size, " bytes is larger than 2 GiB");
-  }
-  out->resize(static_cast<size_t>(st.st_size));
-  size_t got = 0;
-  bool sniffed = false;
-  while (got < out->size()) {
-    // The first read takes at most 64 bytes: enough to recognise every supported format.
-    size_t want = sniffed ? out->size() - got : std::min<size_t>(64, out->size());
-    ssize_t n = ::read(fd, out->data() + got, want);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      return Status::IOError("read failed: ", std::strerror(err));
-    }
-    if (n == 0) break;  // the file shrank while we read it
-    got += static_cast<size_t>(n);
-    if (!sniffed && got >= std::min<size_t>(64, out->size())) {
-      sniffed = true;
-      if (imaging::SniffFormat(out->data(), got) == imaging::ImageFormat::kUnknown) {
-        ::close(fd);
-        out->resize(got);
-        return got == 0 ? Status::Corrupt("empty file")
-                        : Status::Unsupported("not an image (unrecognised file signature)");
-      }
-    }
-  }
-  ::close(fd);
-  out->resize(got);
-  if (got == 0) return Status::Corrupt("empty file");
-  return Status::OK();
-}
-
-struct Prepared {
-  Status status;
-  IndexEntry entry{};
-  imaging::Bytes payload;
-  uint64_t source_bytes = 0;
-  bool resized = false;    // re-encoded smaller (PackOptions::size with jpeg)
-  bool reencoded = false;  // the record does not hold the source file's bytes
-};
-
-// The codecs records are made with: one for every file, or (encoding auto) JPEG inputs kept by
-// the JPEG codec and every other input stored lossless by the zstd codec.
-struct RecordCodecs {
-  const codec::Codec* all = nullptr;  // null with encoding auto
-  const codec::Codec* jpeg = nullptr;
-  const codec::Codec* other = nullptr;
-};
-
-// Reads the file into the record buffer and lets the encoding's codec make the record of it.
-void PrepareRecord(codec::Context& ctx, const RecordCodecs& codecs, const SourceItem& item,
-                   const codec::EncodeOptions& opt, Prepared* out) {
-  out->status = Status::OK();
-  out->resized = false;
-  imaging::Bytes& file = out->payload;  // the file is read into the payload buffer: no copy
-  Status s = ReadFile(item.path, &file);
-  if (!s.ok()) {
-    out->status = s;
-    return;
-  }
-  out->source_bytes = file.size();
-  const bool jpeg_input =
-      imaging::SniffFormat(file.data(), file.size()) == imaging::ImageFormat::kJpeg;
-  const codec::Codec& codec = codecs.all ? *codecs.all : jpeg_input ? *codecs.jpeg : *codecs.other;
-  IndexEntry& e = out->entry;
-  e = IndexEntry{};
-  e.label = item.label;
-  e.encoding = static_cast<uint8_t>(codec.encoding());
-  e.orientation = 1;
-  out->status = codec.Encode(ctx, opt, &file, &e, &out->resized);
-  out->reencoded = !(codec.encoding() == format::Encoding::kJpeg && jpeg_input && !out->resized);
-}
-
-}  // namespace
 
 codec::EncodeOptions EncodeOptionsOf(const PackOptions& o) {
   codec::EncodeOptions e;
@@ -184,197 +70,125 @@ format::PartInfo SliceForPart(const SourceList& source, const PackOptions& optio
   return part;
 }
 
-Result<RecordCodecs> CodecsFor(format::Encoding encoding) {
-  RecordCodecs codecs;
-  SF_ASSIGN_OR_RETURN(codecs.jpeg, codec::CodecFor(format::Encoding::kJpeg));
-  SF_ASSIGN_OR_RETURN(codecs.other, codec::CodecFor(format::Encoding::kZstd));
-  if (encoding != format::Encoding::kAuto) {
-    SF_ASSIGN_OR_RETURN(codecs.all, codec::CodecFor(encoding));
+}  // namespace
+
+namespace {
+
+// `path` relative to `root` ('/'-separated; as given when it lies elsewhere).
+std::string RelativePath(const std::string& root, const std::string& path) {
+  if (root.empty()) return path;
+  std::string r = root;
+  while (r.size() > 1 && r.back() == '/') r.pop_back();
+  if (path.size() > r.size() && path.compare(0, r.size(), r) == 0 && path[r.size()] == '/') {
+    size_t from = r.size();
+    while (from < path.size() && path[from] == '/') ++from;
+    return path.substr(from);
   }
-  return codecs;
+  return path;
 }
 
-// No archive without a record (an empty part is fine: its siblings hold the records).
-Status CheckSomethingPacked(const PackResult& result, const format::PartInfo& part) {
-  if (result.stats.packed > 0 || (part.count > 0 && result.stats.total == 0)) {
-    return Status::OK();
+// `text` with every byte that is not part of valid UTF-8 replaced by U+FFFD, as the report does:
+// a file name need not be UTF-8, a str field must be.
+std::string ValidUtf8(const std::string& text) {
+  std::string out;
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    size_t len = p[i] < 0x80           ? 1
+                 : (p[i] >> 5) == 0x6  ? 2
+                 : (p[i] >> 4) == 0xE  ? 3
+                 : (p[i] >> 3) == 0x1E ? 4
+                                       : 0;
+    bool ok = len > 0 && i + len <= n;
+    for (size_t k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xC0) == 0x80;
+    if (ok && len > 1) {
+      // Overlong forms, surrogates and code points past U+10FFFF are not valid either.
+      uint32_t cp = p[i] & (0x7F >> len);
+      for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (p[i + k] & 0x3F);
+      static const uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+      ok = cp >= kMin[len] && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
+    }
+    if (ok) {
+      out.append(text, i, len);
+      i += len;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
   }
-  if (result.skipped.empty()) {
-    return Status::InvalidArgument("no image files found (", result.ignored.size(),
-                                   " files ignored); no archive written");
-  }
-  // Bad data, not bad arguments: every candidate was skipped (the CLI exits 1).
-  return Status::Corrupt("no image could be packed (", result.skipped.size(),
-                         " files skipped); no archive written");
-}
-
-// Appends a prepared record (or records why its file was skipped) and counts it. The error that
-// ends the pack: the writer's, or a skip under --strict.
-Status WritePrepared(const Prepared& slot, const SourceItem& item, bool strict,
-                     const std::string& out, format::ArchiveWriter* writer, PackResult* result) {
-  PackStats& stats = result->stats;
-  ++stats.done;
-  if (!slot.status.ok()) {
-    result->skipped.push_back({item.path, slot.status.message()});
-    if (!strict) return Status::OK();
-    return Status(slot.status.code(),
-                  item.path + ": " + slot.status.message() + " (--strict: no archive written)");
-  }
-  Status s = writer->Append(slot.entry, slot.payload.data(), slot.payload.size());
-  if (!s.ok()) return s.WithContext(out);
-  ++stats.packed;
-  stats.resized += slot.resized;
-  stats.reencoded += slot.reencoded;
-  stats.source_bytes += slot.source_bytes;
-  stats.payload_bytes += slot.payload.size();
-  return Status::OK();
-}
-
-// The manifest of a finished pack (the writer adds counts, shards and a shape it detects).
-format::Manifest ManifestFor(const SourceList& source, const PackOptions& options,
-                             const PackStats& stats, const format::PartInfo& part,
-                             uint32_t fixed_side) {
-  format::Manifest manifest;
-  manifest.encoding = options.encoding;
-  manifest.class_names = source.class_names;
-  if (fixed_side > 0) {
-    manifest.height = manifest.width = fixed_side;
-    manifest.channels = 3;
-  }
-  manifest.source_bytes = stats.source_bytes;
-  manifest.reencoded_records = stats.reencoded;
-  manifest.created_by = "shardfeed " SHARDFEED_VERSION;
-  manifest.options_json = options.options_json;
-  manifest.is_part = part.count > 0;
-  manifest.part = part;
-  return manifest;
+  return out;
 }
 
 }  // namespace
 
-// About 110 lines: the prepare/write pipeline (window, slots, both condition variables and the
-// workers' lambda) shares its state and its locking rules in one place on purpose.
 Status Pack(const SourceList& source, const std::string& out, const PackOptions& options,
             PackResult* result_out, const ProgressFn& progress) {
   PackResult& result = *result_out;
   result = PackResult();
   result.output = out;
   result.ignored = source.ignored;
+  result.skipped = source.skipped;
   result.encoding = options.encoding;
   SF_RETURN_IF_ERROR(ValidatePackOptions(options));
-  if (options.encoding == format::Encoding::kAuto && options.size > 0) {
-    // A resolution cap is the JPEG encoding's (resized images are re-encoded as JPEG): with a
-    // size, auto packs as jpeg, as pack did before auto existed.
-    PackOptions as_jpeg = options;
-    as_jpeg.encoding = format::Encoding::kJpeg;
-    return Pack(source, out, as_jpeg, result_out, progress);
-  }
   std::vector<SourceItem> items = source.items;
   if (options.shuffle) ShuffleItems(&items, options.seed);
   const format::PartInfo part = SliceForPart(source, options, &items);
-
-  format::WriterOptions writer_options = options.writer;
-  if (!source.root.empty()) writer_options.protect.push_back(source.root);
-  writer_options.encoding = options.encoding;
-  writer_options.zstd_level = options.level;
-  const bool auto_encoding = options.encoding == format::Encoding::kAuto;
-  SF_ASSIGN_OR_RETURN(const RecordCodecs codecs, CodecsFor(options.encoding));
-  const codec::Codec* record_codec = auto_encoding ? codecs.other : codecs.all;
-  const codec::EncodeOptions encode = EncodeOptionsOf(options);
-  uint32_t fixed_side = 0;
-  if (!auto_encoding && record_codec->FixedShape(encode, &fixed_side)) {
-    writer_options.height = writer_options.width = fixed_side;
-  }
-  SF_ASSIGN_OR_RETURN(auto writer, format::ArchiveWriter::Create(out, writer_options));
-
-  PackStats& stats = result.stats;
-  stats.total = items.size();
-  const auto start = std::chrono::steady_clock::now();
-
-  int workers = options.workers > 0 ? options.workers : AvailableCpus();
-  // Window of prepared-but-unwritten records: bounds memory whatever the input order costs.
-  const size_t window = static_cast<size_t>(workers) * 16;
-  std::vector<Prepared> slots(window);
-  std::vector<char> ready(window, 0);
-  std::mutex mu;
-  std::condition_variable cv_ready, cv_space;
-  size_t next_claim = 0, next_write = 0;
-  // Bytes held by prepared-but-unwritten records. Past the budget only the record the writer
-  // waits for may be prepared, so a folder of huge images cannot take the memory.
-  constexpr uint64_t kPendingBudget = uint64_t{1} << 30;
-  uint64_t pending_bytes = 0;
-  bool stop = false;
-
-  auto work = [&]() {
-    codec::Context ctx;
-    for (;;) {
-      size_t i;
-      {
-        std::unique_lock<std::mutex> lock(mu);
-        cv_space.wait(lock, [&] {
-          return stop || (next_claim < next_write + window &&
-                          (pending_bytes < kPendingBudget || next_claim == next_write));
-        });
-        if (stop || next_claim >= items.size()) return;
-        i = next_claim++;
-      }
-      Prepared& slot = slots[i % window];
-      PrepareRecord(ctx, codecs, items[i], encode, &slot);
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        ready[i % window] = 1;
-        pending_bytes += slot.payload.capacity();
-      }
-      cv_ready.notify_all();
+  if (items.empty() && part.count == 0) {
+    if (!source.skipped.empty()) {
+      return Status::Corrupt("no image could be packed (", source.skipped.size(),
+                             " samples skipped); no archive written");
     }
-  };
-  std::vector<std::thread> threads;
-  for (int t = 0; t < workers; ++t) threads.emplace_back(work);
+    return Status::InvalidArgument("no image files found (", source.ignored.size(),
+                                   " files ignored); no archive written");
+  }
 
-  Status failure;
-  auto last_progress = start;
-  for (size_t i = 0; i < items.size(); ++i) {
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      cv_ready.wait(lock, [&] { return ready[i % window] != 0; });
-    }
-    Prepared& slot = slots[i % window];
-    failure = WritePrepared(slot, items[i], options.strict, out, writer.get(), &result);
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      pending_bytes -= slot.payload.capacity();
-      // A slot keeps its buffer for the next record, unless one huge image left it oversized.
-      if (slot.payload.capacity() > (uint64_t{64} << 20)) imaging::Bytes().swap(slot.payload);
-      ready[i % window] = 0;
-      ++next_write;
-      if (!failure.ok()) stop = true;
-    }
-    cv_space.notify_all();
-    if (!failure.ok()) break;
-    auto now = std::chrono::steady_clock::now();
-    if (progress && now - last_progress > std::chrono::milliseconds(100)) {
-      stats.seconds = std::chrono::duration<double>(now - start).count();
-      progress(stats);
-      last_progress = now;
-    }
+  PackOptions writer_options = options;
+  writer_options.writer.schema = source.schema;
+  if (!source.root.empty()) writer_options.writer.protect.push_back(source.root);
+  auto created = SampleWriter::Create(out, writer_options);
+  if (!created.ok()) return created.status();
+  SampleWriter& writer = **created;
+  const uint64_t total = items.size();
+  if (progress) {
+    writer.set_progress([&](const PackStats& s) {
+      PackStats shown = s;
+      shown.total = total;
+      progress(shown);
+    });
   }
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    stop = true;
+  const int path_field = source.path_field ? source.schema.Find("path") : -1;
+  Status status;
+  for (SourceItem& item : items) {
+    Sample sample;
+    sample.name = item.name.empty() ? item.path : std::move(item.name);
+    sample.offset = item.offset;
+    sample.length = item.length;
+    sample.label = item.label;
+    sample.values = std::move(item.values);
+    if (path_field >= 0) {
+      sample.values.resize(source.schema.size());
+      sample.values[path_field] = OwnedValue::Text(ValidUtf8(RelativePath(source.root, item.path)));
+    }
+    sample.image_file = std::move(item.path);
+    status = writer.Write(std::move(sample));
+    if (!status.ok()) break;
   }
-  cv_space.notify_all();
-  for (auto& t : threads) t.join();
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!failure.ok()) return failure;  // the writer's destructor removes the partial output
-  SF_RETURN_IF_ERROR(CheckSomethingPacked(result, part));
-
-  format::Manifest manifest = ManifestFor(source, options, stats, part, fixed_side);
-  if (!auto_encoding && record_codec->CapsResolution(encode)) {
-    manifest.resized_records = stats.resized;
+  if (status.ok()) {
+    format::Manifest manifest;
+    manifest.class_names =
+        source.class_names;  // COCO keeps its category names without a class field
+    manifest.options_json = options.options_json;
+    manifest.is_part = part.count > 0;
+    manifest.part = part;
+    status = writer.Finish(std::move(manifest), part.count > 0);
   }
-  SF_RETURN_IF_ERROR(writer->Finish(std::move(manifest)));
-  if (progress) progress(stats);
-  return Status::OK();
+  const std::vector<SkippedFile> skipped_rows = std::move(result.skipped);
+  result = writer.result();
+  result.ignored = source.ignored;
+  result.skipped.insert(result.skipped.begin(), skipped_rows.begin(), skipped_rows.end());
+  result.stats.total = total + skipped_rows.size();
+  result.stats.done += skipped_rows.size();
+  return status;
 }
 
 std::string PackReportJson(const PackResult& result, const std::string& source) {

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "shardfeed/converter/importers.h"
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/format/archive.h"
 
@@ -199,7 +200,10 @@ Result<SourceList> ScanImageFolder(const std::string& root,
     // torchvision: sorted(os.walk(...)) then sorted file names: by directory, then by name.
     std::sort(walker.found.begin(), walker.found.end());
     for (auto& [dir, name] : walker.found) {
-      list.items.push_back({Join(dir, name), static_cast<int32_t>(label)});
+      SourceItem item;
+      item.path = Join(dir, name);
+      item.label = static_cast<int32_t>(label);
+      list.items.push_back(std::move(item));
     }
   }
   return list;
@@ -211,55 +215,109 @@ std::vector<std::string> OutputPaths(const std::string& out) {
   return {base, base + ".partial", base + ".lock", base + ".old", base + ".parts"};
 }
 
+namespace {
+
+// A list file's label text: a whole number in 0..2e9 (MXNet writes "3.000000").
+bool ParseLabel(const std::string& text, int64_t* label) {
+  char* parse_end = nullptr;
+  errno = 0;
+  double value = std::strtod(text.c_str(), &parse_end);
+  if (text.empty() || *parse_end != 0 || errno != 0 || value < 0 || value > 2e9 ||
+      value != static_cast<double>(static_cast<int64_t>(value))) {
+    return false;
+  }
+  *label = static_cast<int64_t>(value);
+  return true;
+}
+
+// Splits `text` at tabs.
+std::vector<std::string> SplitTabs(const std::string& text) {
+  std::vector<std::string> parts;
+  size_t from = 0;
+  for (;;) {
+    size_t tab = text.find('\t', from);
+    parts.push_back(text.substr(from, tab == std::string::npos ? tab : tab - from));
+    if (tab == std::string::npos) return parts;
+    from = tab + 1;
+  }
+}
+
+}  // namespace
+
 Result<SourceList> ReadListFile(const std::string& list_file, const std::string& root) {
   std::ifstream in(list_file);
   if (!in) return Status::NotFound(list_file, ": cannot open list file: ", std::strerror(errno));
   SourceList list;
   list.root = root;
+  list.kind = "list";
   std::string line;
   int64_t max_label = -1;
   size_t line_no = 0;
+  bool multi = false;  // some MXNet line has more than one label
+  std::vector<std::vector<int64_t>> labels;
   auto bad = [&](const std::string& why) {
-    return Status::InvalidArgument(list_file, ":", line_no, ": ", why);
+    return Status::Corrupt(list_file, ":", line_no, ": ", why);
   };
   while (std::getline(in, line)) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     size_t first = line.find_first_not_of(" \t");
     if (first == std::string::npos || line[first] == '#') continue;
-    std::string path, label_text;
-    size_t tab1 = line.find('\t');
-    size_t tab2 = tab1 == std::string::npos ? tab1 : line.find('\t', tab1 + 1);
-    if (tab2 != std::string::npos) {
-      // MXNet .lst: index \t label [\t more labels] \t path; we take the first label.
-      size_t last_tab = line.rfind('\t');
-      path = line.substr(last_tab + 1);
-      label_text = line.substr(tab1 + 1, tab2 - tab1 - 1);
+    std::string path;
+    std::vector<std::string> label_texts;
+    const std::vector<std::string> tabs = SplitTabs(line);
+    if (tabs.size() >= 3) {
+      // MXNet .lst: index \t label [\t more labels] \t path.
+      path = tabs.back();
+      label_texts.assign(tabs.begin() + 1, tabs.end() - 1);
     } else {
       size_t end = line.find_last_not_of(" \t");
       size_t sep = line.find_last_of(" \t", end);
       if (sep == std::string::npos) return bad("expected \"path label\"");
-      label_text = line.substr(sep + 1, end - sep);
+      label_texts.push_back(line.substr(sep + 1, end - sep));
       size_t path_end = line.find_last_not_of(" \t", sep);
       if (path_end == std::string::npos) return bad("expected \"path label\"");
       path = line.substr(first, path_end - first + 1);
     }
-    char* parse_end = nullptr;
-    errno = 0;
-    double value = std::strtod(label_text.c_str(), &parse_end);
-    if (label_text.empty() || *parse_end != 0 || errno != 0 || value < 0 || value > 2e9 ||
-        value != static_cast<double>(static_cast<int64_t>(value))) {
-      return bad("label \"" + label_text + "\" is not a non-negative integer");
+    std::vector<int64_t> row;
+    for (const std::string& text : label_texts) {
+      int64_t label = 0;
+      if (!ParseLabel(text, &label)) {
+        return bad("label \"" + text + "\" is not a non-negative integer");
+      }
+      row.push_back(label);
+      max_label = std::max(max_label, label);
     }
-    int64_t label = static_cast<int64_t>(value);
-    max_label = std::max(max_label, label);
+    multi = multi || row.size() != 1;
     if (path.empty()) return bad("empty path");
     if (path[0] != '/') path = Join(root, path);
-    list.items.push_back({path, static_cast<int32_t>(label)});
+    SourceItem item;
+    item.path = std::move(path);
+    item.label = static_cast<int32_t>(row.empty() ? 0 : row[0]);
+    item.name = list_file + ":" + std::to_string(line_no);
+    list.items.push_back(std::move(item));
+    labels.push_back(std::move(row));
   }
   if (in.bad()) return Status::IOError(list_file, ": read failed");
   if (list.items.empty()) return Status::InvalidArgument(list_file, ": no entries");
-  for (int64_t i = 0; i <= max_label; ++i) list.class_names.push_back(std::to_string(i));
+  if (!multi) {
+    // One label per line: image, label, path (Schema::ImageFolder()).
+    for (int64_t i = 0; i <= max_label; ++i) list.class_names.push_back(std::to_string(i));
+    return list;
+  }
+  // Several labels on some line: image, labels (int64[*]), path; no class field, nothing
+  // truncated.
+  format::Schema schema;
+  SF_RETURN_IF_ERROR(schema.Add(MakeField("image", "image")));
+  SF_RETURN_IF_ERROR(schema.Add(MakeField("labels", "int64[*]")));
+  SF_RETURN_IF_ERROR(schema.Add(MakeField("path", "str")));
+  list.schema = schema;
+  for (size_t i = 0; i < list.items.size(); ++i) {
+    list.items[i].label = 0;
+    list.items[i].values.resize(3);
+    list.items[i].values[1] = OwnedValue::Array(labels[i].data(), labels[i].size() * 8,
+                                                {static_cast<uint32_t>(labels[i].size())});
+  }
   return list;
 }
 

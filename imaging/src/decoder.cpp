@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 
+#include "jpeg_errors.h"
 #include "shardfeed/imaging/image.h"
 
 namespace shardfeed::imaging {
@@ -75,26 +76,6 @@ ImageFormat SniffFormat(const uint8_t* d, size_t n) {
 }
 
 namespace {
-
-struct ErrorMgr {
-  jpeg_error_mgr pub;
-  std::jmp_buf jump;
-  char message[JMSG_LENGTH_MAX];
-  int warnings;
-};
-
-void OnError(j_common_ptr cinfo) {
-  auto* err = reinterpret_cast<ErrorMgr*>(cinfo->err);
-  (*cinfo->err->format_message)(cinfo, err->message);
-  std::longjmp(err->jump, 1);
-}
-
-void OnMessage(j_common_ptr cinfo, int level) {
-  auto* err = reinterpret_cast<ErrorMgr*>(cinfo->err);
-  if (level < 0) {  // a warning: corrupt data that libjpeg worked around
-    if (err->warnings++ == 0) (*cinfo->err->format_message)(cinfo, err->message);
-  }
-}
 
 inline uint8_t Mul255(unsigned a, unsigned b) { return static_cast<uint8_t>((a * b + 127) / 255); }
 
@@ -243,28 +224,14 @@ uint64_t ScaledSide(uint32_t side, int n) { return (uint64_t{side} * unsigned(n)
 
 }  // namespace
 
-void OnProgress(j_common_ptr cinfo) {
-  auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
-  if (d->is_decompressor && d->progressive_mode && d->input_scan_number > kMaxJpegScans) {
-    auto* err = reinterpret_cast<ErrorMgr*>(cinfo->err);
-    std::snprintf(err->message, sizeof(err->message), "progressive JPEG with more than %d scans",
-                  kMaxJpegScans);
-    std::longjmp(err->jump, 1);
-  }
-}
-
 struct Decoder::JpegState {
   JpegState() {
-    cinfo.err = jpeg_std_error(&err.pub);
-    err.pub.error_exit = OnError;
-    err.pub.emit_message = OnMessage;
+    err.Install(&cinfo, &progress);
     jpeg_create_decompress(&cinfo);
-    progress.progress_monitor = OnProgress;
-    cinfo.progress = &progress;
   }
   ~JpegState() { jpeg_destroy_decompress(&cinfo); }
   jpeg_decompress_struct cinfo;
-  ErrorMgr err;
+  JpegErrors err;
   jpeg_progress_mgr progress{};
   std::vector<uint8_t> row;  // one scanline as libjpeg writes it (RGB or CMYK)
 };

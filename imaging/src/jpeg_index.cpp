@@ -10,7 +10,8 @@
 // clang-format on
 
 #include <algorithm>
-#include <csetjmp>
+
+#include "jpeg_errors.h"
 
 namespace shardfeed::imaging {
 namespace {
@@ -102,44 +103,13 @@ size_t NextMarker(const uint8_t* d, size_t p, size_t end) {
   return end;
 }
 
-struct ErrorMgr {
-  jpeg_error_mgr pub;
-  std::jmp_buf jump;
-  char message[JMSG_LENGTH_MAX];
-  int warnings;
-};
-void OnError(j_common_ptr cinfo) {
-  auto* err = reinterpret_cast<ErrorMgr*>(cinfo->err);
-  (*cinfo->err->format_message)(cinfo, err->message);
-  std::longjmp(err->jump, 1);
-}
-void OnMessage(j_common_ptr cinfo, int level) {
-  auto* err = reinterpret_cast<ErrorMgr*>(cinfo->err);
-  if (level < 0 && err->warnings++ == 0) (*cinfo->err->format_message)(cinfo, err->message);
-}
-void OnProgress(j_common_ptr cinfo) {
-  auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
-  if (d->is_decompressor && d->progressive_mode && d->input_scan_number > kMaxJpegScans) {
-    auto* err = reinterpret_cast<ErrorMgr*>(cinfo->err);
-    std::snprintf(err->message, sizeof(err->message), "progressive JPEG with more than %d scans",
-                  kMaxJpegScans);
-    std::longjmp(err->jump, 1);
-  }
-}
-
 // libjpeg state for one transcode; members outlive the setjmp in RelayoutJpeg.
 struct Transcoder {
   Transcoder() {
-    src.err = jpeg_std_error(&err.pub);
+    err.Install(&src, &progress);
     dst.err = &err.pub;
-    err.pub.error_exit = OnError;
-    err.pub.emit_message = OnMessage;
-    err.warnings = 0;
-    err.message[0] = 0;
     jpeg_create_decompress(&src);
     jpeg_create_compress(&dst);
-    progress.progress_monitor = OnProgress;
-    src.progress = &progress;
   }
   ~Transcoder() {
     jpeg_destroy_compress(&dst);
@@ -148,7 +118,7 @@ struct Transcoder {
   }
   jpeg_decompress_struct src;
   jpeg_compress_struct dst;
-  ErrorMgr err;
+  JpegErrors err;
   jpeg_progress_mgr progress{};
   unsigned char* buffer = nullptr;
   unsigned long length = 0;

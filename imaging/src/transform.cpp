@@ -81,6 +81,46 @@ void FlipHorizontal(uint8_t* pixels, uint32_t w, uint32_t h, uint32_t channels, 
   }
 }
 
+void OrientBoxes(float* boxes, size_t n, uint32_t w, uint32_t h, int orientation) {
+  if (orientation <= 1 || orientation > 8) return;
+  const float fw = static_cast<float>(w), fh = static_cast<float>(h);
+  // Where a point at pixel edge (x, y) goes: ApplyOrientation's pixel map on edges (a pixel x
+  // covers [x, x+1), so x -> w-1-x on pixels is x -> w-x on edges).
+  auto map = [&](float x, float y, float* ox, float* oy) {
+    switch (orientation) {
+      case 2:
+        *ox = fw - x, *oy = y;
+        break;
+      case 3:
+        *ox = fw - x, *oy = fh - y;
+        break;
+      case 4:
+        *ox = x, *oy = fh - y;
+        break;
+      case 5:
+        *ox = y, *oy = x;
+        break;
+      case 6:
+        *ox = fh - y, *oy = x;
+        break;
+      case 7:
+        *ox = fh - y, *oy = fw - x;
+        break;
+      default:
+        *ox = y, *oy = fw - x;
+        break;  // 8
+    }
+  };
+  for (size_t i = 0; i < n; ++i) {
+    float* b = boxes + 4 * i;
+    float ax, ay, bx, by;
+    map(b[0], b[1], &ax, &ay);
+    map(b[2], b[3], &bx, &by);
+    b[0] = std::min(ax, bx), b[1] = std::min(ay, by);
+    b[2] = std::max(ax, bx), b[3] = std::max(ay, by);
+  }
+}
+
 void ApplyOrientation(Image* image, int orientation) {
   if (orientation <= 1 || orientation > 8) return;
   const uint32_t w = image->width, h = image->height, ch = image->channels;

@@ -529,17 +529,17 @@ def verify(path, decode=False, workers=0, max_pixels=0):
     return _native.verify(os.fspath(path), decode, workers, max_pixels)
 
 
-def stats(path, against=(), size=0, workers=0, near_threshold=10, dark=25.0, bright=230.0,
-          uniform=4.0, blurry=50.0, extreme_aspect=4.0, tiny=32):
+def stats(path, against=(), **options):
     """One decoding pass over an archive: the dict `shardfeed stats --json` writes (docs/CLI.md,
     "stats"): per-channel `mean`/`std` (0-1 units; `mean_255`/`std_255`), `labels`, `sizes`,
     `flags`, `duplicates`, `near_duplicates`, `cross_label_duplicates` (lists of groups of
     sample indices) and `leaks` ({"index", "other", "other_index", "kind"}) into the archives
-    in `against`. Thresholds as the command's options of the same names."""
+    in `against`. Options (size, workers, near_threshold, dark, bright, uniform, blurry,
+    extreme_aspect, tiny, max_pixels) are the command's of the same names, read through the same
+    table: the same ranges and messages; an unknown name is refused with the closest one."""
     if isinstance(against, (str, os.PathLike)):
         against = [against]
-    return _native.stats(os.fspath(path), [os.fspath(a) for a in against], size, workers,
-                         near_threshold, dark, bright, uniform, blurry, extreme_aspect, tiny)
+    return _native.stats(os.fspath(path), [os.fspath(a) for a in against], options)
 
 
 def inspect(path):

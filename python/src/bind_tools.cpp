@@ -87,16 +87,17 @@ py::object Verify(const std::string& path, bool decode, int workers, uint64_t ma
 }
 
 // stats: the dict `shardfeed stats --json` writes (validate/stats.h).
-py::object Stats(const std::string& path, const std::vector<std::string>& against, uint32_t size,
-                 int workers, int near_threshold, double dark, double bright, double uniform,
-                 double blurry, double extreme_aspect, uint32_t tiny) {
+py::object Stats(const std::string& path, const std::vector<std::string>& against,
+                 const py::dict& options) {
+  // Keyword options through the one table the CLI reads (validate::StatsOptionTable).
   validate::StatsOptions o;
-  o.size = size;
-  o.workers = workers;
-  o.near_threshold = near_threshold;
-  o.dark = dark, o.bright = bright, o.uniform = uniform, o.blurry = blurry;
-  o.extreme_aspect = extreme_aspect;
-  o.tiny = tiny;
+  const auto& table = validate::StatsOptionTable();
+  for (const auto& item : options) {
+    const std::string name = py::str(item.first);
+    const auto* option = table.Find(name);
+    if (!option) Raise(table.Unknown(name));
+    Check(option->set(&o, OptionText(item.second)));
+  }
   Check(validate::ValidateStatsOptions(o));
   auto archive = Check(format::Archive::Open(path, format::IndexCheck::kFull));
   std::vector<validate::OtherArchive> others;
@@ -164,9 +165,7 @@ void BindTools(py::module_& m) {
   m.def("pack", &Pack, py::arg("src"), py::arg("out"));
   m.def("verify", &Verify, py::arg("path"), py::arg("decode") = false, py::arg("workers") = 0,
         py::arg("max_pixels") = 0);
-  m.def("stats", &Stats, py::arg("path"), py::arg("against"), py::arg("size"), py::arg("workers"),
-        py::arg("near_threshold"), py::arg("dark"), py::arg("bright"), py::arg("uniform"),
-        py::arg("blurry"), py::arg("extreme_aspect"), py::arg("tiny"));
+  m.def("stats", &Stats, py::arg("path"), py::arg("against"), py::arg("options"));
   m.def("convert", &Convert, py::arg("path"), py::arg("out"), py::arg("backend"),
         py::arg("overwrite") = false);
   m.def("merge", &Merge, py::arg("parts"), py::arg("out"), py::arg("overwrite") = false);

@@ -10,6 +10,7 @@
 #include "loader_internal.h"
 #include "pixel_store.h"
 #include "shardfeed/base/cpus.h"
+#include "shardfeed/format/stats_record.h"
 #include "shardfeed/reader/options.h"
 
 namespace shardfeed::reader {
@@ -143,8 +144,22 @@ std::unique_ptr<DeviceNormalize> MakeDeviceNormalize(const LoaderOptions& o, uin
 }  // namespace
 
 Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Archive> archive,
-                                               const LoaderOptions& options) {
+                                               const LoaderOptions& given) {
   if (!archive) return Status::InvalidArgument("no archive");
+  LoaderOptions options = given;
+  if (options.transform.stats_from_archive) {  // mean="archive": the saved statistics
+    if (options.transform.dtype == DType::kUint8) {
+      return Status::InvalidArgument(
+          "mean=\"archive\" normalises float outputs: give a float dtype (float32, float16 or "
+          "bfloat16)");
+    }
+    SF_ASSIGN_OR_RETURN(const format::StatsRecord stats, format::ReadStatsRecord(*archive));
+    for (int c = 0; c < 3; ++c) {
+      options.transform.mean[c] = static_cast<float>(stats.mean[c]);
+      options.transform.std[c] = static_cast<float>(stats.std[c]);
+    }
+    options.transform.stats_from_archive = false;
+  }
   SF_RETURN_IF_ERROR(ValidateLoaderOptions(options));
   if (options.device && !CudaAvailable()) {
     return Status::Unsupported("device copies requested but CUDA is unavailable: ",

@@ -107,9 +107,13 @@ Status SetPair(const char* name, std::string_view t, double* lo, double* hi) {
   return Status::OK();
 }
 
-Status SetChannels(const char* name, std::string_view t, std::array<float, 3>* field) {
+Status SetChannels(const char* name, std::string_view t, TransformOptions* o,
+                   std::array<float, 3>* field) {
+  if (t == "archive") return o->stats_from_archive = true, Status::OK();
   std::vector<double> v;
-  if (!ParseNumberList(t, 3, true, &v)) return BadOption(name, "one number or three (R,G,B)", t);
+  if (!ParseNumberList(t, 3, true, &v)) {
+    return BadOption(name, "one number or three (R,G,B), or archive", t);
+  }
   *field = {float(v[0]), float(v[1]), float(v[2])};
   return Status::OK();
 }
@@ -313,13 +317,19 @@ std::vector<LoaderOption> MakeTable() {
        },
        [](const O& o) { return std::string(DTypeName(o.transform.dtype)); }},
       {"mean", OptionKind::kList, nullptr,
-       "float dtypes: per-channel mean R,G,B in 0..1 units (ImageNet: 0.485,0.456,0.406)",
-       [](O* o, V t) { return SetChannels("mean", t, &o->transform.mean); },
-       [](const O& o) { return Channels(o.transform.mean); }},
+       "float dtypes: per-channel mean R,G,B in 0..1 units (ImageNet: 0.485,0.456,0.406), or "
+       "archive: mean and std from `shardfeed stats ARCHIVE --save`",
+       [](O* o, V t) { return SetChannels("mean", t, &o->transform, &o->transform.mean); },
+       [](const O& o) {
+         return o.transform.stats_from_archive ? "archive" : Channels(o.transform.mean);
+       }},
       {"std", OptionKind::kList, nullptr,
-       "float dtypes: per-channel std R,G,B in 0..1 units (ImageNet: 0.229,0.224,0.225)",
-       [](O* o, V t) { return SetChannels("std", t, &o->transform.std); },
-       [](const O& o) { return Channels(o.transform.std); }},
+       "float dtypes: per-channel std R,G,B in 0..1 units (ImageNet: 0.229,0.224,0.225), or "
+       "archive (as mean)",
+       [](O* o, V t) { return SetChannels("std", t, &o->transform, &o->transform.std); },
+       [](const O& o) {
+         return o.transform.stats_from_archive ? "archive" : Channels(o.transform.std);
+       }},
       {"decode", OptionKind::kChoice, "scaled|scaled-any|cropped|full",
        "JPEG decoding: scaled (DCT scales 1/8, 2/8, 4/8, cropped rows and columns), "
        "scaled-any (also 3/8, 5/8, 6/8, 7/8: no SIMD, slower with libjpeg-turbo 2.x), cropped "

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "http.h"
+#include "shardfeed/base/option_text.h"
 #include "shardfeed/storage/remote.h"
 
 namespace shardfeed::storage {
@@ -143,34 +144,12 @@ void SetCacheOptions(const CacheOptions& options) {
 }
 
 Result<uint64_t> ParseByteSize(const std::string& text) {
-  size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (...) {
-    used = 0;
-  }
-  std::string unit = text.substr(used);
-  unit.erase(0, unit.find_first_not_of(' '));
-  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (!unit.empty() && unit.back() == 'B') unit.pop_back();
-  const bool binary = !unit.empty() && unit.back() == 'I';
-  if (binary) unit.pop_back();
-  const char* units = "KMGT";
-  double scale = 1;
-  if (unit.size() == 1 && std::strchr(units, unit[0])) {
-    for (const char* u = units; *u; ++u) {
-      scale *= binary ? 1024 : 1000;
-      if (*u == unit[0]) break;
-    }
-  } else if (!unit.empty()) {
-    used = 0;
-  }
-  if (used == 0 || !(value >= 0) || value * scale > 1.8e19) {
+  uint64_t v = 0;
+  if (!shardfeed::ParseByteSize(text, &v)) {
     return Status::InvalidArgument("\"", text,
                                    "\": expected a size in bytes such as 20GB, 512MiB or 1000000");
   }
-  return static_cast<uint64_t>(value * scale);
+  return v;
 }
 
 Result<CacheOptions> ResolveCacheOptions() {

@@ -226,3 +226,74 @@ def test_a_sample_that_does_not_decode_is_listed_not_fatal(corpus, tmp_path):
     assert s["samples"] == 2 and s["decoded"] == 1
     assert [e["index"] for e in s["errors"]] == [1] and "sample 1" in s["errors"][0]["reason"]
     assert run("stats", tmp_path / "x.sf", "-q", "--fail-on", "flags").returncode == 1
+
+
+def test_cli_and_python_read_the_options_through_one_table(corpus):
+    # The same bad value is refused with the same message by both; an unknown Python keyword
+    # is refused naming the closest option (before, Python took fixed positional parameters and
+    # the CLI parsed with boost, each with its own ranges).
+    p = run("stats", corpus / "train.sf", "--near-threshold", "17")
+    assert p.returncode == 2
+    assert "near_threshold (--near-threshold) must be" in p.stderr, p.stderr
+    if not PYTHONPATH:
+        pytest.skip("needs the Python package (SHARDFEED_PYTHONPATH)")
+    code = r"""
+import sys, shardfeed
+for kw in ({"near_threshold": 17}, {"near_treshold": 3}):
+    try:
+        shardfeed.stats(sys.argv[1], **kw)
+        print("accepted")
+    except ValueError as e:
+        print(e)
+"""
+    env = dict(os.environ, PYTHONPATH=PYTHONPATH)
+    q = subprocess.run(["/usr/bin/python3", "-c", code, str(corpus / "train.sf")],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert q.returncode == 0, q.stderr
+    bad, unknown = q.stdout.splitlines()
+    assert bad in p.stderr, (bad, p.stderr)
+    assert "did you mean 'near_threshold'" in unknown, unknown
+
+
+def test_stats_save_feeds_a_loader_given_mean_archive(corpus, tmp_path):
+    # Issue 23: `stats --save` keeps mean/std in ARCHIVE/stats.json; a loader with
+    # mean="archive" normalises with exactly those numbers; a record that does not describe the
+    # archive open now (copied from another archive) is refused, never used.
+    a = tmp_path / "a.sf"
+    shutil.copytree(corpus / "train.sf", a)
+    p = run("stats", a, "--save", "-q")
+    assert p.returncode == 0, p.stderr
+    saved = json.loads((a / "stats.json").read_text())
+    assert saved["format"] == "shardfeed-stats" and saved["size"] == 0
+    assert np.allclose(saved["mean"], stats_json(corpus)["mean"], atol=1e-9)
+    if not PYTHONPATH:
+        pytest.skip("needs the Python package (SHARDFEED_PYTHONPATH)")
+    other = tmp_path / "other.sf"
+    shutil.copytree(corpus / "val.sf", other)
+    shutil.copy(a / "stats.json", other / "stats.json")
+    code = r"""
+import json, sys
+import numpy as np
+import shardfeed
+a, other = sys.argv[1], sys.argv[2]
+saved = json.load(open(a + "/stats.json"))
+opts = dict(batch_size=4, size=32, crop="center", dtype="float32", shuffle=False, workers=1)
+x = np.concatenate([b.images.copy() for b in shardfeed.Loader(a, mean="archive", **opts)])
+y = np.concatenate([b.images.copy() for b in shardfeed.Loader(a, mean=saved["mean"],
+                                                              std=saved["std"], **opts)])
+print(np.array_equal(x, y))
+for path, kw in ((other, dict(opts)), (a, dict(opts, dtype="uint8"))):
+    try:
+        shardfeed.Loader(path, mean="archive", **{k: v for k, v in kw.items()})
+        print("accepted")
+    except ValueError as e:
+        print(e)
+"""
+    env = dict(os.environ, PYTHONPATH=PYTHONPATH)
+    q = subprocess.run(["/usr/bin/python3", "-c", code, str(a), str(other)],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert q.returncode == 0, q.stderr
+    same, changed, uint8 = q.stdout.splitlines()
+    assert same == "True"
+    assert "another state of the archive" in changed and "--save" in changed, changed
+    assert "float dtype" in uint8, uint8

@@ -1,13 +1,20 @@
-// Typed per-sample fields (format version 4): schemas, the writer's values, the reader's views,
-// on both backends, and damage to any of it (an error naming the field, never a fault).
+// Typed per-sample fields (format version 4): schemas, the values a writer takes (a bad one
+// refused, naming the field) and the views a reader returns, on both backends.
 #include "shardfeed/format/fields.h"
 
 #include <xxhash.h>
+#include <zstd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 
+#include "fields_util.h"
+#include "shardfeed/converter/convert.h"
+#include "shardfeed/converter/pack.h"
 #include "shardfeed/format/archive.h"
 #include "test_util.h"
 
@@ -15,188 +22,8 @@ namespace shardfeed::format {
 namespace {
 
 using testing::TempDir;
+using namespace testing_fields;
 namespace fs = std::filesystem;
-
-// Every kind of field the issue names, in a user's object form (declaration order kept).
-constexpr const char* kAllTypes = R"({
-  "image": "image", "label": "int64", "path": "str", "score": "float32", "weight": "float64",
-  "count": "int64", "boxes": "boxes", "box_labels": {"type": "int64[*]", "per": "boxes"},
-  "mask": "mask", "blob": "bytes", "meta": "json", "emb": "float32[512]", "tags": "int64[*]",
-  "patch": "uint8[*,*,3]", "half": "float16[2,3]", "ids": "int32[3]"})";
-
-Schema AllTypes() {
-  auto s = Schema::FromJson(kAllTypes);
-  REQUIRE(s.ok());
-  return *s;
-}
-
-IndexEntry EntryFor(uint64_t i) {
-  IndexEntry e{};
-  e.label = static_cast<int32_t>(i % 3);
-  e.height = static_cast<uint16_t>(10 + i % 5);
-  e.width = static_cast<uint16_t>(20 + i % 7);
-  e.channels = 3;
-  e.encoding = static_cast<uint8_t>(Encoding::kJpeg);  // payloads are not decoded here
-  e.orientation = 1;
-  return e;
-}
-
-std::vector<uint8_t> Payload(uint64_t i) {
-  std::mt19937 rng(static_cast<uint32_t>(i * 7919 + 1));
-  std::vector<uint8_t> p(1 + rng() % 700);
-  for (auto& b : p) b = static_cast<uint8_t>(rng());
-  return p;
-}
-
-// One sample's values, owning their bytes.
-struct Sample {
-  std::vector<std::vector<uint8_t>> bytes;
-  std::vector<std::vector<uint32_t>> dims;
-  FieldValues Values() const {
-    FieldValues v(bytes.size());
-    for (size_t f = 0; f < bytes.size(); ++f) {
-      v[f].data = bytes[f].data();
-      v[f].size = bytes[f].size();
-      v[f].ndim = static_cast<uint32_t>(dims[f].size());
-      for (size_t d = 0; d < dims[f].size(); ++d) v[f].dims[d] = dims[f][d];
-      v[f].present = true;
-    }
-    return v;
-  }
-};
-
-template <typename T>
-std::vector<uint8_t> Bytes(const std::vector<T>& v) {
-  std::vector<uint8_t> out(v.size() * sizeof(T));
-  if (!v.empty()) std::memcpy(out.data(), v.data(), out.size());
-  return out;
-}
-std::vector<uint8_t> Text(const std::string& s) { return {s.begin(), s.end()}; }
-
-// Deterministic values of sample i for `schema` (every field kind of AllTypes()).
-Sample MakeSample(const Schema& schema, uint64_t i) {
-  std::mt19937 rng(static_cast<uint32_t>(i * 31 + 7));
-  const IndexEntry e = EntryFor(i);
-  Sample s;
-  s.bytes.resize(schema.size());
-  s.dims.resize(schema.size());
-  const uint32_t boxes = static_cast<uint32_t>(i % 4);
-  for (size_t f = 0; f < schema.size(); ++f) {
-    const FieldSpec& spec = schema.fields()[f];
-    auto& b = s.bytes[f];
-    auto& d = s.dims[f];
-    switch (spec.kind) {
-      case FieldKind::kImage:
-        break;
-      case FieldKind::kInt64:
-        b = Bytes(std::vector<int64_t>{int64_t(i) * 1000003 - 5000000000LL + int64_t(f)});
-        break;
-      case FieldKind::kFloat32:
-        b = Bytes(std::vector<float>{float(i) * 0.37f - 1.5f});
-        break;
-      case FieldKind::kFloat64:
-        b = Bytes(std::vector<double>{double(i) / 3.0 + 1e-300});
-        break;
-      case FieldKind::kStr:
-        b = Text(spec.name + "/sample-" + std::to_string(i) + "-\xc3\xa9\xe2\x82\xac");
-        break;
-      case FieldKind::kBytes:
-        b.resize(i % 13);  // including empty
-        for (auto& x : b) x = static_cast<uint8_t>(rng());
-        break;
-      case FieldKind::kJson:
-        b = Text("{\"i\": " + std::to_string(i) + ", \"tags\": [\"a\", null, 1.5]}");
-        break;
-      case FieldKind::kBoxes: {
-        std::vector<float> v;
-        for (uint32_t k = 0; k < boxes * 4; ++k) v.push_back(float(rng() % 1000) / 7.0f);
-        b = Bytes(v);
-        d = {boxes, 4};
-        break;
-      }
-      case FieldKind::kMask:
-        b.resize(size_t{e.height} * e.width);
-        for (size_t k = 0; k < b.size(); ++k) b[k] = static_cast<uint8_t>((k / 7 + i) % 3);
-        d = {e.height, e.width};
-        break;
-      case FieldKind::kArray: {
-        uint64_t n = 1;
-        for (size_t k = 0; k < spec.dims.size(); ++k) {
-          uint32_t dim = spec.dims[k] != kAnyDim       ? uint32_t(spec.dims[k])
-                         : !spec.per.empty() && k == 0 ? boxes
-                                                       : uint32_t(1 + (i + k) % 4);
-          d.push_back(dim);
-          n *= dim;
-        }
-        b.resize(n * ElemSize(spec.elem));
-        for (auto& x : b) x = static_cast<uint8_t>(rng());
-        break;
-      }
-    }
-  }
-  return s;
-}
-
-Manifest ThreeClasses() {
-  Manifest m;
-  m.encoding = Encoding::kJpeg;
-  m.class_names = {"a", "b", "c"};
-  return m;
-}
-
-void WriteFields(const std::string& path, const Schema& schema, uint64_t n, WriterOptions opt) {
-  opt.schema = schema;
-  auto w = ArchiveWriter::Create(path, opt);
-  REQUIRE(w.ok());
-  for (uint64_t i = 0; i < n; ++i) {
-    const auto p = Payload(i);
-    const Sample s = MakeSample(schema, i);
-    Status st = (*w)->Append(EntryFor(i), p.data(), p.size(), s.Values());
-    INFO(st.ToString());
-    REQUIRE(st.ok());
-  }
-  REQUIRE((*w)->Finish(ThreeClasses()).ok());
-}
-
-// Every field of every sample reads back bit-exact, with its dims.
-void CheckFields(const Archive& a, const Schema& schema, uint64_t n) {
-  REQUIRE(a.size() == n);
-  REQUIRE(a.schema() == schema);
-  for (uint64_t i = 0; i < n; ++i) {
-    const Sample want = MakeSample(schema, i);
-    auto r = a.At(i);
-    REQUIRE(r.ok());
-    CHECK(r->entry->label == EntryFor(i).label);
-    const auto p = Payload(i);
-    REQUIRE(r->size == p.size());
-    CHECK(std::memcmp(r->data, p.data(), p.size()) == 0);
-    REQUIRE(a.VerifyRecord(i).ok());
-    for (size_t f = 0; f < schema.size(); ++f) {
-      const FieldSpec& spec = schema.fields()[f];
-      if (int(f) == schema.image_field() || int(f) == schema.label_field()) continue;
-      INFO("sample " << i << " field " << spec.name);
-      auto v = a.Field(i, f, /*verify=*/true);
-      INFO(v.status().ToString());
-      REQUIRE(v.ok());
-      if (spec.kind == FieldKind::kMask) {
-        REQUIRE(v->ndim == 2);
-        std::vector<uint8_t> pixels(size_t{v->dims[0]} * v->dims[1]);
-        REQUIRE(DecodeMask(*v, pixels.data()).ok());
-        CHECK(pixels == want.bytes[f]);
-      } else {
-        REQUIRE(v->size == want.bytes[f].size());
-        CHECK((v->size == 0 || std::memcmp(v->data, want.bytes[f].data(), v->size) == 0));
-      }
-      std::vector<uint32_t> dims(v->dims.begin(), v->dims.begin() + v->ndim);
-      if (spec.fixed()) {
-        std::vector<uint32_t> spec_dims(spec.dims.begin(), spec.dims.end());
-        CHECK(dims == spec_dims);
-      } else {
-        CHECK(dims == want.dims[f]);
-      }
-    }
-  }
-}
 
 TEST_CASE("every field type round-trips bit-exact on both backends", "[fields]") {
   const Schema schema = AllTypes();
@@ -218,6 +45,275 @@ TEST_CASE("every field type round-trips bit-exact on both backends", "[fields]")
       for (size_t s = 0; s < (*a)->manifest().shards.size(); ++s) {
         REQUIRE((*a)->VerifyShard(s).ok());
       }
+    }
+  }
+}
+
+// ---- Schemas ---------------------------------------------------------------------------------
+
+TEST_CASE("a user's schema keeps its order and prints canonical type names", "[fields]") {
+  const Schema s = AllTypes();
+  std::vector<std::string> names;
+  for (const auto& f : s.fields()) names.push_back(f.name);
+  CHECK(names == std::vector<std::string>{"image", "label", "path", "score", "weight", "count",
+                                          "boxes", "box_labels", "mask", "blob", "meta", "emb",
+                                          "tags", "patch", "half", "ids"});
+  CHECK(s.image_field() == 0);
+  CHECK(s.label_field() == 1);
+  CHECK(s.fields()[s.Find("box_labels")].per == "boxes");
+  CHECK(s.fields()[s.Find("patch")].TypeName() == "uint8[*,*,3]");
+  CHECK(s.fields()[s.Find("emb")].fixed());
+  CHECK(s.fields()[s.Find("emb")].item_bytes() == 2048);
+  CHECK(!s.fields()[s.Find("tags")].fixed());
+  // The manifest form reads back as the same schema; spaces in a type are accepted.
+  auto again = Schema::FromJson(s.ToJson());
+  REQUIRE(again.ok());
+  CHECK(*again == s);
+  auto spaced = Schema::FromJson(R"({"img": "image", "xy": "float32[ *, 4 ]"})");
+  REQUIRE(spaced.ok());
+  CHECK(spaced->fields()[1].TypeName() == "float32[*,4]");
+  CHECK(spaced->label_field() == -1);
+  // "label" of another type is an ordinary field, not the class field.
+  auto text_label = Schema::FromJson(R"({"image": "image", "label": "str"})");
+  REQUIRE(text_label.ok());
+  CHECK(text_label->label_field() == -1);
+  CHECK(Schema::Legacy().legacy());
+  CHECK(!Schema::ImageFolder().legacy());
+}
+
+TEST_CASE("bad schemas are refused naming the field and the reason", "[fields]") {
+  struct Case {
+    const char* json;
+    const char* says;
+  };
+  const Case cases[] = {
+      {R"({"image": "image", "x": "int8"})", "x"},
+      {R"({"image": "image", "x": "float32[0]"})", "x"},
+      {R"({"image": "image", "x": "float32[]"})", "x"},
+      {R"({"image": "image", "x": "float32[1,2,3,4,5]"})", "at most 4 dims"},
+      {R"({"image": "image", "x": "uint8[1000000000]"})", "x"},
+      {R"({"image": "image", "x": "float64[4096,4096]"})", "16 MiB"},
+      {R"({"image": "image", "x": "uint8[*"})", "x"},
+      {R"({"image": "image", "x": 3})", "the type is a string"},
+      {R"({"image": "image", "x": {"type": "str", "shape": 3}})", "unknown key 'shape'"},
+      {R"({"image": "image", "x": {"per": "boxes"}})", "no \"type\""},
+      {R"({"image": "image", "1x": "str"})", "1x"},
+      {R"({"image": "image", "a-b": "str"})", "a-b"},
+      {R"({"image": "image", "": "str"})", "names are"},
+      {R"({"image": "image", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa": "str"})",
+       "at most 64"},
+      {R"([{"name": "image", "type": "image"}, {"name": "x", "type": "str"},
+          {"name": "x", "type": "int64"}])",
+       "'x' twice"},
+      {R"({"caption": "str"})", "no field of type image"},
+      {R"({"a": "image", "b": "image"})", "one image field"},
+      {R"({"image": "image", "l": {"type": "int64[*]", "per": "boxes"}, "boxes": "boxes"})",
+       "declared before"},
+      {R"({"image": "image", "s": "str", "l": {"type": "int64[*]", "per": "s"}})",
+       "must name a boxes field"},
+      {R"({"image": "image", "boxes": "boxes", "l": {"type": "int64[3]", "per": "boxes"}})",
+       "first dim is *"},
+      {R"({"image": "image", "boxes": "boxes", "l": {"type": "str", "per": "boxes"}})",
+       "first dim is *"},
+      {R"([{"type": "image"}])", "each field is"},
+      {R"("image")", "a JSON object"},
+      {R"({"image": "image",)", "not JSON"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.json);
+    auto s = Schema::FromJson(c.json);
+    REQUIRE(!s.ok());
+    CHECK(s.status().code() == StatusCode::kInvalidArgument);
+    CHECK(s.status().message().find(c.says) != std::string::npos);
+  }
+  std::string many = R"({"image": "image")";
+  for (int i = 0; i < 64; ++i) many += ", \"f" + std::to_string(i) + "\": \"str\"";
+  auto s = Schema::FromJson(many + "}");
+  REQUIRE(!s.ok());
+  CHECK(s.status().message().find("at most 64 fields") != std::string::npos);
+}
+
+// ---- Writing ---------------------------------------------------------------------------------
+
+TEST_CASE("a bad value is refused naming the field, and nothing of its sample is written",
+          "[fields]") {
+  const Schema schema = AllTypes();
+  TempDir dir;
+  WriterOptions opt;
+  opt.schema = schema;
+  auto w = ArchiveWriter::Create(dir / "a", opt);
+  REQUIRE(w.ok());
+  const auto p = Payload(0);
+  using Edit = void (*)(const Schema&, Sample&);
+  struct Case {
+    const char* name;
+    Edit edit;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"mask of another shape", [](const Schema& s, Sample& x) { x.dims[s.Find("mask")][0] += 1; },
+       "'mask'"},
+      {"per-box rows",
+       [](const Schema& s, Sample& x) {
+         x.dims[s.Find("box_labels")][0] += 1;
+         x.bytes[s.Find("box_labels")].resize(x.bytes[s.Find("box_labels")].size() + 8);
+       },
+       "'box_labels'"},
+      {"missing", [](const Schema& s, Sample& x) { x.bytes[s.Find("meta")].clear(); },
+       "'meta'"},  // "" is not JSON
+      {"invalid UTF-8",
+       [](const Schema& s, Sample& x) {
+         x.bytes[s.Find("path")] = {0xC3, 0x28};
+       },
+       "'path'"},
+      {"NaN box",
+       [](const Schema& s, Sample& x) {
+         auto& b = x.bytes[s.Find("boxes")];
+         x.dims[s.Find("boxes")][0] = 1;
+         x.dims[s.Find("box_labels")][0] = 1;
+         x.bytes[s.Find("box_labels")].assign(8, 0);
+         const float nan = std::nanf("");
+         b.assign(16, 0);
+         std::memcpy(b.data() + 4, &nan, 4);
+       },
+       "not finite"},
+      {"fixed array shape", [](const Schema& s, Sample& x) { x.dims[s.Find("ids")][0] = 4; },
+       "'ids'"},
+      {"scalar size", [](const Schema& s, Sample& x) { x.bytes[s.Find("score")].resize(8); },
+       "'score'"},
+      {"bytes vs dims", [](const Schema& s, Sample& x) { x.bytes[s.Find("tags")].push_back(0); },
+       "'tags'"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    Sample bad = MakeSample(schema, 0);
+    c.edit(schema, bad);
+    Status st = (*w)->Append(EntryFor(0), p.data(), p.size(), bad.Values());
+    REQUIRE(!st.ok());
+    CHECK(st.code() == StatusCode::kInvalidArgument);
+    CHECK(st.message().find(c.says) != std::string::npos);
+    CHECK((*w)->samples_written() == 0);
+    CHECK((*w)->bytes_written() == 0);
+  }
+  const Sample kept = MakeSample(schema, 0);  // owns the bytes the values point at
+  FieldValues absent = kept.Values();
+  absent[schema.Find("tags")].present = false;
+  Status st = (*w)->Append(EntryFor(0), p.data(), p.size(), absent);
+  CHECK(st.message().find("'tags'") != std::string::npos);
+  // The legacy Append cannot leave fields out.
+  st = (*w)->Append(EntryFor(0), p.data(), p.size());
+  CHECK(st.code() == StatusCode::kInvalidArgument);
+  CHECK((*w)->samples_written() == 0);
+  // After all that, good samples make an archive holding exactly them.
+  for (uint64_t i = 0; i < 3; ++i) {
+    const auto q = Payload(i);
+    REQUIRE((*w)->Append(EntryFor(i), q.data(), q.size(), MakeSample(schema, i).Values()).ok());
+  }
+  REQUIRE((*w)->Finish(ThreeClasses()).ok());
+  auto a = Archive::Open(dir / "a");
+  REQUIRE(a.ok());
+  CheckFields(**a, schema, 3);
+  CHECK((*a)->VerifyDerived().ok());
+}
+
+TEST_CASE("a schema without a class field: labels are 0, class names optional, no counts",
+          "[fields]") {
+  auto schema = Schema::FromJson(R"({"image": "image", "caption": "str", "emb": "float32[4]"})");
+  REQUIRE(schema.ok());
+  for (bool names : {false, true}) {
+    TempDir dir;
+    WriterOptions opt;
+    opt.schema = *schema;
+    auto w = ArchiveWriter::Create(dir / "a", opt);
+    REQUIRE(w.ok());
+    const auto p = Payload(1);
+    IndexEntry labelled = EntryFor(1);  // label 1
+    Status st = (*w)->Append(labelled, p.data(), p.size(), MakeSample(*schema, 1).Values());
+    CHECK(st.code() == StatusCode::kInvalidArgument);
+    for (uint64_t i = 0; i < 5; ++i) {
+      IndexEntry e = EntryFor(i);
+      e.label = 0;
+      const auto q = Payload(i);
+      REQUIRE((*w)->Append(e, q.data(), q.size(), MakeSample(*schema, i).Values()).ok());
+    }
+    Manifest m;
+    if (names) m.class_names = {"person", "car"};  // e.g. the names of per-box labels
+    REQUIRE((*w)->Finish(m).ok());
+    std::ifstream in(dir / "a/manifest.json");
+    std::stringstream text;
+    text << in.rdbuf();
+    CHECK(text.str().find("class_counts") == std::string::npos);
+    for (IndexCheck check : {IndexCheck::kFull, IndexCheck::kLazy}) {
+      auto a = Archive::Open(dir / "a", check);
+      INFO(a.status().ToString());
+      REQUIRE(a.ok());
+      CHECK((*a)->manifest().class_names.size() == (names ? 2u : 0u));
+      CHECK((*a)->manifest().class_counts.empty());
+      CHECK((*a)->VerifyDerived().ok());
+      for (uint64_t i = 0; i < 5; ++i) {
+        CHECK((*a)->Label(i) == 0);
+        auto caption = (*a)->Field(i, 1, true);
+        REQUIRE(caption.ok());
+        const auto want = MakeSample(*schema, i).bytes[1];
+        CHECK(std::string(caption->data, caption->data + caption->size) ==
+              std::string(want.begin(), want.end()));
+      }
+      // The image and a field that does not exist are not fields to read.
+      CHECK((*a)->Field(0, 0).status().code() == StatusCode::kInvalidArgument);
+      CHECK((*a)->Field(0, 3).status().code() == StatusCode::kInvalidArgument);
+      CHECK((*a)->Field(5, 1).status().code() == StatusCode::kInvalidArgument);
+    }
+  }
+}
+
+TEST_CASE("fixed-shape raw HDF5 archives keep /images for fixed fields, use records for blobs",
+          "[fields]") {
+  for (const char* json : {R"({"image": "image", "label": "int64", "score": "float64"})",
+                           R"({"image": "image", "label": "int64", "tags": "int64[*]"})"}) {
+    INFO(json);
+    auto schema = Schema::FromJson(json);
+    REQUIRE(schema.ok());
+    for (Encoding encoding : {Encoding::kRaw, Encoding::kZstd}) {
+      TempDir dir;
+      WriterOptions opt;
+      opt.backend = Backend::kHdf5;
+      opt.encoding = encoding;
+      opt.height = 6;
+      opt.width = 5;
+      opt.schema = *schema;
+      auto w = ArchiveWriter::Create(dir / "a", opt);
+      REQUIRE(w.ok());
+      std::vector<std::vector<uint8_t>> pixels;
+      for (uint64_t i = 0; i < 7; ++i) {
+        IndexEntry e = EntryFor(i);
+        e.height = 6, e.width = 5, e.encoding = uint8_t(Encoding::kRaw);
+        std::vector<uint8_t> px(6 * 5 * 3, static_cast<uint8_t>(i * 9));
+        if (encoding == Encoding::kZstd) {
+          e.encoding = uint8_t(Encoding::kZstd);
+          std::vector<uint8_t> z(ZSTD_compressBound(px.size()));
+          z.resize(ZSTD_compress(z.data(), z.size(), px.data(), px.size(), 1));
+          px = z;
+        }
+        pixels.push_back(px);
+        Sample s = MakeSample(*schema, i);
+        REQUIRE((*w)->Append(e, px.data(), px.size(), s.Values()).ok());
+      }
+      Manifest m = ThreeClasses();
+      m.encoding = encoding;
+      REQUIRE((*w)->Finish(m).ok());
+      auto a = Archive::Open(dir / "a");
+      INFO(a.status().ToString());
+      REQUIRE(a.ok());
+      for (uint64_t i = 0; i < 7; ++i) {
+        auto r = (*a)->At(i);
+        REQUIRE(r.ok());
+        REQUIRE(std::vector<uint8_t>(r->data, r->data + r->size) == pixels[i]);
+        auto v = (*a)->Field(i, 2, true);
+        REQUIRE(v.ok());
+        CHECK(std::vector<uint8_t>(v->data, v->data + v->size) == MakeSample(*schema, i).bytes[2]);
+      }
+      CHECK((*a)->VerifyDerived().ok());
+      CHECK((*a)->VerifyShard(0).ok());
     }
   }
 }

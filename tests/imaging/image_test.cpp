@@ -169,6 +169,36 @@ TEST_CASE("scaled and cropped JPEG decode stays close to full decode then crop")
   CHECK(MeanAbsDiff(a, b) < 3.0);
 }
 
+TEST_CASE("OrientBoxes turns a box with the pixels it encloses") {
+  // A bright rectangle at [x0, x1) x [y0, y1) of a 13 x 7 image; for every orientation the
+  // turned box is exactly the bounding box of the turned bright pixels.
+  const uint32_t w = 13, h = 7;
+  for (int o = 1; o <= 8; ++o) {
+    Image img;
+    img.Resize(w, h, 1);
+    std::fill(img.pixels.begin(), img.pixels.end(), uint8_t{0});
+    for (uint32_t y = 2; y < 5; ++y) {
+      for (uint32_t x = 3; x < 9; ++x) img.pixels[y * w + x] = 255;
+    }
+    float box[4] = {3, 2, 9, 5};
+    ApplyOrientation(&img, o);
+    OrientBoxes(box, 1, w, h, o);
+    uint32_t bx0 = img.width, by0 = img.height, bx1 = 0, by1 = 0;
+    for (uint32_t y = 0; y < img.height; ++y) {
+      for (uint32_t x = 0; x < img.width; ++x) {
+        if (!img.pixels[y * img.width + x]) continue;
+        bx0 = std::min(bx0, x), by0 = std::min(by0, y);
+        bx1 = std::max(bx1, x + 1), by1 = std::max(by1, y + 1);
+      }
+    }
+    INFO("orientation " << o);
+    CHECK(box[0] == float(bx0));
+    CHECK(box[1] == float(by0));
+    CHECK(box[2] == float(bx1));
+    CHECK(box[3] == float(by1));
+  }
+}
+
 TEST_CASE("orientation transforms compose to identity") {
   Image img = Gradient(5, 3);
   Image t = img;

@@ -46,7 +46,8 @@ TEST_CASE("sizes: bytes, SI and binary units", "[storage]") {
   CHECK(*ParseByteSize("1000") == 1000);
   CHECK(*ParseByteSize("20GB") == 20000000000ull);
   CHECK(*ParseByteSize("512MiB") == 512ull << 20);
-  CHECK(*ParseByteSize("1.5k") == 1500);
+  CHECK(*ParseByteSize("1.5k") == 1536);  // dd's rule: a bare K is 1024 (as --chunk-size)
+  CHECK(*ParseByteSize("3KB") == 3000);
   CHECK(*ParseByteSize("2 Ti") == 2ull << 40);
   CHECK_FALSE(ParseByteSize("lots").ok());
   CHECK_FALSE(ParseByteSize("10 parsecs").ok());

@@ -4,14 +4,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <vector>
 
+#include "fields_io.h"
 #include "sample_context.h"
 #include "shardfeed/codec/codec.h"
+#include "shardfeed/imaging/image.h"
 
 namespace shardfeed::validate {
 namespace {
@@ -71,6 +76,70 @@ class OwnTempDir {
   std::string path_;
 };
 
+// The `path` field's value as a relative path inside DIR, or "" when it is not one (absolute,
+// "..", empty components, NUL): such samples are written under their class instead.
+std::string SafeRelative(const std::string& path) {
+  if (path.empty() || path[0] == '/' || path.find('\0') != std::string::npos) return "";
+  size_t start = 0;
+  while (start <= path.size()) {
+    const size_t end = std::min(path.find('/', start), path.size());
+    const std::string part = path.substr(start, end - start);
+    if (part.empty() || part == "." || part == "..") return "";
+    start = end + 1;
+  }
+  return path;
+}
+
+bool SameExtension(const std::string& path, const std::string& ext) {
+  const size_t dot = path.rfind('.');
+  if (dot == std::string::npos || path.find('/', dot) != std::string::npos) return false;
+  std::string have = path.substr(dot);
+  for (char& c : have) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return have == ext || (ext == ".jpg" && have == ".jpeg");
+}
+
+// Where sample i's image goes, relative to DIR: its `path` (with the record's extension when
+// it was stored in another form) when the schema has one, else <class>/<index><ext>.
+std::string ImageName(const format::Archive& archive, uint64_t i, const format::IndexEntry& e,
+                      const std::string& ext, int digits, int path_field,
+                      std::set<std::string>* used) {
+  std::string rel;
+  if (path_field >= 0) {
+    auto v = archive.Field(i, static_cast<size_t>(path_field));
+    if (v.ok()) rel = SafeRelative(std::string(reinterpret_cast<const char*>(v->data), v->size));
+    if (!rel.empty() && !SameExtension(rel, ext)) {
+      const size_t dot = rel.rfind('.');
+      const size_t slash = rel.rfind('/');
+      if (dot != std::string::npos && (slash == std::string::npos || dot > slash)) {
+        rel.erase(dot);
+      }
+      rel += ext;
+    }
+  }
+  if (rel.empty() || used->count(rel)) {  // no usable path, or two samples share one
+    std::string name = std::to_string(i);
+    name = std::string(static_cast<size_t>(std::max<int>(0, digits - int(name.size()))), '0') +
+           name + ext;
+    const auto& names = archive.manifest().class_names;
+    rel = (names.empty() ? std::string("samples") : SafeComponent(names[e.label])) + "/" + name;
+  }
+  used->insert(rel);
+  return rel;
+}
+
+// The schema as `pack --schema` takes it (a JSON object, fields in order).
+std::string UserSchema(const format::Schema& schema) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const auto& f : schema.fields()) {
+    if (f.per.empty()) {
+      out[f.name] = f.TypeName();
+    } else {
+      out[f.name] = {{"type", f.TypeName()}, {"per", f.per}};
+    }
+  }
+  return out.dump(2) + "\n";
+}
+
 }  // namespace
 
 Status WriteNewFile(const std::string& path, const uint8_t* data, size_t size) {
@@ -105,13 +174,23 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
   std::string target = fs::path(dir).lexically_normal().string();
   while (target.size() > 1 && target.back() == '/') target.pop_back();
   SF_ASSIGN_OR_RETURN(OwnTempDir tmp, OwnTempDir::Create(target));
-  const format::Manifest& m = archive.manifest();
-  for (const std::string& name : m.class_names) {
-    fs::create_directories(fs::path(tmp.path()) / SafeComponent(name), ec);
-    if (ec) return Status::IOError(tmp.path(), "/", name, ": ", ec.message());
+  const format::Schema& schema = archive.schema();
+  const int path_field = [&] {
+    const int f = schema.Find("path");
+    return f >= 0 && schema.fields()[f].kind == format::FieldKind::kStr ? f : -1;
+  }();
+  // Fields other than image, label and path go to DIR/samples.jsonl (one line per sample, the
+  // image's path relative to DIR) beside DIR/schema.json, so `pack DIR/samples.jsonl --schema
+  // DIR/schema.json` packs them again. Masks are written as PNG files, DIR/masks/<field>/.
+  bool jsonl = false;
+  for (size_t f = 0; f < schema.size(); ++f) {
+    const int fi = static_cast<int>(f);
+    jsonl |= fi != schema.image_field() && fi != schema.label_field() && fi != path_field;
   }
+  std::string lines;
   codec::Context ctx;
   std::vector<uint8_t> file;
+  std::set<std::string> used;
   const int digits = std::max<int>(8, static_cast<int>(std::to_string(archive.size()).size()));
   for (uint64_t i = 0; i < archive.size(); ++i) {
     auto extract_one = [&]() -> Status {
@@ -122,15 +201,48 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
       // than verify --decode or the loader would.
       SF_RETURN_IF_ERROR(format::CheckPixelLimit(e, options.max_pixels));
       SF_ASSIGN_OR_RETURN(const codec::Codec* c, codec::CodecFor(e));
-      std::string name = std::to_string(i);
-      name = std::string(static_cast<size_t>(std::max<int>(0, digits - int(name.size()))), '0') +
-             name + c->file_extension();
+      const std::string rel =
+          ImageName(archive, i, e, c->file_extension(), digits, path_field, &used);
       SF_RETURN_IF_ERROR(c->ExtractFile(ctx, r, &file));
-      const std::string path =
-          (fs::path(tmp.path()) / SafeComponent(m.class_names[e.label]) / name).string();
-      return WriteNewFile(path, file.data(), file.size());
+      const fs::path path = fs::path(tmp.path()) / rel;
+      fs::create_directories(path.parent_path(), ec);
+      if (ec) return Status::IOError(path.parent_path().string(), ": ", ec.message());
+      SF_RETURN_IF_ERROR(WriteNewFile(path.string(), file.data(), file.size()));
+      if (!jsonl) return Status::OK();
+      nlohmann::ordered_json line = nlohmann::ordered_json::object();
+      auto mask_file = [&](size_t f, const uint8_t* px, uint32_t h,
+                           uint32_t w) -> Result<nlohmann::json> {
+        imaging::Image mask;
+        mask.Resize(w, h, 1);
+        std::copy(px, px + size_t{w} * h, mask.pixels.begin());
+        SF_ASSIGN_OR_RETURN(std::vector<uint8_t> png, imaging::EncodePng(mask));
+        const std::string mrel =
+            "masks/" + schema.fields()[f].name + "/" + std::to_string(i) + ".png";
+        fs::create_directories(fs::path(tmp.path()) / "masks" / schema.fields()[f].name, ec);
+        SF_RETURN_IF_ERROR(
+            WriteNewFile((fs::path(tmp.path()) / mrel).string(), png.data(), png.size()));
+        return nlohmann::json(mrel);
+      };
+      for (size_t f = 0; f < schema.size(); ++f) {
+        const std::string& name = schema.fields()[f].name;
+        if (static_cast<int>(f) == schema.image_field()) {
+          line[name] = rel;
+          continue;
+        }
+        SF_ASSIGN_OR_RETURN(nlohmann::json v, FieldJson(archive, i, f, mask_file));
+        line[name] = std::move(v);
+      }
+      lines += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+      return Status::OK();
     };
     SF_RETURN_IF_ERROR(ForSample(archive.path(), i, extract_one()));
+  }
+  if (jsonl) {
+    const std::string text = UserSchema(schema);
+    SF_RETURN_IF_ERROR(WriteNewFile((fs::path(tmp.path()) / "schema.json").string(),
+                                    reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+    SF_RETURN_IF_ERROR(WriteNewFile((fs::path(tmp.path()) / "samples.jsonl").string(),
+                                    reinterpret_cast<const uint8_t*>(lines.data()), lines.size()));
   }
   SF_RETURN_IF_ERROR(tmp.MoveTo(target));
   return archive.size();

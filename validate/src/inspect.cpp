@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "fields_io.h"
 #include "sample_context.h"
 #include "shardfeed/codec/codec.h"
 #include "shardfeed/imaging/image.h"
@@ -81,6 +82,13 @@ std::string InspectJson(const format::Archive& archive) {
                        {"name", m.class_names[c]},
                        {"count", c < m.class_counts.size() ? m.class_counts[c] : 0}});
   }
+  json fields = json::array();
+  for (const FieldSize& f : FieldSizes(archive)) {
+    json v = {{"name", f.name}, {"type", f.type}, {"stored", f.stored}, {"bytes", f.bytes}};
+    if (!f.per.empty()) v["per"] = f.per;
+    if (f.rows) v["rows"] = f.rows;
+    fields.push_back(std::move(v));
+  }
   json shards = json::array();
   for (const auto& sh : m.shards) {
     shards.push_back({{"file", sh.file}, {"samples", sh.sample_count}, {"bytes", sh.file_bytes}});
@@ -92,6 +100,7 @@ std::string InspectJson(const format::Archive& archive) {
       {"encoding", std::string(format::EncodingName(m.encoding))},
       {"samples", m.sample_count},
       {"classes", classes},
+      {"fields", fields},
       {"shape", m.height ? json::array({m.height, m.width, m.channels}) : json(nullptr)},
       {"height_range", {s.min_h, s.max_h}},
       {"width_range", {s.min_w, s.max_w}},
@@ -148,6 +157,21 @@ std::string InspectText(const format::Archive& archive) {
       << " records decoded, resized and re-encoded at pack" << cap
       << "; the others are the source files' bytes\n";
   }
+  o << "fields:      " << m.schema.size() << "\n";
+  for (const FieldSize& f : FieldSizes(archive)) {
+    std::snprintf(buf, sizeof(buf), "  %-14s %-16s ", Printable(f.name).c_str(),
+                  (f.type + (f.per.empty() ? "" : " per " + f.per)).c_str());
+    o << buf;
+    if (f.stored == "index") {
+      o << "the class field (in the index)\n";
+      continue;
+    }
+    std::snprintf(buf, sizeof(buf), "%10.3f MB in %s, %.1f bytes/sample", mb(f.bytes),
+                  f.stored.c_str(), m.sample_count ? double(f.bytes) / m.sample_count : 0.0);
+    o << buf;
+    if (f.rows) o << ", " << f.rows << " rows";
+    o << "\n";
+  }
   o << "classes:     " << m.class_names.size() << "\n";
   for (size_t c = 0; c < m.class_names.size(); ++c) {
     o << "  " << c << "\t" << (c < m.class_counts.size() ? m.class_counts[c] : 0) << "\t"
@@ -172,7 +196,7 @@ Status DecodeSample(const format::Archive& archive, uint64_t index, imaging::Ima
 }
 
 void DrawTile(imaging::Image* sheet, uint32_t x0, uint32_t y0, uint32_t tile,
-              const imaging::Image* img) {
+              const imaging::Image* img, TilePlacement* placed) {
   const bool ok = img != nullptr;
   for (uint32_t y = 0; y < tile; ++y) {
     uint8_t* row = sheet->pixels.data() + (size_t{y0 + y} * sheet->width + x0) * 3;
@@ -190,8 +214,83 @@ void DrawTile(imaging::Image* sheet, uint32_t x0, uint32_t y0, uint32_t tile,
     imaging::ResizeInto(img->pixels.data(), img->width, img->height, 0, 3,
                         sheet->pixels.data() + (size_t{ty} * sheet->width + tx) * 3, tw, th,
                         size_t{sheet->width} * 3);
+    if (placed) *placed = {tx, ty, tw, th};
   }
 }
+
+namespace {
+
+// Boxes (outlines in a colour per box), the mask (tinted) and the caption of a tile's sample,
+// drawn over its thumbnail at `p` (the image was `w` x `h` upright pixels).
+void DrawOverlay(imaging::Image* sheet, const TilePlacement& p, uint32_t w, uint32_t h,
+                 const SampleOverlay& overlay) {
+  if (p.width == 0 || w == 0 || h == 0) return;
+  const double sx = double(p.width) / w, sy = double(p.height) / h;
+  auto put = [&](int64_t x, int64_t y, const uint8_t* rgb, int alpha) {
+    if (x < p.x || y < p.y || x >= int64_t{p.x} + p.width || y >= int64_t{p.y} + p.height) return;
+    uint8_t* px = sheet->pixels.data() + (size_t(y) * sheet->width + size_t(x)) * 3;
+    for (int c = 0; c < 3; ++c) px[c] = uint8_t((px[c] * (256 - alpha) + rgb[c] * alpha) >> 8);
+  };
+  if (overlay.mask.size() == size_t{w} * h) {
+    static constexpr uint8_t kTint[3] = {255, 0, 255};
+    for (uint32_t y = 0; y < p.height; ++y) {
+      for (uint32_t x = 0; x < p.width; ++x) {
+        const uint32_t mx = std::min<uint32_t>(w - 1, uint32_t(x / sx));
+        const uint32_t my = std::min<uint32_t>(h - 1, uint32_t(y / sy));
+        if (overlay.mask[size_t{my} * w + mx]) put(p.x + x, p.y + y, kTint, 110);
+      }
+    }
+  }
+  static constexpr uint8_t kColours[4][3] = {
+      {255, 40, 40}, {40, 200, 40}, {40, 90, 255}, {255, 170, 0}};
+  for (size_t b = 0; b + 3 < overlay.boxes.size(); b += 4) {
+    const uint8_t* rgb = kColours[(b / 4) % 4];
+    const int64_t x0 = p.x + int64_t(overlay.boxes[b] * sx),
+                  y0 = p.y + int64_t(overlay.boxes[b + 1] * sy);
+    const int64_t x1 = p.x + int64_t(overlay.boxes[b + 2] * sx) - 1;
+    const int64_t y1 = p.y + int64_t(overlay.boxes[b + 3] * sy) - 1;
+    for (int64_t x = x0; x <= x1; ++x) put(x, y0, rgb, 256), put(x, y1, rgb, 256);
+    for (int64_t y = y0; y <= y1; ++y) put(x0, y, rgb, 256), put(x1, y, rgb, 256);
+  }
+}
+
+// The sheet's rows: a class and its first samples, or (no class field) runs of samples in
+// archive order.
+struct SheetRow {
+  std::string label;
+  std::vector<uint64_t> samples;
+};
+
+Result<std::vector<SheetRow>> SheetRows(const format::Archive& archive,
+                                        const ContactSheetOptions& o) {
+  const format::Manifest& m = archive.manifest();
+  std::vector<SheetRow> rows;
+  if (m.class_names.empty()) {
+    const uint64_t n = std::min<uint64_t>(archive.size(), uint64_t{o.per_class} * 8);
+    for (uint64_t i = 0; i < n; ++i) {
+      if (i % o.per_class == 0) rows.push_back({"#" + std::to_string(i), {}});
+      rows.back().samples.push_back(i);
+    }
+    if (rows.empty()) return Status::InvalidArgument(archive.path(), ": no samples to show");
+    return rows;
+  }
+  const size_t classes = std::min<size_t>(m.class_names.size(), o.max_classes);
+  rows.resize(classes);
+  for (size_t c = 0; c < classes; ++c) rows[c].label = std::to_string(c) + " " + m.class_names[c];
+  // The first per_class samples of each class, in archive order (one pass over the index).
+  size_t full = 0;
+  for (uint64_t i = 0; i < archive.size() && full < classes; ++i) {
+    SF_ASSIGN_OR_RETURN(const format::RecordView r, archive.At(i));
+    const size_t label = static_cast<size_t>(r.entry->label);
+    if (label < classes && rows[label].samples.size() < o.per_class) {
+      rows[label].samples.push_back(i);
+      full += rows[label].samples.size() == o.per_class;
+    }
+  }
+  return rows;
+}
+
+}  // namespace
 
 Result<imaging::Image> ContactSheet(const format::Archive& archive, const ContactSheetOptions& o) {
   if (o.per_class == 0 || o.per_class > 64) {
@@ -200,46 +299,44 @@ Result<imaging::Image> ContactSheet(const format::Archive& archive, const Contac
   if (o.tile < 16 || o.tile > 512) {
     return Status::InvalidArgument("size (--size) must be in 16..512, not ", o.tile);
   }
-  const format::Manifest& m = archive.manifest();
-  const size_t classes = std::min<size_t>(m.class_names.size(), o.max_classes);
-  if (classes == 0) return Status::InvalidArgument(archive.path(), ": no classes to show");
-  // The first per_class samples of each class, in archive order (one pass over the index).
-  std::vector<std::vector<uint64_t>> picked(classes);
-  size_t full = 0;
-  for (uint64_t i = 0; i < archive.size() && full < classes; ++i) {
-    SF_ASSIGN_OR_RETURN(const format::RecordView r, archive.At(i));
-    const size_t label = static_cast<size_t>(r.entry->label);
-    if (label < classes && picked[label].size() < o.per_class) {
-      picked[label].push_back(i);
-      full += picked[label].size() == o.per_class;
-    }
-  }
-  // Layout: a label column, then tiles with a caption line beneath each.
-  const uint32_t pad = 6, caption = imaging::kTextCellHeight + 4;
+  SF_ASSIGN_OR_RETURN(const std::vector<SheetRow> rows, SheetRows(archive, o));
+  // A folder pack's fields (image, label, path) have no caption: its sheet stays as before.
+  const bool captions = !archive.schema().legacy() &&
+                        archive.schema().ToJson() != format::Schema::ImageFolder().ToJson();
+  // Layout: a label column, then tiles with a caption line (or two: index, then text) beneath.
+  const uint32_t pad = 6, line = imaging::kTextCellHeight + 2;
+  const uint32_t caption = line * (captions ? 2 : 1) + 2;
   size_t longest = 0;
-  for (size_t c = 0; c < classes; ++c) {
-    longest = std::max(longest, std::to_string(c).size() + 1 + m.class_names[c].size());
-  }
+  for (const SheetRow& r : rows) longest = std::max(longest, r.label.size());
   const uint32_t label_w =
       static_cast<uint32_t>(std::min<size_t>(longest, 28) * imaging::kTextCellWidth) + 2 * pad;
   const uint32_t row_h = o.tile + caption + pad;
   imaging::Image sheet;
   sheet.Resize(label_w + o.per_class * (o.tile + pad) + pad,
-               static_cast<uint32_t>(classes) * row_h + pad, 3);
+               static_cast<uint32_t>(rows.size()) * row_h + pad, 3);
   std::fill(sheet.pixels.begin(), sheet.pixels.end(), uint8_t{255});
   const uint8_t black[3] = {0, 0, 0}, grey[3] = {90, 90, 90};
+  const size_t chars = o.tile / imaging::kTextCellWidth;
   imaging::Image img;
-  for (size_t c = 0; c < classes; ++c) {
+  for (size_t c = 0; c < rows.size(); ++c) {
     const uint32_t y0 = pad + static_cast<uint32_t>(c) * row_h;
-    std::string label = std::to_string(c) + " " + Printable(m.class_names[c]);
+    std::string label = Printable(rows[c].label);
     if (label.size() > 28) label = label.substr(0, 27) + "~";
     imaging::DrawText(&sheet, pad, y0 + (o.tile - imaging::kTextCellHeight) / 2, label, 1, black);
-    for (size_t k = 0; k < picked[c].size(); ++k) {
-      const uint64_t index = picked[c][k];
+    for (size_t k = 0; k < rows[c].samples.size(); ++k) {
+      const uint64_t index = rows[c].samples[k];
       const uint32_t x0 = label_w + static_cast<uint32_t>(k) * (o.tile + pad);
       const bool ok = DecodeSample(archive, index, &img).ok();
-      DrawTile(&sheet, x0, y0, o.tile, ok ? &img : nullptr);
+      TilePlacement placed;
+      DrawTile(&sheet, x0, y0, o.tile, ok ? &img : nullptr, &placed);
       imaging::DrawText(&sheet, x0, y0 + o.tile + 2, "#" + std::to_string(index), 1, grey);
+      if (!ok || !captions) continue;
+      auto overlay = Overlay(archive, index);
+      if (!overlay.ok()) continue;  // the tile shows the image; verify reports the field
+      DrawOverlay(&sheet, placed, img.width, img.height, *overlay);
+      std::string text = Printable(overlay->caption);
+      if (text.size() > chars) text = text.substr(0, chars ? chars - 1 : 0) + "~";
+      imaging::DrawText(&sheet, x0, y0 + o.tile + 2 + line, text, 1, black);
     }
   }
   return sheet;

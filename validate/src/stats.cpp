@@ -18,6 +18,7 @@
 #include "sample_context.h"
 #include "shardfeed/base/cpus.h"
 #include "shardfeed/codec/codec.h"
+#include "shardfeed/format/stats_record.h"
 
 namespace shardfeed::validate {
 namespace {
@@ -213,6 +214,36 @@ Measured MeasureArchive(const format::Archive& archive, const StatsOptions& o,
 }
 
 }  // namespace
+
+const OptionTable<StatsOptions>& StatsOptionTable() {
+  using SO = StatsOptions;
+  static const OptionTable<SO> table(
+      "stats option",
+      {CountOption<SO>("size", 0, 4096,
+                       "mean/std after the loader's centre crop resized to SIZE x SIZE (0: stored "
+                       "images)",
+                       &SO::size),
+       CountOption<SO>("workers", 0, 4096, "threads (0: all cores)", &SO::workers),
+       CountOption<SO>("near_threshold", 0, 16,
+                       "near duplicates: perceptual hashes at most this many bits apart",
+                       &SO::near_threshold),
+       NumberOption<SO>("dark", {0, 255}, "flag: mean luma below", &SO::dark),
+       NumberOption<SO>("bright", {0, 255}, "flag: mean luma above", &SO::bright),
+       NumberOption<SO>("uniform", {0, 255}, "flag: luma standard deviation below", &SO::uniform),
+       NumberOption<SO>("blurry", {0, 1e9},
+                        "flag: variance of the Laplacian of luma (at most 256 px a side) below",
+                        &SO::blurry),
+       NumberOption<SO>("extreme_aspect", {1, 1e6}, "flag: long side / short side above",
+                        &SO::extreme_aspect),
+       CountOption<SO>("tiny", 0, 65535, "flag: short side below (pixels)", &SO::tiny),
+       BoolOption<SO>("save",
+                      "keep mean and std in ARCHIVE/stats.json for loaders given mean=\"archive\"",
+                      &SO::save),
+       CountOption<SO>("max_pixels", 1, UINT64_MAX,
+                       "refuse records declaring more pixels (as verify --decode and the loader)",
+                       &SO::max_pixels)});
+  return table;
+}
 
 Status ValidateStatsOptions(const StatsOptions& o) {
   if (o.workers < 0 || o.workers > 4096) {
@@ -439,6 +470,14 @@ Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
     FindLeaks(m.samples, other.name, theirs.samples, o, &r);
   }
   if (progress) progress(total, total);
+  if (o.save) {
+    format::StatsRecord rec;
+    for (int c = 0; c < 3; ++c) rec.mean[c] = r.mean[c], rec.std[c] = r.std[c];
+    rec.size = o.size;
+    rec.samples = r.decoded;
+    rec.fingerprint = format::ArchiveFingerprint(archive);
+    SF_RETURN_IF_ERROR(format::WriteStatsRecord(archive, rec));
+  }
   return r;
 }
 

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "shardfeed/base/cpus.h"
+#include "fields_io.h"
 #include "shardfeed/codec/codec.h"
 
 namespace shardfeed::validate {
@@ -79,6 +80,8 @@ VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options
         if (st.ok() && options.decode) {
           auto r = archive.At(i);
           st = r.ok() ? CheckDecodes(*r, ctx, options.max_pixels) : r.status();
+          // Version 4: masks decompressed, arrays against the schema, JSON parsed.
+          if (st.ok()) st = CheckSampleFields(archive, i);
         }
         if (!st.ok()) bad.push_back({i, SampleReason(archive, i, st)});
       }

@@ -20,8 +20,10 @@ bool ParseCountText(std::string_view text, uint64_t* out);
 bool ParseNumberText(std::string_view text, double* out);
 // Comma-separated numbers: exactly `n` of them, or one (repeated n times) when `broadcast`.
 bool ParseNumberList(std::string_view text, size_t n, bool broadcast, std::vector<double>* out);
-// A byte size with an optional unit: 64K, 1M, 1.5G, 2T (powers of 1024), or plain bytes. Starts
-// with a digit (no sign, no space, no hex) and stays below 2^64.
+// A byte size with an optional unit, dd's rule: K M G T, KiB MiB GiB TiB (also Ki...) are powers
+// of 1024, KB MB GB TB powers of 1000, B or nothing bytes; one space may separate number and
+// unit ("2 GiB"). Starts with a digit (no sign, no hex) and stays below 2^64. The one parser of
+// sizes (options, SHARDFEED_CACHE_LIMIT).
 bool ParseByteSize(std::string_view text, uint64_t* out);
 // The CLI flag of an option name: "batch_size" -> "--batch-size".
 std::string OptionFlag(std::string_view name);

@@ -1,21 +1,51 @@
 // Packing: image folder or list file -> archive.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardfeed/base/status.h"
 #include "shardfeed/codec/codec.h"
 #include "shardfeed/format/archive.h"
+#include "shardfeed/format/fields.h"
 #include "shardfeed/imaging/image.h"
 
 namespace shardfeed::converter {
 
+// One field value, owning its bytes (format::FieldValue's layout: elements little-endian in C
+// order, scalars one element with ndim 0, str/json UTF-8 text, boxes float32 [n,4], masks uint8
+// [H,W]). Importers and the bindings build these; the writer checks them against the schema.
+struct OwnedValue {
+  std::vector<uint8_t> bytes;
+  std::array<uint32_t, format::kMaxDims> dims{};
+  uint32_t ndim = 0;
+  bool present = false;  // false: the sample does not give this field
+
+  // A view of this value, valid while it lives unchanged.
+  format::FieldValue view() const;
+
+  static OwnedValue Int64(int64_t v);
+  static OwnedValue Float32(float v);
+  static OwnedValue Float64(double v);
+  static OwnedValue Text(std::string_view text);  // str, json and bytes fields
+  // An array (or boxes, mask): `size` bytes of elements with these dims (at most kMaxDims).
+  static OwnedValue Array(const void* data, size_t size, const std::vector<uint32_t>& dims);
+};
+
+// One sample of a source: its image file (or a byte range of one) and its field values.
 struct SourceItem {
   std::string path;
   int32_t label = 0;
+  // A byte range of `path` holding the image (a member of a tar shard); length 0: the whole file.
+  uint64_t offset = 0, length = 0;
+  // One value per field of SourceList::schema, in schema order (image and label entries unused;
+  // `path` is filled by Pack when SourceList::path_field). Empty for folder and list packs.
+  std::vector<OwnedValue> values;
+  std::string name;  // how errors name the sample ("train.jsonl:12"); empty: `path`
 };
 
 struct SkippedFile {
@@ -28,6 +58,14 @@ struct SourceList {
   std::vector<SourceItem> items;
   std::vector<std::string> class_names;
   std::vector<SkippedFile> ignored;  // not candidates at all (hidden files, files outside classes)
+  // Bad rows an importer skipped (PackOptions::skip_bad): listed with the pack's skipped files.
+  std::vector<SkippedFile> skipped;
+  // The fields every item gives (format/fields.h). Folder and list packs: ImageFolder().
+  format::Schema schema = format::Schema::ImageFolder();
+  // The schema's `path` field (str) is each item's path relative to `root` ('/'-separated),
+  // filled in by Pack rather than held per item.
+  bool path_field = true;
+  std::string kind = "folder";  // folder, list, jsonl, csv, coco, webdataset (the manifest's)
 };
 
 // An ImageFolder tree: each sub-directory of `root` is a class (labels by sorted name, as
@@ -69,6 +107,9 @@ struct PackOptions {
   bool shuffle = false;
   uint64_t seed = 0;
   bool strict = false;  // any skipped file fails the pack and leaves no archive
+  // A sample whose fields do not match the schema (or an importer's bad row) is skipped and
+  // listed with the bad files instead of failing the pack.
+  bool skip_bad = false;
   Validation validation = Validation::kHeader;
   bool jpeg_indexed = false;  // jpeg: --jpeg-layout indexed (codec::EncodeOptions::jpeg_indexed)
   imaging::Limits limits;
@@ -98,6 +139,9 @@ struct PackResult {
   std::string output;
   // The encoding the archive was packed with: options.encoding, except auto with a size (jpeg).
   format::Encoding encoding = format::Encoding::kAuto;
+  // The pack failed on bad data (a bad sample without skip_bad, a skip under strict): the
+  // sample's name. The CLI exits 1 then (2/3 for usage and I/O errors).
+  std::string failed_sample;
 };
 
 using ProgressFn = std::function<void(const PackStats&)>;

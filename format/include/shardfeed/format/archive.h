@@ -74,11 +74,16 @@ class Archive {
   Result<RecordView> At(uint64_t index) const;
   // The schema (manifest().schema): Schema::Legacy() for archives of versions 1-3.
   const Schema& schema() const { return manifest_.schema; }
-  // Field `f` of sample `index` (version 4; any field but the image and the class field, which
-  // At() gives): a view into the shard's column (fixed fields) or into the sample's var blob.
-  // With `verify`, the var blob's checksum is checked first (kChecksumMismatch naming the sample
-  // and the field). Errors name the archive, the shard, the sample and the field. Thread-safe,
-  // O(1) plus the checksum. The view lives as long as the Archive.
+  // Field `f` (position in schema()) of sample `index` (version 4; any field but the image and
+  // the class field, which At() gives: kInvalidArgument): a view into the shard's column (fixed
+  // fields: dims the type's, no parsing) or into the sample's var blob (FieldView, VarField;
+  // a mask's dims are checked against the image's stored shape). With `verify`, the var blob's
+  // checksum is checked first (kChecksumMismatch); fixed columns are covered by the fields
+  // table's checksum (a full open, VerifyDerived). Damage is kCorrupt naming the shard, the
+  // sample and the field, never a read outside the blob. Thread-safe, O(1) plus the checksum;
+  // the first access to a shard of a lazy archive opens it. The view lives as long as the
+  // Archive, like a RecordView, and is covered by the same SIGBUS guard: call CheckUnchanged
+  // after reading it.
   Result<FieldView> Field(uint64_t index, size_t f, bool verify = false) const;
   // The label of `index`, or -1 when its record cannot be read (At() says why).
   int32_t Label(uint64_t index) const {
@@ -161,6 +166,7 @@ struct WriterOptions {
   uint32_t height = 0, width = 0;
   int zstd_level = 1;  // recorded as the HDF5 filter's parameter (and the masks' zstd level)
   // Version 4: the fields every Append gives (the manifest records it). Legacy(): image, label.
+  // HDF5 keeps fixed-shape raw/zstd records in /images only when it has no variable fields.
   Schema schema = Schema::Legacy();
 };
 
@@ -214,7 +220,8 @@ class ArchiveWriter {
   Status LinkShard(const std::string& file, const ShardInfo& source, uint32_t source_number,
                    const std::vector<uint64_t>& class_counts, bool* copied = nullptr,
                    uint32_t height = 0, uint32_t width = 0);
-  // Closes the last shard, fills `manifest.shards`, sample counts and backend, writes
+  // Closes the last shard, fills `manifest.shards`, sample counts, backend and schema
+  // (options.schema; without a class field the class counts stay empty), writes
   // manifest.json and renames the partial directory into place. When every record appended
   // decodes to one shape (UprightHeight x UprightWidth x 3) and `manifest` gives none, that shape
   // is recorded; linked shards count with the shape their manifest gave (none: variable).

@@ -116,15 +116,16 @@ inline constexpr uint32_t UprightWidth(const IndexEntry& e) {
 
 // One per shard, stored under the key "header" (LMDB) / as the dataset "header" (HDF5).
 struct ShardHeader {
-  char magic[8];            // "SFSHARD\0"
-  uint32_t format_version;  // the archive's version (1 to 3: the shard layout is the same)
-  uint32_t shard_number;    // position of this shard in the manifest
-  uint64_t first_sample;    // global index of this shard's sample 0
-  uint64_t sample_count;    // entries in the index
-  uint64_t chunk_count;     // chunks 0 .. chunk_count-1 exist
-  uint64_t index_checksum;  // XXH3-64 of the index bytes
-  uint64_t content_hash;    // XXH3-64 streamed over every chunk in order, then the index bytes,
-                            // then (version 4) the fields table bytes
+  char magic[8];             // "SFSHARD\0"
+  uint32_t format_version;   // the version of the writer of this file (1 to 4; 1-3 share a
+                             // layout, 4 adds fields_checksum and the fields table)
+  uint32_t shard_number;     // position of this shard in the manifest
+  uint64_t first_sample;     // global index of this shard's sample 0
+  uint64_t sample_count;     // entries in the index
+  uint64_t chunk_count;      // chunks 0 .. chunk_count-1 exist
+  uint64_t index_checksum;   // XXH3-64 of the index bytes
+  uint64_t content_hash;     // XXH3-64 streamed over every chunk in order, then the index bytes,
+                             // then (version 4) the fields table bytes
   uint64_t fields_checksum;  // version 4: XXH3-64 of the fields table (0 when it is empty);
                              // before: reserved, zero
 };
@@ -137,7 +138,8 @@ static_assert(offsetof(ShardHeader, fields_checksum) == 56);
 
 // Version 4: where a sample's var blob (its variable-size field values, docs/FORMAT.md "Fields")
 // lives. One per sample, the last column of the shard's fields table, present when the schema
-// has variable fields. The blob starts 8-byte aligned within its chunk.
+// has variable fields. The blob follows its sample's record in the same chunk, at the first
+// offset after the record that is a multiple of 8 (zero padding between).
 struct VarEntry {
   uint64_t checksum;  // XXH3-64 (seed 0) of the blob's bytes
   uint32_t chunk;     // chunk number within the shard

@@ -18,7 +18,7 @@ struct ShardInfo {
   uint64_t first_sample = 0;  // global index of the shard's first sample
   uint64_t sample_count = 0;
   uint64_t chunk_count = 0;
-  uint64_t payload_bytes = 0;  // sum of record payload sizes
+  uint64_t payload_bytes = 0;  // sum of record payload sizes (version 4: and var blob sizes)
   uint64_t file_bytes = 0;     // size of the shard file on disk (HDF5: before annotation)
   bool sizes_recorded = true;  // payload_bytes and file_bytes were in the manifest (optional)
   uint64_t content_hash = 0;   // ShardHeader::content_hash, repeated here
@@ -49,7 +49,7 @@ struct Manifest {
   Schema schema = Schema::Legacy();
   // label i is class_names[i]. Version 4: empty when the schema has no class field ("label").
   std::vector<std::string> class_names;
-  std::vector<uint64_t> class_counts;    // samples per label
+  std::vector<uint64_t> class_counts;  // samples per label; empty without a class field
   // The one shape every record decodes to (UprightHeight/UprightWidth x 3), else all zero:
   // recorded by the writer whenever the records share it, whatever options made them (version
   // 3; before, only raw/zstd packed with --size and --crop).
@@ -78,8 +78,9 @@ struct Manifest {
   static Result<Manifest> FromJson(const std::string& text, const std::string& origin);
 };
 
-// A new manifest describing the same records as `m` (encoding, classes, shape, pack options),
-// for archives rewritten from it (convert, merge); counts and shards are the writer's.
+// A new manifest describing the same records as `m` (encoding, schema, classes, shape, pack
+// options), for archives rewritten from it (convert, merge); counts and shards are the writer's
+// (and the schema, at Finish, the writer's options.schema).
 Manifest SameRecordsAs(const Manifest& m);
 
 inline constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;

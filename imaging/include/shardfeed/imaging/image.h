@@ -167,6 +167,9 @@ void ShortSideSize(uint32_t w, uint32_t h, uint32_t short_side, uint32_t* out_w,
 void ResizeShortSide(const Image& src, uint32_t short_side, bool center_crop, Image* out);
 // Applies EXIF orientation 1..8 in place (via a scratch copy).
 void ApplyOrientation(Image* image, int orientation);
+// Boxes (x0, y0, x1, y1 per box, `n` of them, pixel edges of an image stored `w` x `h`) turned
+// with ApplyOrientation(orientation): the same pixels, upright; x0 <= x1 and y0 <= y1 kept.
+void OrientBoxes(float* boxes, size_t n, uint32_t w, uint32_t h, int orientation);
 // Mirrors left-right in place.
 void FlipHorizontal(uint8_t* pixels, uint32_t w, uint32_t h, uint32_t channels, size_t stride);
 

@@ -70,6 +70,10 @@ struct TransformOptions {
   DType dtype = DType::kUint8;
   std::array<float, 3> mean{0.f, 0.f, 0.f};
   std::array<float, 3> std{1.f, 1.f, 1.f};
+  // mean="archive" (or std="archive"): Loader::Create takes mean and std from the archive's
+  // stats.json (`shardfeed stats ARCHIVE --save`; format/stats_record.h), refusing a record
+  // whose archive changed since.
+  bool stats_from_archive = false;
 };
 
 // The smallest std accepted (0..1 units): below it outputs grow towards infinity.

@@ -18,7 +18,13 @@ struct ExtractOptions {
 };
 
 // Writes every sample to DIR/<class>/<index>.jpg (JPEG records, their exact bytes) or .png
-// (pixel records), after checking its checksum. DIR must not exist or be an empty directory.
+// (pixel records), after checking its checksum. Version 4: the source layout back: a sample
+// with a `path` field (a safe relative path) is written there (its extension replaced by the
+// record's when it was stored in another form; a path used twice falls back to the class
+// layout); an archive with fields other than image, label and path also gets DIR/samples.jsonl
+// (one JSON object per sample: the image's path relative to DIR and every other field: arrays
+// as nested lists, bytes as {"base64": ...}, JSON as parsed, masks as the paths of PNG files
+// under DIR/masks/<field>/) and DIR/schema.json (the schema as `pack --schema` takes it). DIR must not exist or be an empty directory.
 // Atomic: the files are written into "DIR.extracting-<pid>" (marked as ours), renamed to DIR at
 // the end; on any error that folder is removed and DIR is as it was, so a rerun starts afresh.
 // Returns the number of files written. Errors name the archive and the sample.

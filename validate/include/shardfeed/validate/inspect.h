@@ -31,15 +31,22 @@ std::string Printable(const std::string& text);
 Status DecodeSample(const format::Archive& archive, uint64_t index, imaging::Image* out,
                     uint64_t max_pixels = imaging::Limits().max_pixels);
 
+// Where DrawTile put the thumbnail within the sheet (all zero when nothing was drawn).
+struct TilePlacement {
+  uint32_t x = 0, y = 0, width = 0, height = 0;
+};
 // Draws `img` into `tile` x `tile` pixels of `sheet` at (x0, y0), aspect kept, centred on a
 // light grey background (red when `img` is null: a sample that did not decode).
 void DrawTile(imaging::Image* sheet, uint32_t x0, uint32_t y0, uint32_t tile,
-              const imaging::Image* img);
+              const imaging::Image* img, TilePlacement* placed = nullptr);
 
 // A contact sheet: one row per class (its label and name at the left), the first `per_class`
 // samples of that class in archive order as `tile` x `tile` thumbnails (aspect kept, centred on
 // grey), each with its sample index beneath, so a person can check labels and orientation at a
 // glance. Samples that fail to decode are drawn as a red tile (their error is not fatal).
+// Version 4: an archive without a class field shows rows of its first samples in order; the
+// first boxes field is drawn as outlines, the first mask tinted, and a str field named caption,
+// captions, text or title written under the tile (all turned upright with the image).
 struct ContactSheetOptions {
   uint32_t per_class = 8;
   uint32_t tile = 96;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "shardfeed/base/option_table.h"
 #include "shardfeed/base/status.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/imaging/image.h"
@@ -36,10 +37,18 @@ struct StatsOptions {
   // such, not also as blurry (it has no edges to measure).
   double dark = 25, bright = 230, uniform = 4, blurry = 50, extreme_aspect = 4;
   uint32_t tiny = 32;
+  // Keep mean, std and `size` in ARCHIVE/stats.json (format/stats_record.h), where a loader given
+  // mean="archive" reads them. The archive must be a local, writable directory.
+  bool save = false;
 };
 
 // Checks the options on their own; kInvalidArgument naming the option and its range.
 Status ValidateStatsOptions(const StatsOptions& options);
+
+// Every StatsOption declared once (name, range, help): `shardfeed stats --near-threshold 8` and
+// `shardfeed.stats(path, near_threshold=8)` both set them through it.
+using StatsOption = Option<StatsOptions>;
+const OptionTable<StatsOptions>& StatsOptionTable();
 
 // A histogram with fixed bin edges: counts[i] holds values in [edges[i], edges[i+1]); the last
 // bin is open-ended.

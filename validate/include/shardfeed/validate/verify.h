@@ -21,7 +21,10 @@
 namespace shardfeed::validate {
 
 struct VerifyOptions {
-  bool decode = false;  // also decode every record (JPEG fully, zstd decompressed, sizes checked)
+  // Also decode every record (JPEG fully, zstd decompressed, sizes checked) and, in version 4,
+  // every field: masks decompressed to the image's stored shape, arrays and boxes against the
+  // schema's dims, per-box rows against their boxes, JSON parsed.
+  bool decode = false;
   int workers = 0;      // 0: all cores
   // With decode: a record declaring more pixels than this is reported, not decoded. The one
   // limit every reader of records applies (pack, the loader, inspect --grid, extract, stats):

@@ -1,0 +1,92 @@
+// Importers: sources other than an image folder or a list file (scan.cpp), each a small module
+// that turns its source into a SourceList with a schema and per-item field values, which Pack
+// writes like a folder. `shardfeed pack SRC OUT` recognises the kind (DetectSourceKind);
+// `--from KIND` forces it.
+//
+//   jsonl      one JSON object per line; csv: a header row, then one row per sample (RFC 4180)
+//   coco       a COCO instances file (--images DIR; --captions FILE)
+//   webdataset a .tar shard, or a directory of them: members grouped by key, extensions as fields
+//
+// Image paths are taken relative to the manifest file's directory (COCO: to --images). Every
+// error names the source file and line (or tar member) and the field. A bad row (a value that
+// does not convert to its field's type) is an error (kCorrupt: bad data), or with `skip_bad`
+// skipped and listed in SourceList::skipped like a bad image.
+//
+// Schemas: given (`--schema FILE.json`, Schema::FromJson's user form) or inferred from the data:
+// int -> int64, float -> float64, str -> str, bool -> int64, list of ints -> int64[*], list of
+// numbers -> float32[*], list of k-number lists -> float32[*,k] (named boxes/bbox with k = 4:
+// boxes), anything else (objects, lists of strings) -> json. The image column is the one named
+// image, image_path, file_name, path or filename, else the first whose values name image files;
+// it becomes the `image` field and its text the `path` field. A column named `label` of whole
+// numbers is the class field (class names "0".."max"); of strings, the class field with the
+// sorted distinct strings as class names. Column names that are not identifiers are sanitised
+// ([^A-Za-z0-9_] -> '_', a leading digit gets '_').
+//
+// Thread-safety: pure functions of their arguments and the files they read.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "nlohmann/json_fwd.hpp"
+#include "shardfeed/base/status.h"
+#include "shardfeed/converter/pack.h"
+
+namespace shardfeed::converter {
+
+struct ImportOptions {
+  std::string kind;         // "" (DetectSourceKind) or folder, list, jsonl, csv, coco, webdataset
+  std::string schema_json;  // the --schema file's text; "" to infer
+  std::string images;       // coco: the image directory (--images)
+  std::string captions;     // coco: a COCO captions file (--captions), optional
+  std::string list;         // list: the list file (--list); SRC is the root of its paths
+  bool skip_bad = false;    // PackOptions::skip_bad
+  std::vector<std::string> exclude;  // folder: paths never to pack (the output's, OutputPaths)
+};
+
+// The kinds `--from` takes, "folder|list|jsonl|csv|coco|webdataset|parquet".
+const char* SourceKinds();
+
+// What `src` is: a directory of tar files -> webdataset, another directory -> folder, *.jsonl
+// (*.ndjson) -> jsonl, *.csv (*.tsv) -> csv, *.json with "images" and "annotations" -> coco,
+// *.tar -> webdataset, *.parquet or a directory of them -> parquet. kInvalidArgument naming the
+// path and the --from choices otherwise.
+Result<std::string> DetectSourceKind(const std::string& src);
+
+// Reads `src` as options.kind (detected when empty). parquet is the Python package's (the CLI
+// runs it), refused here.
+Result<SourceList> ImportSource(const std::string& src, const ImportOptions& options);
+
+Result<SourceList> ImportJsonl(const std::string& file, const ImportOptions& options);
+Result<SourceList> ImportCsv(const std::string& file, const ImportOptions& options);
+Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& options);
+Result<SourceList> ImportWebDataset(const std::string& src, const ImportOptions& options);
+
+// Shared by the row importers (jsonl, csv), exposed for tests.
+//
+// Rows: one JSON object per sample, `where` naming it ("a.jsonl:12"). With `text_cells` (CSV)
+// every value is a string cell, converted by the field's type (numbers parsed, arrays and json
+// parsed as JSON text). Builds the schema (given or inferred), the image column, class names,
+// and one SourceItem per row; bad rows as ImportOptions says. `base` is the directory image
+// paths are relative to.
+struct Row {
+  std::string where;
+  nlohmann::ordered_json* object;  // owned by the caller
+};
+Result<SourceList> ImportRows(const std::vector<Row>& rows, const std::vector<std::string>& columns,
+                              bool text_cells, const std::string& base,
+                              const ImportOptions& options);
+
+// The value of field `spec` from text (a CSV cell, a WebDataset member): str/bytes as they are,
+// numbers parsed, arrays and boxes parsed from JSON text, json checked (plain text becomes a JSON
+// string). kInvalidArgument saying what is wrong (callers add where and the field).
+Status ValueFromText(const format::FieldSpec& spec, const std::string& text, OwnedValue* out);
+
+// A field called `name` of type `type` (a type name fields.h parses, e.g. "int64[*]").
+format::FieldSpec MakeField(const std::string& name, const std::string& type);
+
+// A field name made of `text`: [^A-Za-z0-9_] -> '_', '_' before a leading digit, at most
+// format::kMaxFieldName bytes, "_" for an empty text.
+std::string SanitizeFieldName(const std::string& text);
+
+}  // namespace shardfeed::converter

@@ -1,0 +1,102 @@
+// A streaming pack: samples in (an image plus typed field values, format/fields.h), an archive
+// out. `pack` (Pack, pack.h) and every importer feed one of these, and the Python bindings expose
+// it as shardfeed.Writer: one pipeline for every way of writing an archive.
+//
+// Each sample's image is encoded per PackOptions::encoding exactly as `pack` does it (auto: JPEG
+// bytes kept, every other image stored lossless as zstd pixels; jpeg/raw/zstd with their size,
+// quality and validation options), on `workers` threads; samples are appended strictly in the
+// order Write() was called, so the archive does not depend on the worker count.
+//
+// Atomic like `pack`: nothing is at `out` until Finish() succeeds (ArchiveWriter's rules:
+// --overwrite replaces only a shardfeed archive; destroying the writer without Finish() removes
+// its partial output and leaves `out` as it was).
+//
+// Bad samples, the same policy as `pack`'s bad files:
+//   - an image that cannot be read or decoded is skipped and listed in result().skipped (with
+//     PackOptions::strict it fails the writer);
+//   - a field value that does not match the schema (missing, wrong shape, a per-box field whose
+//     rows disagree with its boxes, bad UTF-8 or JSON...) fails the writer with kInvalidArgument
+//     naming the sample and the field, unless PackOptions::skip_bad (then it is skipped and
+//     listed like a bad image).
+// A failure is reported by the Write() call that finds it (samples are checked on the workers,
+// so that may be a later Write() than the bad sample's, or Finish()); its message names the
+// sample. After a failure every call returns it and no archive is written.
+//
+// Thread-safety: one thread calls Write()/Finish() (the workers are internal). Memory is bounded:
+// at most 16 x workers samples (and about 1 GiB of encoded records) are in flight; Write() blocks
+// while the window is full.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardfeed/base/status.h"
+#include "shardfeed/converter/pack.h"
+#include "shardfeed/format/fields.h"
+#include "shardfeed/imaging/image.h"
+
+namespace shardfeed::converter {
+
+// OwnedValue (one field value owning its bytes) is in pack.h, with SourceItem.
+
+// One sample to write. The image is exactly one of:
+//   - `image_file` non-empty: read by a worker from that file (the whole file, or `length` bytes
+//     from `offset` when length > 0: a member of a tar shard, read in place);
+//   - `height` > 0: `image` holds height x width x 3 uint8 RGB pixels, row-major;
+//   - else `image` holds an encoded image file's bytes (JPEG, PNG, WebP, ...).
+struct Sample {
+  std::string name;  // how errors and the skip list name the sample ("cat/1.jpg", "a.jsonl:12")
+  imaging::Bytes image;
+  uint32_t height = 0, width = 0;
+  std::string image_file;
+  uint64_t offset = 0, length = 0;
+  int64_t label = 0;  // the class field's value, when the schema has one (0 <= label < 2^31)
+  // One value per schema field, in schema order; the image's and the class field's entries are
+  // not read (they may be left absent). Empty: allowed only when the schema has no other field.
+  std::vector<OwnedValue> values;
+};
+
+class SampleWriter {
+ public:
+  // Starts a writer of an archive at `out` with the schema `options.writer.schema` (exactly one
+  // image field; Schema::Legacy() by default). Uses encoding, size/crop/quality/level/validation/
+  // jpeg_layout, limits, workers, strict, skip_bad and the writer options of `options`; shuffle
+  // and part are Pack's (ignored here). kInvalidArgument for bad options; the ArchiveWriter's
+  // errors (an existing non-archive at `out`, a lock held) as they are.
+  static Result<std::unique_ptr<SampleWriter>> Create(const std::string& out,
+                                                      const PackOptions& options);
+  // Without a successful Finish(): stops the workers, drops the samples in flight and removes the
+  // partial output (`out` stays as it was). Never blocks on anything but the workers' current
+  // sample.
+  ~SampleWriter();
+  SampleWriter(const SampleWriter&) = delete;
+  SampleWriter& operator=(const SampleWriter&) = delete;
+
+  // Queues one sample (taken by value: move it in). Returns the writer's failure, if any (see
+  // above); OK means queued, not yet written.
+  Status Write(Sample sample);
+
+  // Writes every queued sample, then the manifest and renames the archive into place.
+  // `manifest` gives what only the caller knows (class_names, options_json, part, is_part); the
+  // schema, encoding, counts, shape, source_bytes, reencoded/resized records and created_by are
+  // filled in here. Fails (and writes nothing) when no sample was written, unless
+  // `allow_empty` (an empty part of a split pack). Call once.
+  Status Finish(format::Manifest manifest, bool allow_empty = false);
+
+  // Counts and the skip list so far (final after Finish(), also when it failed). `progress`, if
+  // set, is called from the thread that calls Write()/Finish() about ten times a second.
+  const PackResult& result() const;
+  void set_progress(ProgressFn progress);
+
+  class Impl;
+
+ private:
+  explicit SampleWriter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shardfeed::converter

@@ -1,0 +1,194 @@
+// COCO instances files: one sample per image (in the file's order), its annotations as boxes
+// with per-box labels and iscrowd, captions from a COCO captions file. Masks (segmentation
+// polygons/RLE) are not imported.
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unordered_map>
+
+#include "shardfeed/converter/importers.h"
+
+namespace shardfeed::converter {
+namespace {
+
+using Json = nlohmann::json;
+
+Result<Json> ReadJson(const std::string& file, const char* what) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return Status::NotFound(file, ": cannot open ", what, ": ", std::strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return Status::IOError(file, ": read failed");
+  Json j = Json::parse(text.str(), nullptr, false);
+  if (j.is_discarded()) return Status::Corrupt(file, ": not valid JSON");
+  if (!j.is_object()) return Status::Corrupt(file, ": not a JSON object");
+  return j;
+}
+
+// An integer id (COCO's are numbers; some exporters write whole floats).
+bool IdOf(const Json& j, const char* key, int64_t* id) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return false;
+  const double d = it->get<double>();
+  if (it->is_number_float() && d != std::floor(d)) return false;
+  *id = it->is_number_integer() ? it->get<int64_t>() : static_cast<int64_t>(d);
+  return true;
+}
+
+struct PerImage {
+  std::vector<float> boxes;
+  std::vector<int64_t> labels, iscrowd;
+  Json captions = Json::array();
+};
+
+}  // namespace
+
+// About 120 lines: categories, images, annotations, captions, then the items, in one place so
+// each error can name the array element it comes from.
+Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& options) {
+  if (options.images.empty()) {
+    return Status::InvalidArgument(file, ": a COCO source needs --images DIR (the image folder)");
+  }
+  SF_ASSIGN_OR_RETURN(Json coco, ReadJson(file, "COCO annotations"));
+  if (!coco.contains("images") || !coco["images"].is_array()) {
+    return Status::Corrupt(file, ": no \"images\" list (not a COCO instances file)");
+  }
+  SourceList list;
+  list.kind = "coco";
+  list.root = options.images;
+  auto bad = [&](const std::string& where, const std::string& why) -> Status {
+    if (!options.skip_bad) return Status::Corrupt(file, ": ", where, ": ", why);
+    list.skipped.push_back({file + ": " + where, why});
+    return Status::OK();
+  };
+  // Categories in id order -> contiguous labels 0..K-1; their names are the class names.
+  std::vector<std::pair<int64_t, std::string>> categories;
+  if (coco.contains("categories") && coco["categories"].is_array()) {
+    for (size_t i = 0; i < coco["categories"].size(); ++i) {
+      const Json& c = coco["categories"][i];
+      int64_t id;
+      if (!c.is_object() || !IdOf(c, "id", &id)) {
+        return Status::Corrupt(file, ": categories[", i, "]: field 'id': not an integer");
+      }
+      auto name = c.find("name");
+      categories.push_back({id, name != c.end() && name->is_string() ? name->get<std::string>()
+                                                                     : std::to_string(id)});
+    }
+  }
+  std::sort(categories.begin(), categories.end());
+  std::unordered_map<int64_t, int64_t> label_of;
+  for (size_t i = 0; i < categories.size(); ++i) {
+    if (!label_of.emplace(categories[i].first, int64_t(i)).second) {
+      return Status::Corrupt(file, ": categories: id ", categories[i].first, " given twice");
+    }
+    list.class_names.push_back(categories[i].second);
+  }
+  // Images, in the file's order.
+  const Json& images = coco["images"];
+  std::unordered_map<int64_t, size_t> image_of;
+  std::vector<PerImage> per(images.size());
+  std::vector<bool> usable(images.size(), true);
+  for (size_t i = 0; i < images.size(); ++i) {
+    int64_t id;
+    const std::string where = "images[" + std::to_string(i) + "]";
+    if (!images[i].is_object() || !IdOf(images[i], "id", &id)) {
+      usable[i] = false;
+      SF_RETURN_IF_ERROR(bad(where, "field 'image_id': no integer \"id\""));
+    } else if (!images[i].contains("file_name") || !images[i]["file_name"].is_string()) {
+      usable[i] = false;
+      SF_RETURN_IF_ERROR(bad(where, "field 'path': no \"file_name\""));
+    } else if (!image_of.emplace(id, i).second) {
+      usable[i] = false;
+      SF_RETURN_IF_ERROR(bad(where, "field 'image_id': id " + std::to_string(id) + " given twice"));
+    }
+  }
+  // Annotations: xywh -> x0,y0,x1,y1, category -> label.
+  if (coco.contains("annotations") && coco["annotations"].is_array()) {
+    const Json& anns = coco["annotations"];
+    for (size_t i = 0; i < anns.size(); ++i) {
+      const Json& a = anns[i];
+      const std::string where = "annotations[" + std::to_string(i) + "]";
+      int64_t image_id, category;
+      if (!a.is_object() || !IdOf(a, "image_id", &image_id) || !image_of.count(image_id)) {
+        SF_RETURN_IF_ERROR(bad(where, "field 'image_id': no image with this id"));
+        continue;
+      }
+      if (!IdOf(a, "category_id", &category) || !label_of.count(category)) {
+        SF_RETURN_IF_ERROR(bad(where, "field 'labels': category_id not in \"categories\""));
+        continue;
+      }
+      auto bbox = a.find("bbox");
+      bool ok = bbox != a.end() && bbox->is_array() && bbox->size() == 4;
+      for (size_t k = 0; ok && k < 4; ++k) {
+        ok = (*bbox)[k].is_number() && std::isfinite((*bbox)[k].get<double>());
+      }
+      if (!ok) {
+        SF_RETURN_IF_ERROR(bad(where, "field 'boxes': bbox is not 4 numbers [x, y, w, h]"));
+        continue;
+      }
+      int64_t crowd = 0;
+      if (a.contains("iscrowd") && !IdOf(a, "iscrowd", &crowd)) {
+        SF_RETURN_IF_ERROR(bad(where, "field 'iscrowd': not an integer"));
+        continue;
+      }
+      PerImage& p = per[image_of[image_id]];
+      const double x = (*bbox)[0], y = (*bbox)[1], w = (*bbox)[2], h = (*bbox)[3];
+      p.boxes.insert(p.boxes.end(), {float(x), float(y), float(x + w), float(y + h)});
+      p.labels.push_back(label_of[category]);
+      p.iscrowd.push_back(crowd);
+    }
+  }
+  const bool captions = !options.captions.empty();
+  if (captions) {
+    SF_ASSIGN_OR_RETURN(Json caps, ReadJson(options.captions, "COCO captions"));
+    if (!caps.contains("annotations") || !caps["annotations"].is_array()) {
+      return Status::Corrupt(options.captions, ": no \"annotations\" list");
+    }
+    for (size_t i = 0; i < caps["annotations"].size(); ++i) {
+      const Json& c = caps["annotations"][i];
+      int64_t image_id;
+      if (!c.is_object() || !IdOf(c, "image_id", &image_id) || !image_of.count(image_id) ||
+          !c.contains("caption") || !c["caption"].is_string()) {
+        const std::string why = "field 'captions': no \"caption\" text for a known image_id";
+        if (!options.skip_bad) {
+          return Status::Corrupt(options.captions, ": annotations[", i, "]: ", why);
+        }
+        list.skipped.push_back(
+            {options.captions + ": annotations[" + std::to_string(i) + "]", why});
+        continue;
+      }
+      per[image_of[image_id]].captions.push_back(c["caption"]);
+    }
+  }
+  std::string schema_json =
+      R"({"image": "image", "boxes": "boxes", "labels": {"type": "int64[*]", "per": "boxes"},
+          "iscrowd": {"type": "int64[*]", "per": "boxes"}, "image_id": "int64", "path": "str")";
+  schema_json += captions ? R"(, "captions": "json"})" : "}";
+  SF_ASSIGN_OR_RETURN(list.schema, format::Schema::FromJson(schema_json));
+  list.path_field = true;
+  for (size_t i = 0; i < images.size(); ++i) {
+    if (!usable[i]) continue;
+    PerImage& p = per[i];
+    SourceItem item;
+    const std::string name = images[i]["file_name"].get<std::string>();
+    item.path = name[0] == '/' ? name : options.images + "/" + name;
+    item.name = file + ": images[" + std::to_string(i) + "] (" + name + ")";
+    item.values.resize(list.schema.size());
+    const uint32_t n = static_cast<uint32_t>(p.labels.size());
+    item.values[1] = OwnedValue::Array(p.boxes.data(), p.boxes.size() * 4, {n, 4});
+    item.values[2] = OwnedValue::Array(p.labels.data(), p.labels.size() * 8, {n});
+    item.values[3] = OwnedValue::Array(p.iscrowd.data(), p.iscrowd.size() * 8, {n});
+    int64_t id = 0;
+    IdOf(images[i], "id", &id);
+    item.values[4] = OwnedValue::Int64(id);
+    if (captions) item.values[6] = OwnedValue::Text(p.captions.dump());
+    list.items.push_back(std::move(item));
+  }
+  return list;
+}
+
+}  // namespace shardfeed::converter

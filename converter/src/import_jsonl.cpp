@@ -1,0 +1,533 @@
+// JSONL manifests, and the row machinery JSONL and CSV share: schema inference, the image
+// column, conversion of a JSON value (or a CSV cell's text) to a field's value.
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "shardfeed/converter/importers.h"
+#include "shardfeed/converter/sample_writer.h"
+
+namespace shardfeed::converter {
+
+using Json = nlohmann::ordered_json;
+using format::ElemType;
+using format::FieldKind;
+using format::FieldSpec;
+using format::Schema;
+
+format::FieldSpec MakeField(const std::string& name, const std::string& type) {
+  FieldSpec spec;
+  spec.name = name;
+  (void)Schema::ParseType(type, &spec);  // callers pass type names that parse
+  return spec;
+}
+
+std::string SanitizeFieldName(const std::string& text) {
+  std::string name;
+  for (char c : text) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    name += ok ? c : '_';
+  }
+  if (name.empty() || (name[0] >= '0' && name[0] <= '9')) name = "_" + name;
+  if (name.size() > format::kMaxFieldName) name.resize(format::kMaxFieldName);
+  return name;
+}
+
+namespace {
+
+// What a column's values look like, merged over every row.
+enum class Seen { kNull, kInt, kFloat, kStr, kIntList, kFloatList, kEmptyList, kRows, kJson };
+struct ColumnType {
+  Seen seen = Seen::kNull;
+  size_t k = 0;  // kRows: numbers per row
+};
+
+bool ParseInt(const std::string& s, int64_t* v) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(s.c_str(), &end, 10);
+  if (*end != 0 || errno != 0) return false;
+  *v = x;
+  return true;
+}
+
+bool ParseDouble(const std::string& s, double* v) {
+  if (s.empty() || std::isspace(static_cast<unsigned char>(s[0]))) return false;
+  char* end = nullptr;
+  errno = 0;
+  double x = std::strtod(s.c_str(), &end);
+  if (*end != 0 || errno != 0 || !std::isfinite(x)) return false;
+  *v = x;
+  return true;
+}
+
+bool IsJsonText(const std::string& s) {
+  return !s.empty() && (s[0] == '[' || s[0] == '{') && Json::accept(s);
+}
+
+ColumnType TypeOf(const Json& v, bool text_cell) {
+  if (text_cell && v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    int64_t i;
+    double d;
+    if (s.empty()) return {Seen::kNull};
+    if (ParseInt(s, &i)) return {Seen::kInt};
+    if (ParseDouble(s, &d)) return {Seen::kFloat};
+    if (IsJsonText(s)) return TypeOf(Json::parse(s), false);
+    return {Seen::kStr};
+  }
+  if (v.is_null()) return {Seen::kNull};
+  if (v.is_boolean() || v.is_number_integer()) return {Seen::kInt};
+  if (v.is_number_float()) return {Seen::kFloat};
+  if (v.is_string()) return {Seen::kStr};
+  if (!v.is_array()) return {Seen::kJson};
+  if (v.empty()) return {Seen::kEmptyList};
+  bool ints = true, numbers = true, rows = true;
+  size_t k = 0;
+  for (const Json& e : v) {
+    numbers = numbers && e.is_number();
+    ints = ints && e.is_number_integer();
+    if (e.is_array() && !e.empty() && (k == 0 || e.size() == k)) {
+      k = e.size();
+      for (const Json& x : e) rows = rows && x.is_number();
+    } else {
+      rows = false;
+    }
+  }
+  if (numbers) return {ints ? Seen::kIntList : Seen::kFloatList};
+  if (rows) return {Seen::kRows, k};
+  return {Seen::kJson};
+}
+
+bool IsList(Seen s) {
+  return s == Seen::kIntList || s == Seen::kFloatList || s == Seen::kEmptyList || s == Seen::kRows;
+}
+
+ColumnType Merge(ColumnType a, ColumnType b, bool text_cells) {
+  if (a.seen == Seen::kNull) return b;
+  if (b.seen == Seen::kNull || (a.seen == b.seen && a.k == b.k)) return a;
+  auto either = [&](Seen x, Seen y) {
+    return (a.seen == x && b.seen == y) || (a.seen == y && b.seen == x);
+  };
+  if (either(Seen::kInt, Seen::kFloat)) return {Seen::kFloat};
+  if (either(Seen::kIntList, Seen::kFloatList)) return {Seen::kFloatList};
+  if (a.seen == Seen::kEmptyList && IsList(b.seen)) return b;
+  if (b.seen == Seen::kEmptyList && IsList(a.seen)) return a;
+  // Text cells that are sometimes numbers, sometimes words: words.
+  if (text_cells && (a.seen == Seen::kStr || b.seen == Seen::kStr)) return {Seen::kStr};
+  return {Seen::kJson};
+}
+
+Status TypeFor(const std::string& name, const ColumnType& t, FieldSpec* spec) {
+  spec->name = name;
+  const bool box_name = name == "boxes" || name == "bbox" || name == "bboxes";
+  switch (t.seen) {
+    case Seen::kInt:
+      return Schema::ParseType("int64", spec);
+    case Seen::kFloat:
+      return Schema::ParseType("float64", spec);
+    case Seen::kStr:
+      return Schema::ParseType("str", spec);
+    case Seen::kIntList:
+    case Seen::kEmptyList:
+      return Schema::ParseType(box_name ? "boxes" : "int64[*]", spec);
+    case Seen::kFloatList:
+      return Schema::ParseType("float32[*]", spec);
+    case Seen::kRows:
+      if (box_name && t.k == 4) return Schema::ParseType("boxes", spec);
+      return Schema::ParseType("float32[*," + std::to_string(t.k) + "]", spec);
+    default:
+      return Schema::ParseType("json", spec);
+  }
+}
+
+bool HasImageExtension(const std::string& path) {
+  const size_t dot = path.find_last_of('.');
+  if (dot == std::string::npos) return false;
+  std::string ext = path.substr(dot + 1);
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  static const std::set<std::string> kImage = {"jpg", "jpeg", "png",  "webp", "bmp",  "gif",
+                                               "tif", "tiff", "heic", "heif", "avif", "ppm"};
+  return kImage.count(ext) > 0;
+}
+
+// The column holding image paths: a conventional name, else the first whose values are all
+// strings naming image files.
+std::string ImageColumn(const std::vector<Row>& rows, const std::vector<std::string>& columns) {
+  for (const char* name : {"image", "image_path", "file_name", "path", "filename"}) {
+    if (std::find(columns.begin(), columns.end(), name) != columns.end()) return name;
+  }
+  for (const std::string& c : columns) {
+    bool all = !rows.empty();
+    for (const Row& r : rows) {
+      auto it = r.object->find(c);
+      all = all && it != r.object->end() && it->is_string() &&
+            HasImageExtension(it->get_ref<const std::string&>());
+      if (!all) break;
+    }
+    if (all) return c;
+  }
+  return "";
+}
+
+// float -> IEEE half, round to nearest even.
+uint16_t ToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000;
+  int exp = static_cast<int>((x >> 23) & 0xff) - 127 + 15;
+  uint32_t mant = x & 0x7fffff;
+  if (((x >> 23) & 0xff) == 0xff) return static_cast<uint16_t>(sign | 0x7c00 | (mant ? 0x200 : 0));
+  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00);
+  if (exp <= 0) {
+    if (exp < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x800000;
+    const int shift = 14 - exp;
+    uint32_t half = mant >> shift;
+    const uint32_t rest = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rest > mid || (rest == mid && (half & 1))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = sign | (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
+  const uint32_t rest = mant & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (half & 1))) ++half;
+  return static_cast<uint16_t>(half);
+}
+
+// Walks a nested list: its shape (rectangular) and its leaves in C order.
+Status Flatten(const Json& v, size_t depth, std::vector<uint32_t>* shape,
+               std::vector<const Json*>* leaves) {
+  if (!v.is_array()) {
+    if (depth != shape->size()) return Status::InvalidArgument("ragged nesting");
+    leaves->push_back(&v);
+    return Status::OK();
+  }
+  if (depth == shape->size()) {
+    if (depth >= format::kMaxDims) return Status::InvalidArgument("more than 4 dims");
+    shape->push_back(static_cast<uint32_t>(v.size()));
+  } else if (depth > shape->size() || (*shape)[depth] != v.size()) {
+    return Status::InvalidArgument("ragged nesting (rows of different lengths)");
+  }
+  for (const Json& e : v) SF_RETURN_IF_ERROR(Flatten(e, depth + 1, shape, leaves));
+  return Status::OK();
+}
+
+template <typename T>
+void Put(std::vector<uint8_t>* out, T v) {
+  const size_t at = out->size();
+  out->resize(at + sizeof(T));
+  std::memcpy(out->data() + at, &v, sizeof(T));
+}
+
+Status ArrayValue(const FieldSpec& spec, const Json& v, OwnedValue* out) {
+  std::vector<uint32_t> shape;
+  std::vector<const Json*> leaves;
+  if (!v.is_array()) return Status::InvalidArgument("expected a list, got ", v.type_name());
+  SF_RETURN_IF_ERROR(Flatten(v, 0, &shape, &leaves));
+  // An empty list of rows ([] for boxes) has the type's fixed inner dims.
+  while (leaves.empty() && shape.size() < spec.dims.size() &&
+         spec.dims[shape.size()] != format::kAnyDim) {
+    shape.push_back(static_cast<uint32_t>(spec.dims[shape.size()]));
+  }
+  if (shape.size() != spec.dims.size()) {
+    return Status::InvalidArgument("has ", shape.size(), " dims, the type ", spec.TypeName(),
+                                   " has ", spec.dims.size());
+  }
+  std::vector<uint8_t> bytes;
+  bytes.reserve(leaves.size() * format::ElemSize(spec.elem));
+  for (const Json* leaf : leaves) {
+    if (!leaf->is_number()) return Status::InvalidArgument("element is not a number");
+    const double d = leaf->get<double>();
+    const bool integral = leaf->is_number_integer() || d == std::floor(d);
+    auto need_int = [&](double lo, double hi) {
+      return integral && d >= lo && d <= hi
+                 ? Status::OK()
+                 : Status::InvalidArgument("element ", leaf->dump(), " is not a ",
+                                           std::string(format::ElemName(spec.elem)));
+    };
+    switch (spec.elem) {
+      case ElemType::kUint8:
+        SF_RETURN_IF_ERROR(need_int(0, 255));
+        Put(&bytes, static_cast<uint8_t>(d));
+        break;
+      case ElemType::kInt32:
+        SF_RETURN_IF_ERROR(need_int(INT32_MIN, INT32_MAX));
+        Put(&bytes, static_cast<int32_t>(d));
+        break;
+      case ElemType::kInt64:
+        SF_RETURN_IF_ERROR(need_int(-9.3e18, 9.3e18));
+        Put(&bytes, leaf->is_number_integer() ? leaf->get<int64_t>() : static_cast<int64_t>(d));
+        break;
+      case ElemType::kFloat16:
+        Put(&bytes, ToHalf(static_cast<float>(d)));
+        break;
+      case ElemType::kFloat32:
+        Put(&bytes, static_cast<float>(d));
+        break;
+      case ElemType::kFloat64:
+        Put(&bytes, d);
+        break;
+    }
+  }
+  *out = OwnedValue::Array(bytes.data(), bytes.size(), shape);
+  return Status::OK();
+}
+
+// The value of field `spec` in a row: `v` (a JSON value, or with `text` a CSV cell's string).
+Status ValueOf(const FieldSpec& spec, const Json& v, bool text, OwnedValue* out) {
+  if (v.is_null() || (text && v.is_string() && v.get_ref<const std::string&>().empty() &&
+                      spec.kind != FieldKind::kStr && spec.kind != FieldKind::kBytes)) {
+    return Status::InvalidArgument("missing");
+  }
+  if (text && v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    switch (spec.kind) {
+      case FieldKind::kStr:
+      case FieldKind::kBytes:
+        *out = OwnedValue::Text(s);
+        return Status::OK();
+      case FieldKind::kJson:
+        *out = OwnedValue::Text(IsJsonText(s) ? s : Json(s).dump());
+        return Status::OK();
+      case FieldKind::kInt64:
+      case FieldKind::kFloat32:
+      case FieldKind::kFloat64: {
+        int64_t i;
+        double d;
+        if (ParseInt(s, &i)) return ValueOf(spec, Json(i), false, out);
+        if (ParseDouble(s, &d)) return ValueOf(spec, Json(d), false, out);
+        return Status::InvalidArgument("'", s, "' is not a number");
+      }
+      default:
+        if (!Json::accept(s)) return Status::InvalidArgument("'", s, "' is not a JSON list");
+        return ValueOf(spec, Json::parse(s), false, out);
+    }
+  }
+  switch (spec.kind) {
+    case FieldKind::kInt64:
+      if (v.is_boolean()) return *out = OwnedValue::Int64(v.get<bool>()), Status::OK();
+      if (v.is_number_integer()) return *out = OwnedValue::Int64(v.get<int64_t>()), Status::OK();
+      if (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()) &&
+          std::fabs(v.get<double>()) < 9e18) {
+        return *out = OwnedValue::Int64(static_cast<int64_t>(v.get<double>())), Status::OK();
+      }
+      return Status::InvalidArgument("expected an integer, got ", v.dump());
+    case FieldKind::kFloat32:
+    case FieldKind::kFloat64:
+      if (!v.is_number()) return Status::InvalidArgument("expected a number, got ", v.dump());
+      *out = spec.kind == FieldKind::kFloat32 ? OwnedValue::Float32(v.get<float>())
+                                              : OwnedValue::Float64(v.get<double>());
+      return Status::OK();
+    case FieldKind::kStr:
+    case FieldKind::kBytes:
+      if (!v.is_string()) return Status::InvalidArgument("expected a string, got ", v.type_name());
+      *out = OwnedValue::Text(v.get_ref<const std::string&>());
+      return Status::OK();
+    case FieldKind::kJson:
+      *out = OwnedValue::Text(v.dump());
+      return Status::OK();
+    case FieldKind::kImage:
+      return Status::InvalidArgument("a second image field is not supported");
+    default:
+      return ArrayValue(spec, v, out);
+  }
+}
+
+std::string Join(const std::string& dir, const std::string& path) {
+  if (dir.empty() || dir == "." || (!path.empty() && path[0] == '/')) return path;
+  return dir.back() == '/' ? dir + path : dir + "/" + path;
+}
+
+// The inferred schema of `rows`: image, then every other column in order of first appearance
+// (path, from the image column, unless a column is called path).
+Status InferSchema(const std::vector<Row>& rows, const std::vector<std::string>& columns,
+                   bool text_cells, const std::string& image_column, Schema* schema,
+                   std::map<std::string, std::string>* column_of) {
+  SF_RETURN_IF_ERROR(schema->Add(MakeField("image", "image")));
+  (*column_of)["image"] = image_column;
+  std::set<std::string> taken = {"image"};
+  for (const std::string& c : columns) {
+    if (c == image_column) continue;
+    ColumnType t;
+    for (const Row& r : rows) {
+      auto it = r.object->find(c);
+      if (it != r.object->end()) t = Merge(t, TypeOf(*it, text_cells), text_cells);
+    }
+    if (t.seen == Seen::kNull) continue;  // never given a value
+    std::string name = SanitizeFieldName(c);
+    for (int n = 2; taken.count(name); ++n) name = SanitizeFieldName(c) + "_" + std::to_string(n);
+    taken.insert(name);
+    FieldSpec spec;
+    if (name == "label" && t.seen == Seen::kStr) t.seen = Seen::kInt;  // class names
+    SF_RETURN_IF_ERROR(TypeFor(name, t, &spec));
+    SF_RETURN_IF_ERROR(schema->Add(spec));
+    (*column_of)[name] = c;
+  }
+  if (!taken.count("path")) {
+    SF_RETURN_IF_ERROR(schema->Add(MakeField("path", "str")));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status ValueFromText(const FieldSpec& spec, const std::string& text, OwnedValue* out) {
+  return ValueOf(spec, Json(text), true, out);
+}
+
+// About 110 lines: schema (given or inferred), class names, then one pass over the rows.
+Result<SourceList> ImportRows(const std::vector<Row>& rows, const std::vector<std::string>& columns,
+                              bool text_cells, const std::string& base,
+                              const ImportOptions& options) {
+  SourceList list;
+  list.root = base;
+  Schema schema;
+  std::map<std::string, std::string> column_of;  // field name -> column
+  std::string image_column = ImageColumn(rows, columns);
+  if (!options.schema_json.empty()) {
+    SF_ASSIGN_OR_RETURN(schema, Schema::FromJson(options.schema_json));
+    const std::string& image_name = schema.fields()[schema.image_field()].name;
+    if (std::find(columns.begin(), columns.end(), image_name) != columns.end()) {
+      image_column = image_name;
+    }
+    for (const FieldSpec& f : schema.fields()) {
+      // The column of that name, else one whose sanitised name it is.
+      column_of[f.name] = f.name;
+      if (std::find(columns.begin(), columns.end(), f.name) != columns.end()) continue;
+      for (const std::string& c : columns) {
+        if (SanitizeFieldName(c) == f.name) column_of[f.name] = c;
+      }
+    }
+    column_of[image_name] = image_column;
+  }
+  if (image_column.empty()) {
+    return Status::InvalidArgument(
+        "no image column: name one image, image_path, file_name, path or filename (or give "
+        "--schema with the image field's column name)");
+  }
+  if (options.schema_json.empty()) {
+    SF_RETURN_IF_ERROR(InferSchema(rows, columns, text_cells, image_column, &schema, &column_of));
+  }
+  list.schema = schema;
+  // `path` is filled by Pack (the image's path relative to the manifest) unless a column gives it.
+  const int path_field = schema.Find("path");
+  list.path_field = path_field >= 0 && schema.fields()[path_field].kind == FieldKind::kStr &&
+                    (column_of["path"] == image_column ||
+                     std::find(columns.begin(), columns.end(), column_of["path"]) == columns.end());
+  // A class field of strings: class names are the sorted distinct strings.
+  const int label_field = schema.label_field();
+  std::map<std::string, int64_t> class_ids;
+  if (label_field >= 0) {
+    for (const Row& r : rows) {
+      auto it = r.object->find(column_of["label"]);
+      if (it != r.object->end() && it->is_string()) {
+        int64_t ignored;
+        if (!text_cells || !ParseInt(it->get_ref<const std::string&>(), &ignored)) {
+          class_ids[it->get<std::string>()] = 0;
+        }
+      }
+    }
+    int64_t id = 0;
+    for (auto& [name, value] : class_ids) list.class_names.push_back(name), value = id++;
+  }
+  int64_t max_label = -1;
+  for (const Row& r : rows) {
+    auto bad = [&](const std::string& field, const std::string& why) -> Status {
+      const std::string what = field.empty() ? why : "field '" + field + "': " + why;
+      if (!options.skip_bad) return Status::Corrupt(r.where, ": ", what);
+      list.skipped.push_back({r.where, what});
+      return Status::OK();
+    };
+    SourceItem item;
+    item.name = r.where;
+    auto image = r.object->find(image_column);
+    if (image == r.object->end() || !image->is_string() ||
+        image->get_ref<const std::string&>().empty()) {
+      SF_RETURN_IF_ERROR(bad(schema.fields()[schema.image_field()].name,
+                             "no image path in column '" + image_column + "'"));
+      continue;
+    }
+    item.path = Join(base, image->get<std::string>());
+    item.values.resize(schema.size());
+    Status row_status;
+    std::string bad_field;
+    for (size_t f = 0; f < schema.size() && row_status.ok(); ++f) {
+      const FieldSpec& spec = schema.fields()[f];
+      if (int(f) == schema.image_field() || (int(f) == path_field && list.path_field)) continue;
+      auto it = r.object->find(column_of[spec.name]);
+      bad_field = spec.name;
+      if (it == r.object->end()) {
+        row_status = Status::InvalidArgument("missing");
+      } else if (int(f) == label_field && it->is_string() &&
+                 class_ids.count(it->get<std::string>())) {
+        item.label = static_cast<int32_t>(class_ids[it->get<std::string>()]);
+      } else if (int(f) == label_field) {
+        OwnedValue v;
+        row_status = ValueOf(spec, *it, text_cells, &v);
+        int64_t label = 0;
+        if (row_status.ok()) std::memcpy(&label, v.bytes.data(), 8);
+        if (row_status.ok() && (label < 0 || label > INT32_MAX)) {
+          row_status = Status::InvalidArgument(label, " is not a class id in 0..2^31-1");
+        }
+        item.label = static_cast<int32_t>(label);
+        max_label = std::max(max_label, label);
+      } else {
+        row_status = ValueOf(spec, *it, text_cells, &item.values[f]);
+      }
+    }
+    if (!row_status.ok()) {
+      SF_RETURN_IF_ERROR(bad(bad_field, row_status.message()));
+      continue;
+    }
+    list.items.push_back(std::move(item));
+  }
+  if (label_field >= 0 && class_ids.empty()) {
+    for (int64_t i = 0; i <= max_label; ++i) list.class_names.push_back(std::to_string(i));
+  }
+  return list;
+}
+
+Result<SourceList> ImportJsonl(const std::string& file, const ImportOptions& options) {
+  std::ifstream in(file);
+  if (!in) return Status::NotFound(file, ": cannot open: ", std::strerror(errno));
+  std::vector<Json> objects;
+  std::vector<std::string> where;
+  std::vector<std::string> columns;
+  std::set<std::string> seen;
+  std::vector<SkippedFile> skipped;
+  std::string line;
+  for (size_t line_no = 1; std::getline(in, line); ++line_no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string at = file + ":" + std::to_string(line_no);
+    Json object = Json::parse(line, nullptr, false);
+    if (object.is_discarded() || !object.is_object()) {
+      const std::string why = object.is_discarded() ? "not valid JSON" : "not a JSON object";
+      if (!options.skip_bad) return Status::Corrupt(at, ": ", why);
+      skipped.push_back({at, why});
+      continue;
+    }
+    for (auto it = object.begin(); it != object.end(); ++it) {
+      if (seen.insert(it.key()).second) columns.push_back(it.key());
+    }
+    objects.push_back(std::move(object));
+    where.push_back(at);
+  }
+  if (in.bad()) return Status::IOError(file, ": read failed");
+  if (objects.empty() && skipped.empty()) return Status::InvalidArgument(file, ": no rows");
+  std::vector<Row> rows;
+  for (size_t i = 0; i < objects.size(); ++i) rows.push_back({where[i], &objects[i]});
+  const size_t slash = file.find_last_of('/');
+  const std::string base = slash == std::string::npos ? "" : file.substr(0, slash);
+  SF_ASSIGN_OR_RETURN(SourceList list, ImportRows(rows, columns, false, base, options));
+  list.kind = "jsonl";
+  list.skipped.insert(list.skipped.begin(), skipped.begin(), skipped.end());
+  return list;
+}
+
+}  // namespace shardfeed::converter

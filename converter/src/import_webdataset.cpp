@@ -1,0 +1,324 @@
+// WebDataset shards: tar files whose members are grouped into samples by key (the member's path
+// up to the first dot of its file name) and whose extensions are fields. Images are read in
+// place through byte ranges of the tar (nothing is extracted); the other members' bytes are read
+// here. Reads ustar, GNU long names and pax path/size records.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "shardfeed/converter/importers.h"
+
+namespace shardfeed::converter {
+namespace {
+
+struct Member {
+  std::string name;
+  uint64_t offset = 0, size = 0;  // the data's byte range in the tar
+};
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+Status ReadAt(int fd, uint64_t offset, size_t size, std::string* out) {
+  out->resize(size);
+  size_t got = 0;
+  while (got < size) {
+    ssize_t n = ::pread(fd, &(*out)[got], size - got, static_cast<off_t>(offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::IOError("read failed: ", std::strerror(errno));
+    if (n == 0) return Status::Corrupt("truncated at byte ", offset + got);
+    got += static_cast<size_t>(n);
+  }
+  return Status::OK();
+}
+
+// A numeric header field: octal text, or GNU base-256 (high bit of the first byte set).
+bool Number(const char* p, size_t n, uint64_t* v) {
+  *v = 0;
+  if (static_cast<unsigned char>(p[0]) & 0x80) {
+    for (size_t i = 1; i < n; ++i) *v = (*v << 8) | static_cast<unsigned char>(p[i]);
+    return true;
+  }
+  size_t i = 0;
+  while (i < n && p[i] == ' ') ++i;
+  bool any = false;
+  for (; i < n && p[i] >= '0' && p[i] <= '7'; ++i)
+    *v = (*v << 3) | uint64_t(p[i] - '0'), any = true;
+  return any || i < n;
+}
+
+std::string Text(const char* p, size_t n) { return std::string(p, strnlen(p, n)); }
+
+// Lists a tar's regular files. kCorrupt naming the byte offset of a bad header.
+Status ListTar(const std::string& file, std::vector<Member>* members) {
+  Fd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return Status::NotFound(file, ": cannot open: ", std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return Status::InvalidArgument(file, ": not a regular file");
+  }
+  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  std::string header, long_name, pax_path;
+  uint64_t pax_size = UINT64_MAX;
+  for (uint64_t pos = 0; pos + 512 <= file_size;) {
+    Status s = ReadAt(fd.get(), pos, 512, &header);
+    if (!s.ok()) return Status::Corrupt(file, ": ", s.message());
+    if (std::all_of(header.begin(), header.end(), [](char c) { return c == 0; })) break;
+    const char* h = header.data();
+    uint64_t sum = 0, want = 0, size = 0;
+    for (size_t i = 0; i < 512; ++i) sum += (i >= 148 && i < 156) ? ' ' : uint8_t(h[i]);
+    if (!Number(h + 148, 8, &want) || want != sum || !Number(h + 124, 12, &size)) {
+      return Status::Corrupt(file, ": byte ", pos, ": not a tar header (bad checksum)");
+    }
+    if (pax_size != UINT64_MAX) size = pax_size;
+    const uint64_t data = pos + 512;
+    if (size > file_size - data) {
+      return Status::Corrupt(file, ": byte ", pos, ": member of ", size,
+                             " bytes runs past the end of the file");
+    }
+    const char type = h[156];
+    std::string name = Text(h, 100);
+    if (std::memcmp(h + 257, "ustar", 5) == 0 && h[345]) name = Text(h + 345, 155) + "/" + name;
+    if (type == 'L' || type == 'x') {
+      std::string body;
+      SF_RETURN_IF_ERROR(ReadAt(fd.get(), data, static_cast<size_t>(size), &body));
+      if (type == 'L') {
+        long_name = Text(body.data(), body.size());
+      } else {
+        // pax records: "LEN key=value\n"
+        for (size_t at = 0; at < body.size();) {
+          const size_t space = body.find(' ', at);
+          const size_t len = std::strtoull(body.c_str() + at, nullptr, 10);
+          if (space == std::string::npos || len == 0 || at + len > body.size()) break;
+          const std::string record = body.substr(space + 1, at + len - space - 2);
+          if (record.rfind("path=", 0) == 0) pax_path = record.substr(5);
+          if (record.rfind("size=", 0) == 0)
+            pax_size = std::strtoull(record.c_str() + 5, nullptr, 10);
+          at += len;
+        }
+      }
+    } else {
+      if (type == '0' || type == '\0' || type == '7') {
+        if (!pax_path.empty()) name = pax_path;
+        if (!long_name.empty()) name = long_name;
+        members->push_back({name, data, size});
+      }
+      long_name.clear();
+      pax_path.clear();
+      pax_size = UINT64_MAX;
+    }
+    pos = data + (size + 511) / 512 * 512;
+  }
+  return Status::OK();
+}
+
+bool IsImageExtension(const std::string& ext) {
+  return ext == "jpg" || ext == "jpeg" || ext == "png" || ext == "webp";
+}
+
+// The field an extension becomes: cls/label -> label (int64), txt -> str, json -> json, others
+// bytes; named by the extension, sanitised.
+void FieldOfExtension(const std::string& ext, format::FieldSpec* spec) {
+  spec->name = ext == "cls" || ext == "label" ? "label" : SanitizeFieldName(ext);
+  const char* type = ext == "cls" || ext == "label" ? "int64"
+                     : ext == "txt"                 ? "str"
+                     : ext == "json"                ? "json"
+                                                    : "bytes";
+  (void)format::Schema::ParseType(type, spec);
+}
+
+struct TarSample {
+  std::string tar, key;
+  std::vector<std::pair<std::string, Member>> parts;  // (extension, member)
+};
+
+Result<std::vector<std::string>> TarFiles(const std::string& src) {
+  struct stat st;
+  if (::stat(src.c_str(), &st) != 0) return Status::NotFound(src, ": ", std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return std::vector<std::string>{src};
+  std::vector<std::string> tars;
+  DIR* d = ::opendir(src.c_str());
+  if (!d) return Status::IOError(src, ": cannot list: ", std::strerror(errno));
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() > 4 && name[0] != '.' && name.compare(name.size() - 4, 4, ".tar") == 0) {
+      tars.push_back(src + (src.back() == '/' ? "" : "/") + name);
+    }
+  }
+  ::closedir(d);
+  std::sort(tars.begin(), tars.end());
+  if (tars.empty()) return Status::InvalidArgument(src, ": no .tar shards");
+  return tars;
+}
+
+}  // namespace
+
+// About 110 lines: members -> samples -> schema -> items.
+Result<SourceList> ImportWebDataset(const std::string& src, const ImportOptions& options) {
+  SF_ASSIGN_OR_RETURN(std::vector<std::string> tars, TarFiles(src));
+  SourceList list;
+  list.kind = "webdataset";
+  std::vector<TarSample> samples;
+  for (const std::string& tar : tars) {
+    std::vector<Member> members;
+    SF_RETURN_IF_ERROR(ListTar(tar, &members));
+    for (Member& m : members) {
+      const size_t slash = m.name.find_last_of('/');
+      const size_t dot = m.name.find('.', slash == std::string::npos ? 0 : slash + 1);
+      const size_t base = slash == std::string::npos ? 0 : slash + 1;
+      if (m.name.size() > base && m.name[base] == '.') {
+        list.ignored.push_back({tar + ":" + m.name, "hidden member"});
+        continue;
+      }
+      if (dot == std::string::npos) {
+        list.ignored.push_back({tar + ":" + m.name, "no extension"});
+        continue;
+      }
+      std::string key = m.name.substr(0, dot), ext = m.name.substr(dot + 1);
+      for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (samples.empty() || samples.back().tar != tar || samples.back().key != key) {
+        samples.push_back({tar, key, {}});
+      }
+      samples.back().parts.push_back({ext, m});
+    }
+  }
+  // The schema: given, or image, label (cls), then the other extensions in order of first use,
+  // then the sample's key.
+  format::Schema schema;
+  if (!options.schema_json.empty()) {
+    SF_ASSIGN_OR_RETURN(schema, format::Schema::FromJson(options.schema_json));
+  } else {
+    std::vector<std::string> exts;
+    bool label = false;
+    for (const TarSample& s : samples) {
+      for (const auto& [ext, m] : s.parts) {
+        if (ext == "cls" || ext == "label") label = true;
+        if (!IsImageExtension(ext) && ext != "cls" && ext != "label" &&
+            std::find(exts.begin(), exts.end(), ext) == exts.end()) {
+          exts.push_back(ext);
+        }
+      }
+    }
+    SF_RETURN_IF_ERROR(schema.Add(MakeField("image", "image")));
+    if (label) SF_RETURN_IF_ERROR(schema.Add(MakeField("label", "int64")));
+    for (const std::string& ext : exts) {
+      format::FieldSpec spec;
+      FieldOfExtension(ext, &spec);
+      if (schema.Find(spec.name) < 0) SF_RETURN_IF_ERROR(schema.Add(spec));
+    }
+    if (schema.Find("key") < 0) {
+      SF_RETURN_IF_ERROR(schema.Add(MakeField("key", "str")));
+    }
+  }
+  list.schema = schema;
+  list.path_field = false;
+  const int key_field = schema.Find("key");
+  int64_t max_label = -1;
+  std::unique_ptr<Fd> fd;  // the tar being read
+  std::string fd_of;
+  for (const TarSample& s : samples) {
+    const std::string where = s.tar + ":" + s.key;
+    auto bad = [&](const std::string& field, const std::string& why) -> Status {
+      const std::string what = "field '" + field + "': " + why;
+      if (!options.skip_bad) return Status::Corrupt(where, ": ", what);
+      list.skipped.push_back({where, what});
+      return Status::OK();
+    };
+    SourceItem item;
+    item.name = where;
+    item.path = s.tar;
+    item.values.resize(schema.size());
+    Status row;
+    std::string field;
+    bool has_label = false;
+    if (fd_of != s.tar) {
+      fd = std::make_unique<Fd>(::open(s.tar.c_str(), O_RDONLY | O_CLOEXEC));
+      if (fd->get() < 0) return Status::IOError(s.tar, ": cannot open: ", std::strerror(errno));
+      fd_of = s.tar;
+    }
+    for (const auto& [ext, m] : s.parts) {
+      if (IsImageExtension(ext) && item.length == 0) {
+        item.offset = m.offset, item.length = m.size;
+        if (m.size == 0) row = Status::InvalidArgument("empty image member"), field = "image";
+        continue;
+      }
+      format::FieldSpec spec;
+      FieldOfExtension(ext, &spec);
+      const int f = schema.Find(spec.name);
+      if (f < 0 || f == schema.image_field()) continue;  // not in the given schema
+      std::string bytes;
+      Status read = ReadAt(fd->get(), m.offset, static_cast<size_t>(m.size), &bytes);
+      if (!read.ok()) return Status(read.code(), s.tar + ": " + read.message());
+      field = spec.name;
+      OwnedValue v;
+      const bool text_type = schema.fields()[f].kind == format::FieldKind::kStr ||
+                             schema.fields()[f].kind == format::FieldKind::kBytes;
+      if (!text_type) {  // numbers and JSON: surrounding white space is not part of them
+        const size_t a = bytes.find_first_not_of(" \t\r\n");
+        const size_t b = bytes.find_last_not_of(" \t\r\n");
+        bytes = a == std::string::npos ? "" : bytes.substr(a, b - a + 1);
+      }
+      row = ValueFromText(schema.fields()[f], bytes, &v);
+      if (!row.ok()) break;
+      if (f == schema.label_field()) {
+        int64_t label;
+        std::memcpy(&label, v.bytes.data(), 8);
+        if (label < 0 || label > INT32_MAX) {
+          row = Status::InvalidArgument(label, " is not a class id in 0..2^31-1");
+          break;
+        }
+        item.label = static_cast<int32_t>(label);
+        max_label = std::max(max_label, label);
+        has_label = true;
+      } else {
+        item.values[f] = std::move(v);
+      }
+    }
+    if (row.ok() && item.length == 0) {
+      row = Status::InvalidArgument("no jpg/jpeg/png/webp member"), field = "image";
+    }
+    if (row.ok() && schema.label_field() >= 0 && !has_label) {
+      row = Status::InvalidArgument("missing (no .cls member)"), field = "label";
+    }
+    if (row.ok() && key_field >= 0 && !item.values[key_field].present) {
+      item.values[key_field] = OwnedValue::Text(s.key);
+    }
+    for (size_t f = 0; row.ok() && f < schema.size(); ++f) {
+      if (int(f) != schema.image_field() && int(f) != schema.label_field() &&
+          !item.values[f].present) {
+        row = Status::InvalidArgument("missing"), field = schema.fields()[f].name;
+      }
+    }
+    if (!row.ok()) {
+      SF_RETURN_IF_ERROR(bad(field, row.message()));
+      continue;
+    }
+    list.items.push_back(std::move(item));
+  }
+  if (schema.label_field() >= 0) {
+    for (int64_t i = 0; i <= max_label; ++i) list.class_names.push_back(std::to_string(i));
+  }
+  if (list.items.empty() && list.skipped.empty()) {
+    return Status::InvalidArgument(src, ": no samples (no member with an image extension)");
+  }
+  return list;
+}
+
+}  // namespace shardfeed::converter
