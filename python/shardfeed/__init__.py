@@ -105,7 +105,7 @@ class Batch(tuple):
     (sample i is values[offsets[i]:offsets[i + 1]]); str, bytes and json as Python lists (json
     parsed). Boxes are in the output image's pixels (x0, y0, x1, y1), clipped to it; boxes left
     narrower or lower than 1 pixel are dropped together with the rows of every field declared per
-    them. batch["image"] and batch["label"] are `images` and `labels`. Every array is a view of
+    them. batch["image"] (or "images") and batch["label"] are `images` and `labels`. Every array is a view of
     the batch (it holds the ring slot like `images`)."""
 
     def __new__(cls, images, labels, indices, epoch, number, fields=None):
@@ -123,7 +123,8 @@ class Batch(tuple):
     def __getitem__(self, key):
         if not isinstance(key, str):
             return tuple.__getitem__(self, key)
-        if key == "image":
+        carried = self._fields is not None and key in self._fields.names()
+        if key in ("image", "images") and not carried:
             return self.images
         if key == "label" and self.labels is not None:
             return self.labels
@@ -254,7 +255,7 @@ class _Pass:
             raise StopIteration
         fields = out[-1]
         images, labels = (out[3], out[4]) if self._native.on_device else (out[0], out[1])
-        if not fields.has_label:
+        if fields is not None and not fields.has_label:
             labels = None
         batch = Batch(images, labels, out[2], self._epoch, self._number, fields)
         self._number += 1

@@ -57,7 +57,8 @@ class Batch(tuple):
     def __getitem__(self, key):
         if not isinstance(key, str):
             return tuple.__getitem__(self, key)
-        if key == "image":
+        source = self._source._fields if self._source is not None else None
+        if key in ("image", "images") and (source is None or key not in source.names()):
             return self.images
         if key == "label" and self.labels is not None:
             return self.labels

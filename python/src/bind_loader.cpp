@@ -190,8 +190,12 @@ py::object Next(PyLoader& l, uintptr_t consumer_stream) {
                        std::vector<ssize_t>(batch_shape.begin(), batch_shape.end()), b.lease());
   py::array_t<int64_t> labels(static_cast<ssize_t>(b.size()), b.labels());
   py::array_t<uint64_t> indices(static_cast<ssize_t>(b.size()), b.indices());
-  PyBatchFields fields{b, loader.options().ragged == reader::LoaderOptions::Ragged::kOffsets,
-                       l.has_label};
+  // None when there is nothing beyond images and labels (no object, no extra lease per batch).
+  py::object fields = py::none();
+  if (!b.fields().empty() || !l.has_label) {
+    fields = py::cast(PyBatchFields{
+        b, loader.options().ragged == reader::LoaderOptions::Ragged::kOffsets, l.has_label});
+  }
   if (!loader.on_device()) return py::make_tuple(images, labels, indices, fields);
   // The consumer's stream waits for this batch's copy; the host does not block.
   Check(b.Wait(reinterpret_cast<void*>(consumer_stream)));
