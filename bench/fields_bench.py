@@ -7,12 +7,16 @@ label, path) and from a JSONL manifest as a detection set (image, label, boxes f
 1-5 random boxes per image, box_labels int64[*] per box, caption str). Then reads each with
 `shardfeed bench` (batch 64, 2 workers, uint8, 2 epochs) in alternated rounds and prints the
 median images/s of each case and its ratio to the image + label case (the folder pack read with
---fields "": no field work at all). Cases: centre crop 224 and RRC 224 + flip.
+--fields "": no field work at all), and the CPU time (user + system, all threads) per image,
+which a busy shared machine disturbs far less than wall-clock rates: on a CPU-bound reader the
+throughput ratio at full use is the inverse of the CPU-time ratio. Cases: centre crop 224 and
+RRC 224 + flip.
 """
 import argparse
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 
@@ -71,16 +75,24 @@ def main():
     env = dict(os.environ, SHARDFEED_DISABLE_CUDA="1")
     for crop, crop_args in crops.items():
         got = {name: [] for name, _, _ in cases}
+        cpu = {name: [] for name, _, _ in cases}
         for _ in range(a.rounds):
             for name, path, extra in cases:
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 r = subprocess.run([a.cli, "bench", path, "--json"] + common + crop_args + extra,
                                    check=True, capture_output=True, text=True, env=env)
-                got[name].append(json.loads(r.stdout)["images_per_second"])
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                out = json.loads(r.stdout)
+                got[name].append(out["images_per_second"])
+                seconds = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+                cpu[name].append(seconds / out["images"] * 1e6)
         base = statistics.median(got[cases[0][0]])
+        base_cpu = statistics.median(cpu[cases[0][0]])
         print("## %s (median of %d alternated rounds)" % (crop, a.rounds))
         for name, _, _ in cases:
-            m = statistics.median(got[name])
-            print("%-56s %8.0f img/s  %.3fx" % (name, m, m / base))
+            m, c = statistics.median(got[name]), statistics.median(cpu[name])
+            print("%-56s %8.0f img/s %.3fx  %7.1f us CPU/img %.3fx" % (name, m, m / base, c,
+                                                                        c / base_cpu))
 
 
 if __name__ == "__main__":

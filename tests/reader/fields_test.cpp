@@ -309,6 +309,58 @@ TEST_CASE("kept batches keep their fields while later batches fill other slots")
   }
 }
 
+// Flips a byte of sample `i`'s caption in its shard file (its var blob; the image is intact).
+void DamageCaption(const std::string& archive_dir, uint64_t i) {
+  const std::string shard = archive_dir + "/shard-00000.mdb";
+  auto bytes = testing::ReadBytes(shard);
+  const std::string caption = MakeSample(i).caption;
+  const std::vector<uint8_t> needle(caption.begin(), caption.end());
+  auto it = std::search(bytes.begin(), bytes.end(), needle.begin(), needle.end());
+  REQUIRE(it != bytes.end());
+  it[2] ^= 0x5A;
+  testing::WriteBytes(shard, bytes);
+}
+
+TEST_CASE("a damaged var blob is its sample's error, or skipped with skip_errors") {
+  TempDir dir;
+  FieldArchive(dir / "a", 12, format::Backend::kLmdb);
+  DamageCaption(dir / "a", 7);
+  auto archive = format::Archive::Open(dir / "a").ValueOrDie();
+  for (auto mode : {WorkerMode::kThreads, WorkerMode::kProcesses}) {
+    LoaderOptions o = Options(mode);
+    o.shuffle = false;
+    o.batch_size = 4;
+    auto loader = Loader::Create(archive, o).ValueOrDie();
+    REQUIRE(loader->Next().ok());
+    auto bad = loader->Next();  // samples 4..7
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.status().code() == StatusCode::kChecksumMismatch);
+    CHECK(bad.status().message().find("sample 7") != std::string::npos);
+    // Not asked for, the damaged field costs nothing and fails nothing.
+    REQUIRE(SetLoaderOption(&o, "fields", "score,boxes").ok());
+    auto other = Loader::Create(archive, o).ValueOrDie();
+    REQUIRE(other->Next().ok());
+    CHECK(other->Next().ok() == false);  // boxes share the sample's var blob: damaged too
+    REQUIRE(SetLoaderOption(&o, "fields", "score,emb").ok());
+    auto columns = Loader::Create(archive, o).ValueOrDie();
+    REQUIRE(columns->Next().ok());
+    CHECK(columns->Next().ok());  // columns only: the blob is not read
+    // skip_errors: the sample comes as zeros, no rows, an empty caption.
+    o.skip_errors = true;
+    o.all_fields = true;
+    auto skipping = Loader::Create(archive, o).ValueOrDie();
+    REQUIRE(skipping->Next().ok());
+    auto b = skipping->Next();
+    REQUIRE(b.ok());
+    CHECK(b->skipped() == 1);
+    CHECK(b->labels()[3] == -1);
+    CHECK(Text(*b->field("caption"), 3).empty());
+    CHECK(Rows<float>(*b->field("boxes"), 3).empty());
+    CHECK(reinterpret_cast<const float*>(b->field("score")->data)[3] == 0.f);
+    CHECK(Text(*b->field("caption"), 2) == MakeSample(6).caption);
+  }
+}
+
 TEST_CASE("without fields, a slot is laid out exactly as image + label") {
   TempDir dir;
   auto archive = FieldArchive(dir / "a", 10, format::Backend::kLmdb);
