@@ -45,6 +45,13 @@ if ! ls "$WHEELS"/scikit_build_core-*.whl >/dev/null 2>&1; then
   /usr/bin/python3 -m pip download -q --disable-pip-version-check -d "$WHEELS" \
     "scikit-build-core>=0.10,<2"
 fi
+# pyarrow for the parquet / Hugging Face importer (python -m shardfeed.importers.parquet) and its
+# tests: not in Debian 12, so from PyPI into Debian's python3. Current wheels need numpy 2 at run
+# time (25.0 refuses Debian's 1.24); 18.1 runs on it.
+if ! /usr/bin/python3 -c "import pyarrow" 2>/dev/null; then
+  /usr/bin/python3 -m pip install -q --disable-pip-version-check --break-system-packages \
+    "pyarrow>=14,<19"
+fi
 # The remote tests' S3 server: moto_server (moto[server] from PyPI) in a virtual environment
 # that also sees Debian's packages (numpy, pytest, torch), so tests/remote runs with its python.
 REMOTE_VENV=${SHARDFEED_REMOTE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/shardfeed/remote-venv}

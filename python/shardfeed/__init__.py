@@ -4,6 +4,9 @@
     shardfeed.pack("train/", "train.sf")                 # ImageFolder -> archive
     archive = shardfeed.Archive("train.sf")
     image, label = archive[0]                            # HWC uint8 numpy array, int
+    archive.schema, archive.sample(0)                    # every field: {"image": ..., ...}
+    with shardfeed.Writer("mine.sf", schema={"image": "image", "caption": "str"}) as w:
+        w.write({"image": jpeg_bytes, "caption": "a cat"})   # from any Python source
     loader = shardfeed.Loader("train.sf", batch_size=64, shuffle=True, crop="random", size=224)
     for epoch in range(10):
         loader.set_epoch(epoch)
@@ -18,10 +21,11 @@ import os
 import weakref
 
 from . import _native
+from .writer import Writer, pack_iterable
 from ._native import (DataError, Error, Timeout, WorkerError, cuda_available,
                       cuda_kernels_built, cuda_unavailable_reason)
 
-__all__ = ["Archive", "Loader", "Batch", "pack", "merge", "convert", "verify", "inspect", "stats", "Error",
+__all__ = ["Archive", "Loader", "Batch", "Writer", "pack_iterable", "pack", "merge", "convert", "verify", "inspect", "stats", "Error",
            "DataError",
            "WorkerError", "Timeout", "cuda_available", "cuda_unavailable_reason",
            "cuda_kernels_built"]
@@ -65,6 +69,24 @@ class Archive:
     def __getitem__(self, index):
         """(image, label): the sample decoded to an upright HWC uint8 RGB array."""
         return self._handle()[index]
+
+    @property
+    def schema(self):
+        """The fields every sample has, in order: {name: type} (type names of docs/FORMAT.md,
+        "Fields"), a per-box field as {"type": ..., "per": "boxes"}. Archives written before
+        format version 4: {"image": "image", "label": "int64"}."""
+        return self._handle().schema
+
+    def sample(self, index):
+        """Every field of a sample as a dict, checksums checked: the image decoded upright (HWC
+        uint8 RGB, as archive[i]), the label and other int64 and float64 fields as Python
+        numbers, float32 fields as numpy float32 scalars (the stored value and type),
+        arrays and boxes as numpy arrays (read-only views into the archive's mapping when
+        aligned, which keep it open; copies otherwise), a mask as an (H, W) uint8 array, str
+        as str, bytes as bytes, json parsed. Boxes and masks are stored in the stored image's
+        pixels; for a JPEG with an EXIF orientation they are turned with the image, so they
+        always match the upright image returned here."""
+        return self._handle().sample(index)
 
     @property
     def class_names(self):

@@ -1,8 +1,12 @@
-// shardfeed._native.Archive: an opened archive; samples decoded as a reader sees them.
+// shardfeed._native.Archive: an opened archive; samples decoded as a reader sees them, every
+// field of the schema as Python values (sample()).
 #include <unistd.h>
+
+#include <cstring>
 
 #include "common.h"
 #include "shardfeed/format/archive.h"
+#include "shardfeed/format/fields.h"
 #include "shardfeed/imaging/image.h"
 #include "shardfeed/validate/inspect.h"
 
@@ -73,6 +77,121 @@ py::array_t<uint8_t> Record(const PyArchive& a, uint64_t i) {
   return arr;
 }
 
+py::dtype DtypeOf(format::ElemType t) { return py::dtype(std::string(format::ElemName(t))); }
+
+// An array over a field view: zero-copy and read-only over the mapping (kept alive by the
+// archive) when the view is aligned for its element type, else a copy.
+py::array ArrayOf(const PyArchive& a, const format::FieldSpec& spec, const format::FieldView& v,
+                  std::vector<ssize_t> shape) {
+  const py::dtype dt = DtypeOf(spec.elem);
+  if (!v.aligned) {
+    py::array out(dt, shape);
+    std::memcpy(out.mutable_data(), v.data, v.size);
+    return out;
+  }
+  py::array arr = ViewOf(dt, const_cast<uint8_t*>(v.data), shape, a.archive);
+  py::detail::array_proxy(arr.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  return arr;
+}
+
+// One stored field of sample i as a Python value (the image and the class field aside).
+// `entry` gives the stored shape and orientation masks and boxes turn with.
+py::object FieldObject(const PyArchive& a, const format::FieldSpec& spec,
+                       const format::FieldView& v, const format::IndexEntry& entry) {
+  using format::FieldKind;
+  const char* text = reinterpret_cast<const char*>(v.data);
+  switch (spec.kind) {
+    case FieldKind::kStr:
+      return py::str(text, v.size);
+    case FieldKind::kBytes:
+      return py::bytes(text, v.size);
+    case FieldKind::kJson:
+      return FromJson(std::string(text, v.size));
+    case FieldKind::kInt64: {
+      int64_t x;
+      std::memcpy(&x, v.data, sizeof x);
+      return py::int_(x);
+    }
+    case FieldKind::kFloat32: {  // a numpy float32: the stored value with its stored type
+      float x;
+      std::memcpy(&x, v.data, sizeof x);
+      return py::module_::import("numpy").attr("float32")(x);
+    }
+    case FieldKind::kFloat64: {
+      double x;
+      std::memcpy(&x, v.data, sizeof x);
+      return py::float_(x);
+    }
+    case FieldKind::kMask: {
+      imaging::Image mask;
+      mask.Resize(v.dims[1], v.dims[0], 1);
+      Check(format::DecodeMask(v, mask.pixels.data()));
+      imaging::ApplyOrientation(&mask, entry.orientation);
+      py::array_t<uint8_t> out({ssize_t(mask.height), ssize_t(mask.width)});
+      std::memcpy(out.mutable_data(), mask.pixels.data(), mask.pixels.size());
+      return out;
+    }
+    case FieldKind::kBoxes: {
+      const ssize_t n = v.dims[0];
+      if (entry.orientation <= 1) return ArrayOf(a, spec, v, {n, 4});
+      py::array_t<float> out({n, ssize_t{4}});
+      std::memcpy(out.mutable_data(), v.data, v.size);
+      imaging::OrientBoxes(out.mutable_data(), n, entry.width, entry.height, entry.orientation);
+      return out;
+    }
+    default: {  // arrays: the view's dims (variable) or the type's (fixed)
+      std::vector<ssize_t> shape;
+      for (uint32_t d = 0; d < v.ndim; ++d) shape.push_back(v.dims[d]);
+      if (v.ndim == 0) shape.assign(spec.dims.begin(), spec.dims.end());
+      return ArrayOf(a, spec, v, shape);
+    }
+  }
+}
+
+// Every field of sample `index`, in schema order: the image decoded upright (as GetItem), the
+// class field from the index, the rest from Archive::Field with checksums checked.
+py::dict Sample(const PyArchive& a, int64_t index) {
+  const uint64_t i = CheckedIndex(a, index);
+  const format::Schema& schema = a.archive->schema();
+  const format::RecordView r = Check(a.archive->At(i));
+  py::dict out;
+  for (size_t f = 0; f < schema.size(); ++f) {
+    const format::FieldSpec& spec = schema.fields()[f];
+    if (static_cast<int>(f) == schema.image_field()) {
+      out[spec.name.c_str()] = GetItem(a, index)[0];
+    } else if (static_cast<int>(f) == schema.label_field()) {
+      out[spec.name.c_str()] = py::int_(r.entry->label);
+    } else {
+      Result<format::FieldView> v = Status::Internal("unset");
+      {
+        py::gil_scoped_release release;
+        v = a.archive->Field(i, f, /*verify=*/true);
+        if (!v.ok()) {
+          if (Status changed = a.archive->CheckUnchanged(i); !changed.ok()) v = changed;
+        }
+      }
+      out[spec.name.c_str()] = FieldObject(a, spec, Check(std::move(v)), *r.entry);
+    }
+  }
+  return out;
+}
+
+// {name: type} in schema order; a per-box field as {"type", "per"}.
+py::dict SchemaDict(const PyArchive& a) {
+  py::dict out;
+  for (const format::FieldSpec& spec : a.archive->schema().fields()) {
+    if (spec.per.empty()) {
+      out[spec.name.c_str()] = spec.TypeName();
+    } else {
+      py::dict d;
+      d["type"] = spec.TypeName();
+      d["per"] = spec.per;
+      out[spec.name.c_str()] = d;
+    }
+  }
+  return out;
+}
+
 py::object Shape(const PyArchive& a) {
   const auto& mf = a.archive->manifest();
   if (!mf.height) return py::none();
@@ -92,6 +211,8 @@ void BindArchive(py::module_& m) {
       .def_property_readonly("lazy", [](const PyArchive& a) { return a.archive->lazy(); })
       .def("__len__", [](const PyArchive& a) { return a.archive->size(); })
       .def("__getitem__", &GetItem)
+      .def("sample", &Sample)
+      .def_property_readonly("schema", &SchemaDict)
       .def_property_readonly("path", [](const PyArchive& a) { return a.archive->path(); })
       .def_property_readonly("class_names",
                              [](const PyArchive& a) { return a.archive->manifest().class_names; })

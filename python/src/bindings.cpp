@@ -1,6 +1,6 @@
 // shardfeed._native: the C++ library as Python sees it. Thin: public headers only. One file per
 // part: common.{h,cpp} (errors, views, option text), bind_archive.cpp, bind_loader.cpp,
-// bind_tools.cpp. Errors become exceptions (common.h says which).
+// bind_tools.cpp, bind_writer.cpp. Errors become exceptions (common.h says which).
 #include "common.h"
 
 PYBIND11_MODULE(_native, m) {
@@ -9,4 +9,5 @@ PYBIND11_MODULE(_native, m) {
   shardfeed_py::BindArchive(m);
   shardfeed_py::BindLoader(m);
   shardfeed_py::BindTools(m);
+  shardfeed_py::BindWriter(m);
 }

@@ -65,5 +65,6 @@ void BindArchive(py::module_& m);  // bind_archive.cpp: shardfeed._native.Archiv
 std::shared_ptr<shardfeed::format::Archive> ArchiveOf(const py::handle& archive);
 void BindLoader(py::module_& m);  // bind_loader.cpp: shardfeed._native.Loader
 void BindTools(py::module_& m);   // bind_tools.cpp: pack, verify, convert, merge, inspect, ...
+void BindWriter(py::module_& m);  // bind_writer.cpp: shardfeed._native.Writer, canonical_schema
 
 }  // namespace shardfeed_py

@@ -3,6 +3,8 @@ commands as a user runs them against folders they cannot re-create and against d
 crafted archives. Each case is a defect seen on an earlier build; a crash shows up here as a
 negative return code (killed by a signal)."""
 import fcntl
+import ctypes
+import ctypes.util
 import json
 import os
 import shutil
@@ -205,13 +207,25 @@ def test_a_full_disk_says_no_space(tmp_path):
 
 # ---- the manifest -------------------------------------------------------------------------
 
+def _xxh3_64(data):
+    """XXH3-64 (seed 0) through the libxxhash the project links."""
+    lib = ctypes.CDLL(ctypes.util.find_library("xxhash") or "libxxhash.so.0")
+    lib.XXH3_64bits.restype = ctypes.c_uint64
+    lib.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    return lib.XXH3_64bits(data, len(data))
+
+
 def edit_manifest(archive, change, keep_checksum=True):
+    """Edits manifest.json; keep_checksum=False then recomputes "manifest_xxh3" as a writer
+    would (docs/FORMAT.md: compact JSON, keys sorted), so only checks against the shards can
+    catch the edit."""
     path = archive / "manifest.json"
     m = json.loads(path.read_text())
-    if not keep_checksum:  # a version-1 manifest: no checksum of its own
-        m.pop("manifest_xxh3", None)
-        m["format_version"] = 1
     change(m)
+    if not keep_checksum:
+        m.pop("manifest_xxh3", None)
+        canonical = json.dumps(m, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        m["manifest_xxh3"] = "%016x" % _xxh3_64(canonical.encode())
     path.write_text(json.dumps(m, indent=2))
 
 
@@ -291,7 +305,7 @@ def test_inspect_escapes_bidirectional_overrides(tmp_path):
 
 def test_verify_checks_payload_bytes_against_the_shards(archive):
     # Issue 19: a manifest whose derived payload_bytes disagrees verified once its checksum was
-    # recomputed (here: a version-1 manifest, which has none).
+    # recomputed.
     def change(m):
         m["shards"][0]["payload_bytes"] += 1
     edit_manifest(archive, change, keep_checksum=False)

@@ -233,7 +233,7 @@ TEST_CASE("normalisation options are validated") {
   CHECK(*ParseDType("bfloat16") == DType::kBFloat16);
   LoaderOptions lo;
   CHECK(SetLoaderOption(&lo, "mean", "1,2").message() ==
-        "mean (--mean) must be one number or three (R,G,B), not '1,2'");
+        "mean (--mean) must be one number or three (R,G,B), or archive, not '1,2'");
   CHECK(!SetLoaderOption(&lo, "mean", "1,x,2").ok());
   REQUIRE(SetLoaderOption(&lo, "std", "0.5").ok());
   CHECK(lo.transform.std[2] == 0.5f);

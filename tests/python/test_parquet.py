@@ -1,0 +1,179 @@
+"""The parquet / Hugging Face (save_to_disk) importer: python -m shardfeed.importers.parquet.
+Rows read back equal through Archive.sample(); the image column is found (struct {bytes, path},
+binary, path strings); ClassLabel names become class names; bad rows are named; without pyarrow
+the error says so."""
+import io
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import shardfeed
+from shardfeed.importers import parquet as importer
+
+pa = pytest.importorskip("pyarrow")
+import pyarrow.parquet as pq  # noqa: E402
+
+
+def jpeg(i, h=12, w=10):
+    buf = io.BytesIO()
+    Image.fromarray(np.full((h, w, 3), 10 * i, np.uint8)).save(buf, "JPEG")
+    return buf.getvalue()
+
+
+def table(n=20):
+    rng = np.random.default_rng(3)
+    boxes = [rng.uniform(0, 9, (i % 3, 4)).astype(np.float32) for i in range(n)]
+    return pa.table({
+        "image": pa.array([{"bytes": jpeg(i), "path": "img%d.jpg" % i} for i in range(n)],
+                          pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
+        "label": pa.array([i % 4 for i in range(n)], pa.int64()),
+        "caption": pa.array(["row %d ✓" % i for i in range(n)]),
+        "tags": pa.array([list(range(i % 5)) for i in range(n)], pa.list_(pa.int64())),
+        "score": pa.array([i / 7 for i in range(n)], pa.float64()),
+        "conf": pa.array([i / 3 for i in range(n)], pa.float32()),
+        "boxes": pa.array([b.tolist() for b in boxes], pa.list_(pa.list_(pa.float32(), 4))),
+        "emb": pa.array([[float(i)] * 3 for i in range(n)], pa.list_(pa.float32(), 3)),
+        "meta": pa.array([{"k": i, "s": "x"} for i in range(n)],
+                         pa.struct([("k", pa.int64()), ("s", pa.string())])),
+        "blob": pa.array([bytes([i] * i) for i in range(n)], pa.binary()),
+    }), boxes
+
+
+def check(out, n, boxes):
+    a = shardfeed.Archive(out)
+    assert len(a) == n
+    assert a.schema == {"image": "image", "label": "int64", "caption": "str", "tags": "int64[*]",
+                        "score": "float64", "conf": "float32", "boxes": "float32[*,4]",
+                        "emb": "float32[3]", "meta": "json", "blob": "bytes"}
+    for i in range(n):
+        s = a.sample(i)
+        assert s["image"].shape == (12, 10, 3) and abs(int(s["image"][0, 0, 0]) - 10 * i) <= 2
+        assert s["label"] == i % 4 and s["caption"] == "row %d ✓" % i
+        assert s["tags"].tolist() == list(range(i % 5)) and s["score"] == i / 7
+        assert s["conf"] == float(np.float32(i / 3))
+        assert s["boxes"].tobytes() == boxes[i].tobytes() and s["boxes"].shape == (i % 3, 4)
+        assert s["emb"].tolist() == [float(i)] * 3
+        assert s["meta"] == {"k": i, "s": "x"} and s["blob"] == bytes([i] * i)
+    return a
+
+
+def test_parquet_file_round_trip(tmp_path):
+    t, boxes = table()
+    pq.write_table(t, tmp_path / "train.parquet", row_group_size=7)
+    r = importer.pack_parquet(tmp_path / "train.parquet", tmp_path / "out")
+    assert r["packed"] == 20
+    assert check(tmp_path / "out", 20, boxes).class_names == ["0", "1", "2", "3"]
+
+
+def test_parquet_directory_in_name_order_via_the_module(tmp_path):
+    t, boxes = table()
+    (tmp_path / "src").mkdir()
+    pq.write_table(t.slice(10), tmp_path / "src" / "part-1.parquet")
+    pq.write_table(t.slice(0, 10), tmp_path / "src" / "part-0.parquet")
+    run = subprocess.run([sys.executable, "-m", "shardfeed.importers.parquet",
+                          str(tmp_path / "src"), str(tmp_path / "out"), "--workers", "2",
+                          "--backend", "hdf5"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "packed 20 samples" in run.stdout
+    check(tmp_path / "out", 20, boxes)
+    # An existing archive: refused without --overwrite (exit 2), replaced with it.
+    run = subprocess.run([sys.executable, "-m", "shardfeed.importers.parquet",
+                          str(tmp_path / "src"), str(tmp_path / "out")], capture_output=True,
+                         text=True)
+    assert run.returncode == 2 and "overwrite" in run.stderr
+    run = subprocess.run([sys.executable, "-m", "shardfeed.importers.parquet",
+                          str(tmp_path / "src"), str(tmp_path / "out"), "--overwrite"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+
+
+def test_hugging_face_save_to_disk_layout(tmp_path):
+    # What datasets.Dataset.save_to_disk writes: Arrow IPC streams named by state.json, the
+    # features in dataset_info.json (ClassLabel names, the Image feature).
+    t, boxes = table()
+    src = tmp_path / "hf"
+    src.mkdir()
+    for k, part in enumerate((t.slice(0, 12), t.slice(12))):
+        with pa.OSFile(str(src / ("data-%05d-of-00002.arrow" % k)), "wb") as sink:
+            with pa.ipc.new_stream(sink, part.schema) as w:
+                w.write_table(part)
+    (src / "state.json").write_text(json.dumps({"_data_files": [
+        {"filename": "data-00000-of-00002.arrow"}, {"filename": "data-00001-of-00002.arrow"}]}))
+    names = ["cat", "dog", "eel", "fox"]
+    (src / "dataset_info.json").write_text(json.dumps({"features": {
+        "image": {"_type": "Image"}, "label": {"names": names, "_type": "ClassLabel"}}}))
+    importer.pack_parquet(src, tmp_path / "out")
+    assert check(tmp_path / "out", 20, boxes).class_names == names
+
+
+def test_image_as_path_strings_and_a_given_schema(tmp_path):
+    for i in range(4):
+        (tmp_path / ("f%d.jpg" % i)).write_bytes(jpeg(i, 8, 6))
+    t = pa.table({"file_name": ["f%d.jpg" % i for i in range(4)], "y": [1, 2, 3, 4],
+                  "note": ["a", "b", "c", "d"]})
+    pq.write_table(t, tmp_path / "t.parquet")
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"image": "image", "y": "float32"}))
+    run = subprocess.run([sys.executable, "-m", "shardfeed.importers.parquet",
+                          str(tmp_path / "t.parquet"), str(tmp_path / "out"), "--schema",
+                          str(schema)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    a = shardfeed.Archive(tmp_path / "out")
+    assert a.schema == {"image": "image", "y": "float32"}
+    assert [a.sample(i)["y"] for i in range(4)] == [1.0, 2.0, 3.0, 4.0]
+    assert a.sample(3)["image"].shape == (8, 6, 3)
+
+
+def test_a_bad_row_is_named_and_skip_bad_skips_it(tmp_path):
+    t = pa.table({"image": [jpeg(0), jpeg(1), jpeg(2)], "label": [0, -1, 1]})  # -1: unlabelled
+    pq.write_table(t, tmp_path / "t.parquet")
+    args = [sys.executable, "-m", "shardfeed.importers.parquet", str(tmp_path / "t.parquet"),
+            str(tmp_path / "out")]
+    run = subprocess.run(args, capture_output=True, text=True)
+    assert run.returncode == 1 and "sample 1: field 'label'" in run.stderr
+    assert not (tmp_path / "out").exists()
+    run = subprocess.run(args + ["--skip-bad"], capture_output=True, text=True)
+    assert run.returncode == 0 and "skipped sample 1" in run.stdout
+    assert len(shardfeed.Archive(tmp_path / "out")) == 2
+
+
+def test_without_pyarrow_the_error_says_so(tmp_path):
+    code = ("import sys; sys.modules['pyarrow'] = None\n"
+            "from shardfeed.importers import parquet\n"
+            "sys.exit(parquet.main([%r, %r]))" % (str(tmp_path), str(tmp_path / "out")))
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 2 and "needs pyarrow" in run.stderr
+
+
+@pytest.mark.skipif(not os.environ.get("SHARDFEED_CLI"), reason="SHARDFEED_CLI not set")
+def test_shardfeed_pack_runs_the_importer(tmp_path):
+    # `shardfeed pack` recognises a .parquet SRC (or takes --from parquet) and passes its
+    # flags on to this module: pack's options, -q; other sources' flags are refused.
+    t, boxes = table()
+    pq.write_table(t, tmp_path / "t.parquet")
+    cli = os.environ["SHARDFEED_CLI"]
+    run = subprocess.run([cli, "pack", str(tmp_path / "t.parquet"), str(tmp_path / "a"),
+                          "--workers", "2", "-q"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    check(tmp_path / "a", 20, boxes)
+    run = subprocess.run([cli, "pack", str(tmp_path), str(tmp_path / "b"), "--from", "parquet",
+                          "--backend", "hdf5"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    check(tmp_path / "b", 20, boxes)
+    run = subprocess.run([cli, "pack", str(tmp_path / "t.parquet"), str(tmp_path / "c"),
+                          "--images", "x"], capture_output=True, text=True)
+    assert run.returncode == 2 and "--images does not apply" in run.stderr
+
+
+def test_a_damaged_file_is_named(tmp_path):
+    (tmp_path / "d.parquet").write_bytes(b"PAR1")
+    run = subprocess.run([sys.executable, "-m", "shardfeed.importers.parquet",
+                          str(tmp_path / "d.parquet"), str(tmp_path / "out")],
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and str(tmp_path / "d.parquet") in run.stderr
+    assert "Traceback" not in run.stderr and not (tmp_path / "out").exists()

@@ -1,0 +1,405 @@
+"""shardfeed.Writer and pack_iterable: every field type written from Python reads back equal
+through Archive.sample() (LMDB and HDF5), atomicity, overwrite rules, bad samples named by
+number and field, skip_bad, order across producer processes."""
+import io
+import json
+import multiprocessing
+import os
+import pathlib
+import threading
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import shardfeed
+
+SCHEMA = {
+    "image": "image",
+    "label": "int64",
+    "boxes": "boxes",
+    "box_labels": {"type": "int64[*]", "per": "boxes"},
+    "mask": "mask",
+    "caption": "str",
+    "raw": "bytes",
+    "meta": "json",
+    "embedding": "float32[8]",
+    "tags": "int64[*]",
+    "score": "float32",
+    "weight": "float64",
+    "count": "int64",
+    "grid": "uint8[*,*]",
+    "half": "float16[2,3]",
+    "points": "int32[*,2]",
+    "cube": "float64[2,*,2]",
+}
+
+
+def jpeg_bytes(h, w, seed):
+    rng = np.random.default_rng(seed)
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)).save(buf, "JPEG", quality=90)
+    return buf.getvalue()
+
+
+def make_sample(i, tmp_path=None):
+    """Sample i: the image as pixels (even i), JPEG bytes (i % 4 == 1) or a JPEG file path."""
+    rng = np.random.default_rng(1000 + i)
+    h, w = 16 + i, 24 + 2 * i
+    if i % 2 == 0:
+        image = rng.integers(0, 255, (h, w, 3), dtype=np.uint8)
+    elif i % 4 == 1 or tmp_path is None:
+        image = jpeg_bytes(h, w, i)
+    else:
+        image = tmp_path / ("img%d.jpg" % i)
+        image.write_bytes(jpeg_bytes(h, w, i))
+    n = i % 4  # 0..3 boxes
+    boxes = rng.uniform(0, 10, (n, 4)).astype(np.float32)
+    boxes[:, 2:] += boxes[:, :2]
+    return {
+        "image": image,
+        "label": i % 3,
+        "boxes": boxes,
+        "box_labels": rng.integers(0, 80, n),
+        "mask": rng.integers(0, 4, (h, w), dtype=np.uint8),
+        "caption": "sample %d: ünïcode ✓" % i,
+        "raw": bytes(rng.integers(0, 256, i * 3, dtype=np.uint8)),
+        "meta": {"i": i, "name": "s%d" % i, "list": [1, 2.5, None], "nested": {"ok": i % 2 == 0}},
+        "embedding": rng.standard_normal(8).astype(np.float32),
+        "tags": list(range(i % 5)),  # a Python list
+        "score": 0.1 * i,
+        "weight": np.float64(1.0 / (i + 1)),
+        "count": -(i ** 5) - 3,
+        "grid": rng.integers(0, 255, (i % 3 + 1, 2), dtype=np.uint8),
+        "half": rng.standard_normal((2, 3)).astype(np.float16),
+        "points": rng.integers(-100, 100, (i, 2)).astype(np.int32),
+        "cube": rng.standard_normal((2, i % 3, 2)),
+    }
+
+
+ARRAYS = {"boxes": np.float32, "box_labels": np.int64, "mask": np.uint8, "embedding": np.float32,
+          "grid": np.uint8, "half": np.float16, "points": np.int32, "cube": np.float64}
+
+
+def check_equal(got, want, i):
+    """A read sample against the written one, field by field (arrays bit-exact)."""
+    assert list(got) == list(SCHEMA), i
+    image = got["image"]
+    assert image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3
+    if isinstance(want["image"], np.ndarray):  # stored lossless (auto: zstd pixels)
+        assert np.array_equal(image, want["image"]), i
+    else:
+        assert image.shape[:2] == want["mask"].shape
+    assert got["label"] == want["label"] and type(got["label"]) is int
+    for name, dtype in ARRAYS.items():
+        w = np.asarray(want[name]).astype(dtype)
+        assert got[name].dtype == dtype, (i, name)
+        assert got[name].shape == w.shape, (i, name)
+        assert got[name].tobytes() == w.tobytes(), (i, name)  # bit-exact
+    assert np.array_equal(got["tags"], np.asarray(want["tags"], dtype=np.int64).reshape(-1))
+    assert got["caption"] == want["caption"]
+    assert got["raw"] == want["raw"]
+    assert got["meta"] == want["meta"]
+    assert got["score"] == np.float32(want["score"]) and type(got["score"]) is np.float32
+    assert got["weight"] == float(want["weight"])
+    assert got["count"] == want["count"]
+
+
+@pytest.mark.parametrize("backend", ["lmdb", "hdf5"])
+def test_every_field_type_round_trips(tmp_path, backend):
+    out = str(tmp_path / "a")
+    samples = [make_sample(i, tmp_path) for i in range(12)]
+    with shardfeed.Writer(out, schema=SCHEMA, backend=backend, workers=2,
+                          class_names=["cat", "dog", "eel"]) as w:
+        assert w.write_many(samples) == 12
+    assert w.report["packed"] == 12 and w.report["skipped"] == []
+    a = shardfeed.Archive(out)
+    assert len(a) == 12
+    assert a.schema == SCHEMA
+    assert a.class_names == ["cat", "dog", "eel"]
+    for i, want in enumerate(samples):
+        got = a.sample(i)
+        check_equal(got, want, i)
+        image, label = a[i]  # archive[i] stays (image, label)
+        assert np.array_equal(image, got["image"]) and label == got["label"]
+    assert shardfeed.verify(out, decode=True)["ok"]
+
+
+def test_arrays_are_read_only_views_that_keep_the_archive(tmp_path):
+    # A chunk larger than an LMDB page is stored on pages of its own (aligned): the var blob in
+    # it is 8-byte aligned, so its arrays are views. (Values inside a leaf page may not be
+    # aligned; those come as copies.)
+    out = str(tmp_path / "a")
+    emb = np.arange(8, dtype=np.float32)
+    noise = np.random.default_rng(0).integers(0, 255, (48, 48, 3), dtype=np.uint8)
+    with shardfeed.Writer(out, schema={"image": "image", "e": "float32[8]", "v": "int64[*]"}) as w:
+        w.write({"image": noise, "e": emb, "v": [5, 6, 7]})
+    a = shardfeed.Archive(out)
+    s = a.sample(0)
+    del a
+    for name in ("e", "v"):
+        assert not s[name].flags.writeable
+        with pytest.raises(ValueError):
+            s[name][0] = 1
+    assert np.array_equal(s["e"], emb) and s["v"].tolist() == [5, 6, 7]
+
+
+def test_samples_as_tuples_pil_images_and_tensors(tmp_path):
+    torch = pytest.importorskip("torch")
+    out = str(tmp_path / "a")
+    pixels = np.random.default_rng(0).integers(0, 255, (9, 7, 3), dtype=np.uint8)
+    with shardfeed.Writer(out, schema={"image": "image", "label": "int64", "v": "float32[*]"}) as w:
+        w.write((Image.fromarray(pixels), 1, torch.arange(3, dtype=torch.float32)))
+        w.write({"image": torch.from_numpy(pixels), "label": np.int64(0), "v": torch.ones(2)})
+        w.write({"image": pathlib.Path(_jpeg_file(tmp_path)), "label": 1, "v": []})
+    a = shardfeed.Archive(out)
+    assert np.array_equal(a.sample(0)["image"], pixels) and a.sample(0)["v"].tolist() == [0, 1, 2]
+    assert np.array_equal(a.sample(1)["image"], pixels) and a.sample(1)["label"] == 0
+    assert a.sample(2)["image"].shape == (12, 10, 3) and a.sample(2)["v"].shape == (0,)
+    assert a.class_names == ["0", "1"]  # "0".."max label" without class_names
+
+
+def _jpeg_file(tmp_path):
+    p = tmp_path / "file.jpg"
+    p.write_bytes(jpeg_bytes(12, 10, 7))
+    return str(p)
+
+
+def test_exception_in_the_block_leaves_nothing(tmp_path):
+    out = tmp_path / "a"
+    with pytest.raises(RuntimeError, match="boom"):
+        with shardfeed.Writer(out) as w:
+            w.write({"image": np.zeros((4, 4, 3), np.uint8), "label": 0})
+            raise RuntimeError("boom")
+    assert not out.exists()
+    assert sorted(os.listdir(tmp_path)) in ([], ["a.lock"])  # no partial output left
+
+
+def test_exception_keeps_the_old_archive(tmp_path):
+    out = str(tmp_path / "a")
+    with shardfeed.Writer(out) as w:
+        w.write({"image": np.zeros((4, 4, 3), np.uint8), "label": 0})
+    with pytest.raises(KeyError):
+        with shardfeed.Writer(out, overwrite=True) as w:
+            for _ in range(3):
+                w.write({"image": np.ones((5, 5, 3), np.uint8), "label": 0})
+            raise KeyError("stop")
+    a = shardfeed.Archive(out)
+    assert len(a) == 1 and a[0][0].shape == (4, 4, 3)
+
+
+def test_overwrite_rules(tmp_path):
+    out = str(tmp_path / "a")
+    one = {"image": np.zeros((4, 4, 3), np.uint8), "label": 0}
+    with shardfeed.Writer(out) as w:
+        w.write(one)
+    with pytest.raises(Exception, match="overwrite"):
+        shardfeed.Writer(out)
+    with shardfeed.Writer(out, overwrite=True) as w:
+        w.write(one)
+        w.write(one)
+    assert len(shardfeed.Archive(out)) == 2
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("user data")
+    with pytest.raises(Exception, match="archive"):
+        shardfeed.Writer(str(mine), overwrite=True)
+    assert (mine / "keep.txt").read_text() == "user data"
+
+
+BAD = [
+    ({"caption": None}, "caption", "str"),
+    ({"boxes": [[1, 2, 3]]}, "boxes", "shape"),
+    ({"box_labels": [1, 2, 3, 4, 5]}, "box_labels", "rows"),
+    ({"embedding": np.zeros(8, np.float64)}, "embedding", "cast"),
+    ({"embedding": np.zeros(7, np.float32)}, "embedding", "shape"),
+    ({"grid": [[1, 300]]}, "grid", "range"),
+    ({"label": 7}, "label", "outside"),
+    ({"count": 1.5}, "count", "whole number"),
+    ({"meta": {"x": object()}}, "meta", "JSON"),
+    ({"extra": 1}, "extra", "not in the schema"),
+]
+
+
+@pytest.mark.parametrize("change,field,why", BAD, ids=[b[1] + "-" + b[2] for b in BAD])
+def test_a_bad_sample_names_its_number_and_field(tmp_path, change, field, why):
+    out = tmp_path / "a"
+    bad = dict(make_sample(1), **change)
+    with pytest.raises(ValueError, match=r"sample 1: field '%s': .*%s" % (field, why)):
+        with shardfeed.Writer(out, schema=SCHEMA, class_names=["a", "b", "c"]) as w:
+            w.write(make_sample(0))
+            w.write(bad)
+    assert not out.exists()
+
+
+def test_missing_field_and_mask_of_another_shape(tmp_path):
+    s = make_sample(2)
+    del s["caption"]
+    with pytest.raises(ValueError, match="sample 0: field 'caption': missing"):
+        with shardfeed.Writer(tmp_path / "a", schema=SCHEMA) as w:
+            w.write(s)
+    # The mask's shape is checked against the image once it is read (on a worker thread):
+    # reported by a later write() or by close(), still naming the sample and the field.
+    s = make_sample(3)
+    s["mask"] = np.zeros((5, 5), np.uint8)
+    with pytest.raises(ValueError, match="sample 1: .*mask"):
+        with shardfeed.Writer(tmp_path / "b", schema=SCHEMA) as w:
+            w.write(make_sample(0))
+            w.write(s)
+            w.write(make_sample(2))
+    assert not (tmp_path / "b").exists()
+
+
+def test_skip_bad_skips_and_reports(tmp_path):
+    out = str(tmp_path / "a")
+    samples = [make_sample(i) for i in range(6)]
+    samples[1]["boxes"] = [[1, 2]]                       # found here
+    samples[3]["mask"] = np.zeros((2, 2), np.uint8)     # found by the writer's check
+    samples[4]["image"] = b"not an image"               # an image that does not decode
+    with shardfeed.Writer(out, schema=SCHEMA, skip_bad=True) as w:
+        w.write_many(samples)
+    skipped = w.skipped
+    assert [s["sample"] for s in skipped] == [1, 3, 4]
+    assert "boxes" in skipped[0]["reason"] and "mask" in skipped[1]["reason"]
+    assert w.report["packed"] == 3 and w.report["skipped_count"] == 3
+    a = shardfeed.Archive(out)
+    assert [a.sample(i)["count"] for i in range(len(a))] == [samples[i]["count"] for i in (0, 2, 5)]
+
+
+def test_bad_image_without_skip_bad_is_skipped_like_pack(tmp_path):
+    # Undecodable images are pack's "bad files": skipped and reported, as `pack` does.
+    with shardfeed.Writer(tmp_path / "a") as w:
+        w.write({"image": np.zeros((4, 4, 3), np.uint8), "label": 0})
+        w.write({"image": b"\xff\xd8garbage", "label": 0})
+        w.write({"image": tmp_path / "no-such.jpg", "label": 0})
+    assert [s["sample"] for s in w.skipped] == [1, 2]
+    assert str(tmp_path / "no-such.jpg") in w.skipped[1]["reason"]
+    assert len(shardfeed.Archive(tmp_path / "a")) == 1
+
+
+def test_options_are_packs(tmp_path):
+    with pytest.raises(TypeError, match="qualty.*quality"):
+        shardfeed.Writer(tmp_path / "a", qualty=80)
+    with pytest.raises(ValueError, match="quality"):
+        shardfeed.Writer(tmp_path / "a", quality=0)
+    with pytest.raises(TypeError, match="shuffle"):
+        shardfeed.Writer(tmp_path / "a", shuffle=True)
+    with pytest.raises(ValueError, match="field"):
+        shardfeed.Writer(tmp_path / "a", schema={"image": "image", "x": "float33"})
+    assert not (tmp_path / "a").exists()
+
+
+def indexed(i):
+    return {"image": np.full((6, 5, 3), i % 251, np.uint8), "label": i % 4, "idx": i,
+            "name": "n%d" % i}
+
+
+IDX_SCHEMA = {"image": "image", "label": "int64", "idx": "int64", "name": "str"}
+
+
+def check_order(out, n):
+    a = shardfeed.Archive(out)
+    assert len(a) == n
+    for i in range(n):
+        s = a.sample(i)
+        assert (s["idx"], s["label"], s["name"]) == (i, i % 4, "n%d" % i)
+        assert s["image"][0, 0, 0] == i % 251
+
+
+def test_pack_iterable_list_and_generator(tmp_path):
+    r = shardfeed.pack_iterable([indexed(i) for i in range(50)], tmp_path / "a", schema=IDX_SCHEMA)
+    assert r["packed"] == 50 and r["samples_per_second"] > 0
+    check_order(tmp_path / "a", 50)
+    r = shardfeed.pack_iterable((indexed(i) for i in range(40)), tmp_path / "b",
+                                schema=IDX_SCHEMA, workers=3)
+    check_order(tmp_path / "b", 40)
+
+
+def test_pack_iterable_torch_dataset_in_processes_keeps_order(tmp_path):
+    torch = pytest.importorskip("torch")
+
+    class Indexed(torch.utils.data.Dataset):
+        def __init__(self):
+            self.pid = os.getpid()
+
+        def __len__(self):
+            return 203
+
+        def __getitem__(self, i):
+            s = indexed(i)
+            s["name"] = "n%d" % i if os.getpid() != self.pid else "main process"
+            return s
+
+    r = shardfeed.pack_iterable(Indexed(), tmp_path / "a", schema=IDX_SCHEMA, workers=3,
+                                chunk=16)
+    assert r["packed"] == 203
+    check_order(tmp_path / "a", 203)  # names say every sample came from a worker process
+
+
+def test_pack_iterable_dataset_error_leaves_nothing(tmp_path):
+    class Broken:
+        def __len__(self):
+            return 100
+
+        def __getitem__(self, i):
+            if i == 70:
+                raise OSError("disk on fire")
+            return indexed(i)
+
+    with pytest.raises(OSError, match="disk on fire"):
+        shardfeed.pack_iterable(Broken(), tmp_path / "a", schema=IDX_SCHEMA, workers=2)
+    assert not (tmp_path / "a").exists()
+
+
+def test_pack_iterable_skip_bad_numbers_samples_by_index(tmp_path):
+    class Some:
+        def __len__(self):
+            return 30
+
+        def __getitem__(self, i):
+            s = indexed(i)
+            if i in (3, 17):
+                s["idx"] = "three"
+            return s
+
+    r = shardfeed.pack_iterable(Some(), tmp_path / "a", schema=IDX_SCHEMA, workers=2, chunk=4,
+                                skip_bad=True)
+    assert [s["sample"] for s in r["skipped"]] == [3, 17]
+    assert "field 'idx'" in r["skipped"][0]["reason"]
+    a = shardfeed.Archive(tmp_path / "a")
+    assert [a.sample(i)["idx"] for i in range(len(a))] == [i for i in range(30) if i not in (3, 17)]
+
+
+class Dying:
+    """A dataset whose worker process dies (os._exit) at sample 50, or blocks forever there."""
+
+    def __init__(self, block=False):
+        self.block = block
+
+    def __len__(self):
+        return 100
+
+    def __getitem__(self, i):
+        if i == 50:
+            if self.block:
+                threading.Event().wait()
+            os._exit(3)
+        return indexed(i)
+
+
+def test_pack_iterable_worker_death_and_timeout_leave_nothing(tmp_path):
+    from concurrent.futures.process import BrokenProcessPool
+
+    with pytest.raises(BrokenProcessPool):
+        shardfeed.pack_iterable(Dying(), tmp_path / "a", schema=IDX_SCHEMA, workers=2, chunk=8)
+    assert not (tmp_path / "a").exists()
+    with pytest.raises(TimeoutError):  # a bounded wait for a worker stuck in the dataset
+        shardfeed.pack_iterable(Dying(block=True), tmp_path / "b", schema=IDX_SCHEMA, workers=2,
+                                chunk=8, timeout=3)
+    assert not (tmp_path / "b").exists()
+    # The stuck worker was ended, not left behind (polled with a bound: it is reaped async).
+    for _ in range(1000):
+        if not multiprocessing.active_children():
+            break
+        threading.Event().wait(0.01)
+    assert not multiprocessing.active_children()
