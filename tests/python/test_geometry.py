@@ -96,3 +96,37 @@ def test_same_seed_same_images_and_boxes(archive):
                               flip=True, fields=[])
     np.testing.assert_array_equal(next(iter(loader)).images, i1)
     loader.close()
+
+
+def test_masks_follow_the_image(tmp_path):
+    """A mask written with shardfeed.Writer (the rectangle's pixels set to 1) comes back cropped,
+    flipped and resized with its image: (N, H, W) uint8, IoU >= 0.85 with the bright pixels for
+    rectangles of at least 10 output pixels a side, and only the mask's own values."""
+    out = str(tmp_path / "m.sf")
+    rects = [(10 + 3 * i, 8 + 2 * i, 60 + 2 * i, 44 + i) for i in range(6)]
+    with shardfeed.Writer(out, schema={"image": "image", "mask": "mask", "boxes": "boxes"},
+                          encoding="raw") as w:
+        for x0, y0, x1, y1 in rects:
+            pixels = np.full((64, 96, 3), 20, np.uint8)
+            pixels[y0:y1, x0:x1] = 235
+            mask = np.zeros((64, 96), np.uint8)
+            mask[y0:y1, x0:x1] = 1
+            w.write({"image": pixels, "mask": mask,
+                     "boxes": np.array([[x0, y0, x1, y1]], np.float32)})
+    checked = 0
+    for seed in range(10):
+        loader = shardfeed.Loader(out, batch_size=6, workers=1, size=OUT, seed=seed,
+                                  crop="random", flip=True)
+        for batch in loader:
+            masks = batch["mask"]
+            assert masks.shape == (len(batch.indices), OUT, OUT) and masks.dtype == np.uint8
+            assert set(np.unique(masks)) <= {0, 1}
+            for p in range(len(batch.indices)):
+                bright = batch.images[p].astype(int).sum(-1) > 3 * 128
+                boxes = batch["boxes"][p]
+                if len(boxes) and min(boxes[0][2] - boxes[0][0], boxes[0][3] - boxes[0][1]) >= 10:
+                    m = masks[p] == 1
+                    assert (m & bright).sum() / (m | bright).sum() >= 0.85
+                    checked += 1
+        loader.close()
+    assert checked >= 20
