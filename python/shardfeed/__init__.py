@@ -116,12 +116,49 @@ class Batch(tuple):
     """(images, labels) plus the archive indices of the samples, the epoch and the batch's
     number in it. `images` points into the loader's ring slot; the slot is reused only after
     every view of it (and tensor made from it) is gone. `labels` and `indices` are arrays of
-    their own: keeping them holds nothing."""
+    their own: keeping them holds nothing. `labels` is the schema's class field ("label"), None
+    when it has none.
 
-    def __new__(cls, images, labels, indices, epoch, number):
+    Fields (the loader's `fields` option, every field of the schema by default): batch["name"]
+    gives a field, built on first access. Fixed-size fields (int64, float32, float64, fixed
+    arrays) and masks come stacked in one array (N, ...) (masks (N, H, W) uint8, cropped,
+    flipped and resized with their images); variable-length fields (boxes, arrays with a "*"
+    dim) as a list of per-sample arrays, or with ragged="offsets" as one (values, offsets) pair
+    (sample i is values[offsets[i]:offsets[i + 1]]); str, bytes and json as Python lists (json
+    parsed). Boxes are in the output image's pixels (x0, y0, x1, y1), clipped to it; boxes left
+    narrower or lower than 1 pixel are dropped together with the rows of every field declared per
+    them. batch["image"] (or "images") and batch["label"] are `images` and `labels`. Every array is a view of
+    the batch (it holds the ring slot like `images`)."""
+
+    def __new__(cls, images, labels, indices, epoch, number, fields=None):
         b = super().__new__(cls, (images, labels))
         b.images, b.labels, b.indices, b.epoch, b.number = images, labels, indices, epoch, number
+        b._fields, b._cache = fields, {}
         return b
+
+    def keys(self):
+        """The names batch[name] takes: "image", "label" (when the schema has one) and every
+        field carried."""
+        names = ["image"] + (["label"] if self.labels is not None else [])
+        return names + (list(self._fields.names()) if self._fields is not None else [])
+
+    def __getitem__(self, key):
+        if not isinstance(key, str):
+            return tuple.__getitem__(self, key)
+        carried = self._fields is not None and key in self._fields.names()
+        if key in ("image", "images") and not carried:
+            return self.images
+        if key == "label" and self.labels is not None:
+            return self.labels
+        if key not in self._cache:
+            try:
+                if self._fields is None:
+                    raise KeyError(key)
+                self._cache[key] = self._fields.get(key)
+            except KeyError:
+                raise KeyError("%r: this batch carries %s (the loader's fields option chooses "
+                               "them)" % (key, ", ".join(self.keys()))) from None
+        return self._cache[key]
 
 
 _STATE_KEYS = ("epoch", "position", "seed", "plan_start", "consumed", "world_size", "batch_size")
@@ -238,10 +275,11 @@ class _Pass:
             self.done = True
             self._loader._finished(self._native, self._epoch)
             raise StopIteration
-        if self._native.on_device:
-            batch = Batch(out[3], out[4], out[2], self._epoch, self._number)
-        else:
-            batch = Batch(out[0], out[1], out[2], self._epoch, self._number)
+        fields = out[-1]
+        images, labels = (out[3], out[4]) if self._native.on_device else (out[0], out[1])
+        if fields is not None and not fields.has_label:
+            labels = None
+        batch = Batch(images, labels, out[2], self._epoch, self._number, fields)
         self._number += 1
         return batch
 
@@ -276,7 +314,11 @@ class Loader:
     skip_errors=False (True: a sample that cannot be decoded becomes a zero image labelled -1,
     so train with F.cross_entropy(..., ignore_index=-1)), verify_checksums=False, timeout=120
     (seconds with no sample completed before shardfeed.Timeout is raised; 0 or None waits
-    forever). An unknown option raises TypeError naming the closest one.
+    forever), fields=None (every field of the archive's schema; or a list of names: what each
+    batch carries beside images and labels, see Batch; an unknown name raises ValueError naming
+    the closest; fields=[] carries none), ragged='list'|'offsets' (variable-length fields as
+    lists of per-sample arrays, or as (values, offsets)). An unknown option raises TypeError
+    naming the closest one.
 
     Lifecycle: leaving an iteration early (break, an exception) and starting another is always
     safe: the next pass continues that epoch (README, "The training loop"); Ctrl-C while waiting raises KeyboardInterrupt; `close()` stops the workers (bounded

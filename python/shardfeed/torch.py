@@ -23,15 +23,50 @@ def _distributed_defaults(options):
     return options
 
 
+def _tensors(value):
+    """A field as shardfeed.Batch gives it, with its arrays as tensors sharing their memory."""
+    import numpy as np
+
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value)
+    if isinstance(value, tuple):  # ragged="offsets": (values, offsets)
+        return tuple(torch.from_numpy(v) for v in value)
+    if value and isinstance(value[0], np.ndarray):
+        return [torch.from_numpy(v) for v in value]
+    return value  # str, bytes, json: Python lists
+
+
 class Batch(tuple):
     """(images, labels) torch tensors, plus `indices` (int64 tensor: each sample's index in the
     archive, for per-sample losses and checks across ranks), `epoch` and `number` (the batch's
-    position in its epoch). Unpacks as `images, labels`."""
+    position in its epoch). Unpacks as `images, labels` (`labels` None when the schema has no
+    class field). batch["name"] gives a field as shardfeed.Batch does, with tensors for arrays
+    (sharing the batch's memory): stacked fields and masks one tensor, variable-length ones a
+    list of tensors or, with ragged="offsets", (values, offsets) tensors; str/bytes/json lists.
+    Fields stay on the host with device='cuda'."""
 
-    def __new__(cls, images, labels, indices, epoch, number):
+    def __new__(cls, images, labels, indices, epoch, number, source=None):
         b = super().__new__(cls, (images, labels))
         b.images, b.labels, b.indices, b.epoch, b.number = images, labels, indices, epoch, number
+        b._source, b._cache = source, {}
         return b
+
+    def keys(self):
+        return self._source.keys() if self._source is not None else ["image", "label"]
+
+    def __getitem__(self, key):
+        if not isinstance(key, str):
+            return tuple.__getitem__(self, key)
+        source = self._source._fields if self._source is not None else None
+        if key in ("image", "images") and (source is None or key not in source.names()):
+            return self.images
+        if key == "label" and self.labels is not None:
+            return self.labels
+        if key not in self._cache:
+            if self._source is None:
+                raise KeyError(key)
+            self._cache[key] = _tensors(self._source[key])
+        return self._cache[key]
 
 
 # DataLoader's keywords that have no counterpart: why, and what to do instead.
@@ -197,13 +232,14 @@ class Loader:
                     images = torch.from_numpy(images.view("int16")).view(torch.bfloat16)
                 else:
                     images = torch.from_numpy(images)
-                labels = torch.from_numpy(batch.labels)
+                labels = torch.from_numpy(batch.labels) if batch.labels is not None else None
             else:
                 # Labels are the caller's own (a few bytes, cloned on the current stream, after
                 # the batch's copy): keeping them holds no ring slot.
                 images = torch.utils.dlpack.from_dlpack(batch.images)
-                labels = torch.utils.dlpack.from_dlpack(batch.labels).clone()
-            yield Batch(images, labels, indices, batch.epoch, batch.number)
+                labels = (torch.utils.dlpack.from_dlpack(batch.labels).clone()
+                          if batch.labels is not None else None)
+            yield Batch(images, labels, indices, batch.epoch, batch.number, batch)
             del batch, images, labels
 
 

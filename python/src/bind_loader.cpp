@@ -3,11 +3,15 @@
 // Zero-copy: a batch's images reach Python as a numpy array pointing into the loader's ring
 // slot; its base object holds the slot's lease, so the slot returns to the ring only when the
 // last array (or a torch tensor made from it) is gone. Labels and indices are copied (a few
-// bytes) so that keeping them holds no slot.
+// bytes) so that keeping them holds no slot. Fields (LoaderOptions::fields) come through a
+// BatchFields object, built into arrays only when asked for (shardfeed.Batch["name"]): numpy
+// views of the batch (stacked, or each sample's slice of a ragged field's values), holding the
+// lease like the images; str and json as Python lists.
 #include <unistd.h>
 
 #include "common.h"
 #include "dlpack_export.h"
+#include "shardfeed/format/archive.h"
 #include "shardfeed/reader/loader.h"
 #include "shardfeed/reader/options.h"
 
@@ -65,9 +69,66 @@ reader::LoaderOptions ParseLoaderOptions(const py::dict& kw) {
   return o;
 }
 
+// A batch's fields, as shardfeed.Batch reads them.
+struct PyBatchFields {
+  reader::Batch batch;
+  bool offsets = false;    // LoaderOptions::ragged == kOffsets
+  bool has_label = false;  // the schema has a class field
+
+  std::vector<std::string> Names() const {
+    std::vector<std::string> out;
+    for (const auto& f : batch.fields()) out.emplace_back(f.name);
+    return out;
+  }
+
+  py::object Get(const std::string& name) const {
+    const reader::BatchField* f = batch.field(name);
+    if (!f) throw py::key_error(name);
+    using format::FieldKind;
+    const py::dtype dtype(std::string(format::ElemName(f->elem)));
+    py::capsule keep = Keeper(batch.lease());
+    auto view = [&](const uint8_t* data, std::vector<ssize_t> shape) {
+      return py::array(dtype, std::move(shape), data, keep);
+    };
+    if (!f->ragged()) return view(f->data, std::vector<ssize_t>(f->shape.begin(), f->shape.end()));
+    const size_t n = batch.size();
+    const bool text = f->kind == FieldKind::kStr || f->kind == FieldKind::kJson;
+    if (text || f->kind == FieldKind::kBytes) {
+      py::list out;
+      for (size_t i = 0; i < n; ++i) {
+        const char* p = reinterpret_cast<const char*>(f->data) + f->offsets[i];
+        const size_t len = static_cast<size_t>(f->offsets[i + 1] - f->offsets[i]);
+        if (f->kind == FieldKind::kBytes) {
+          out.append(py::bytes(p, len));
+        } else if (f->kind == FieldKind::kStr) {
+          out.append(py::str(p, len));
+        } else {
+          out.append(len ? FromJson(std::string(p, len)) : py::none());
+        }
+      }
+      return out;
+    }
+    // Bytes of one entry of the values' first axis.
+    size_t unit = format::ElemSize(f->elem);
+    for (size_t d = 1; d < f->shape.size(); ++d) unit *= static_cast<size_t>(f->shape[d]);
+    if (offsets) {
+      auto values = view(f->data, std::vector<ssize_t>(f->shape.begin(), f->shape.end()));
+      py::array_t<int64_t> offs({static_cast<ssize_t>(n + 1)}, f->offsets, keep);
+      return py::make_tuple(values, offs);
+    }
+    py::list out;
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<ssize_t> shape(f->dims + i * f->ndim, f->dims + (i + 1) * f->ndim);
+      out.append(view(f->data + f->offsets[i] * unit, std::move(shape)));
+    }
+    return out;
+  }
+};
+
 struct PyLoader {
   std::unique_ptr<reader::Loader> loader;
   pid_t pid = 0;
+  bool has_label = true;
   // The native loader, or a clear error once close() ran.
   reader::Loader& get() const {
     if (!loader) RaiseError("this Loader is closed");
@@ -86,6 +147,7 @@ PyLoader Create(const py::handle& archive, const py::kwargs& kw) {
   PyLoader l;
   l.loader = Check(std::move(r));
   l.pid = ::getpid();
+  l.has_label = a->schema().label_field() >= 0;
   return l;
 }
 
@@ -128,7 +190,13 @@ py::object Next(PyLoader& l, uintptr_t consumer_stream) {
                        std::vector<ssize_t>(batch_shape.begin(), batch_shape.end()), b.lease());
   py::array_t<int64_t> labels(static_cast<ssize_t>(b.size()), b.labels());
   py::array_t<uint64_t> indices(static_cast<ssize_t>(b.size()), b.indices());
-  if (!loader.on_device()) return py::make_tuple(images, labels, indices);
+  // None when there is nothing beyond images and labels (no object, no extra lease per batch).
+  py::object fields = py::none();
+  if (!b.fields().empty() || !l.has_label) {
+    fields = py::cast(PyBatchFields{
+        b, loader.options().ragged == reader::LoaderOptions::Ragged::kOffsets, l.has_label});
+  }
+  if (!loader.on_device()) return py::make_tuple(images, labels, indices, fields);
   // The consumer's stream waits for this batch's copy; the host does not block.
   Check(b.Wait(reinterpret_cast<void*>(consumer_stream)));
   const int device = b.device();
@@ -140,7 +208,7 @@ py::object Next(PyLoader& l, uintptr_t consumer_stream) {
                    static_cast<DLDataTypeCode>(dt.code), dt.bits, kDLCUDA, device, b.lease());
   auto dlabels = ExportDlpack(const_cast<int64_t*>(b.device_labels()), {b.size()}, kDLInt, 64,
                               kDLCUDA, device, b.lease());
-  return py::make_tuple(images, labels, indices, dimages, dlabels);
+  return py::make_tuple(images, labels, indices, dimages, dlabels, fields);
 }
 
 void Resume(PyLoader& l, const py::dict& d) {
@@ -199,6 +267,11 @@ py::dict StatsDict(const PyLoader& l) {
 }  // namespace
 
 void BindLoader(py::module_& m) {
+  py::class_<PyBatchFields>(m, "BatchFields")
+      .def("names", &PyBatchFields::Names)
+      .def("get", &PyBatchFields::Get, py::arg("name"))
+      .def_readonly("has_label", &PyBatchFields::has_label)
+      .def_readonly("offsets", &PyBatchFields::offsets);
   py::class_<PyLoader>(m, "Loader")
       .def(py::init(&Create), py::arg("archive"))
       .def(

@@ -7,10 +7,12 @@
 
 #include "loader_internal.h"
 #include "shardfeed/base/cpus.h"
+#include "shardfeed/reader/geometry.h"
 
 namespace shardfeed::reader {
 
-Result<SlotLayout> LayOutSlot(uint32_t out_h, uint32_t out_w, size_t element, uint32_t batch) {
+Result<SlotLayout> LayOutSlot(uint32_t out_h, uint32_t out_w, size_t element, uint32_t batch,
+                              const std::vector<size_t>& regions, bool geometry) {
   const size_t b = batch;
   size_t image_bytes = 0;
   if (uint64_t{out_h} * out_w > kMaxOutputPixels ||
@@ -25,7 +27,27 @@ Result<SlotLayout> LayOutSlot(uint32_t out_h, uint32_t out_w, size_t element, ui
   l.sample_bytes = size_t{out_h} * out_w * 3 * element;
   l.labels_offset = align(l.sample_bytes * b, 64);
   l.indices_offset = l.labels_offset + align(b * sizeof(int64_t), 64);
-  l.slot_bytes = align(l.indices_offset + b * sizeof(uint64_t), RingMemory::PageSize());
+  size_t end = l.indices_offset + b * sizeof(uint64_t);
+  for (size_t per_sample : regions) {
+    end = align(end, 64);
+    l.region_offsets.push_back(end);
+    size_t bytes = 0;
+    if (__builtin_mul_overflow(per_sample, b, &bytes) || bytes > kMaxRingBytes) {
+      return Status::InvalidArgument("fields of ", per_sample, " bytes a sample x batch ", b,
+                                     " are beyond the ring's limit of ", kMaxRingBytes >> 30,
+                                     " GiB");
+    }
+    end += bytes;
+  }
+  if (geometry) {
+    end = align(end, 64);
+    l.geometry_offset = end;
+    end += b * sizeof(SampleGeometry);
+  }
+  if (end > kMaxRingBytes) {
+    return Status::InvalidArgument("a batch of ", b, " with its fields is beyond the ring's limit");
+  }
+  l.slot_bytes = align(end, RingMemory::PageSize());
   return l;
 }
 
@@ -55,11 +77,12 @@ Status Loader::Impl::SizeRing(const LoaderOptions& o) {
                                    kMaxRingBytes >> 30, " GiB");
   }
   // Room for kept batches past the ring (committed only when the consumer holds every slot).
-  const uint64_t kept_budget = o.kept_mb > 0 ? uint64_t{o.kept_mb} << 20
-                                             : AvailableMemoryBytes() / 4;
+  const uint64_t kept_budget =
+      o.kept_mb > 0 ? uint64_t{o.kept_mb} << 20 : AvailableMemoryBytes() / 4;
   kept_cap = static_cast<uint32_t>(std::min<uint64_t>(
       {kept_budget / slot_bytes, kMaxKeptBatches, kMaxRingBytes / slot_bytes - capacity}));
   slots.resize(capacity + kept_cap);
+  if (!fields.empty()) slot_fields.resize(slots.size());
   ring_cap = capacity;
   current.filling.assign(capacity, -1);
   ahead.filling.assign(capacity, -1);
@@ -181,8 +204,9 @@ Status Loader::Impl::AddKeptSlot(std::unique_lock<std::mutex>& lock) {
     return Status::ResourceExhausted(
         "the consumer holds all ", usable, " slots: the ring's ", depth, " and ", kept(),
         " kept beyond it, the most kept_mb=", options.kept_mb, " allows (",
-        options.kept_mb ? "" : "the default, a quarter of memory; ", "at most ",
-        kMaxKeptBatches, " batches of ", kib, " KiB): release batches (copy what you keep), "
+        options.kept_mb ? "" : "the default, a quarter of memory; ", "at most ", kMaxKeptBatches,
+        " batches of ", kib,
+        " KiB): release batches (copy what you keep), "
         "or raise kept_mb");
   }
   ++kept_request;
@@ -200,9 +224,9 @@ Status Loader::Impl::AddKeptSlot(std::unique_lock<std::mutex>& lock) {
   Status status = MaintainRing();
   lock.lock();
   if (!status.ok()) {
-    return Status::ResourceExhausted("the consumer holds all ", usable,
-                                     " slots and no slot could be added for a kept batch: ",
-                                     status.ToString());
+    return Status::ResourceExhausted(
+        "the consumer holds all ", usable,
+        " slots and no slot could be added for a kept batch: ", status.ToString());
   }
   return Status::OK();
 }

@@ -15,12 +15,14 @@
 // consumer's thread gives its memory back (MaintainRing). Committing, pinning and unpinning
 // happen only in MaintainRing, on the consumer's thread (or Create's), outside the lock.
 //
-// Slot layout: images (batch x sample_bytes), labels (int64), indices (uint64), each 64-byte
-// aligned; a slot is a whole number of pages.
+// Slot layout: images (batch x sample_bytes), labels (int64), indices (uint64), then with fields
+// (batch_fields.h) each stacked field region (batch x its bytes) and the samples' geometry, each
+// 64-byte aligned; a slot is a whole number of pages.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "shardfeed/base/status.h"
 
@@ -41,10 +43,14 @@ struct Slot {
 
 struct SlotLayout {
   size_t sample_bytes = 0, slot_bytes = 0, labels_offset = 0, indices_offset = 0;
+  std::vector<size_t> region_offsets;  // stacked field regions (batch_fields.h)
+  size_t geometry_offset = 0;          // SampleGeometry per sample (0: none)
 };
 
-// The layout of a slot for `batch` images of out_h x out_w x 3 elements of `element` bytes;
-// an error when that is beyond the ring's limits (kMaxOutputPixels, kMaxRingBytes).
-Result<SlotLayout> LayOutSlot(uint32_t out_h, uint32_t out_w, size_t element, uint32_t batch);
+// The layout of a slot for `batch` images of out_h x out_w x 3 elements of `element` bytes,
+// plus stacked regions of `regions[k]` bytes per sample and, with `geometry`, a SampleGeometry
+// per sample; an error when that is beyond the ring's limits (kMaxOutputPixels, kMaxRingBytes).
+Result<SlotLayout> LayOutSlot(uint32_t out_h, uint32_t out_w, size_t element, uint32_t batch,
+                              const std::vector<size_t>& regions = {}, bool geometry = false);
 
 }  // namespace shardfeed::reader

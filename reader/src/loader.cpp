@@ -21,6 +21,18 @@ size_t Batch::image_bytes() const {
   return n;
 }
 
+const std::vector<BatchField>& Batch::fields() const {
+  static const std::vector<BatchField> kNone;
+  return fields_ ? *fields_ : kNone;
+}
+
+const BatchField* Batch::field(std::string_view name) const {
+  for (const BatchField& f : fields()) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
 const void* Batch::device_images() const { return device_ ? device_->device_images() : nullptr; }
 
 const int64_t* Batch::device_labels() const {
@@ -162,9 +174,12 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
   SF_RETURN_IF_ERROR(
       SampleDecoder::OutputShape(*impl->archive, options.transform, &impl->out_h, &impl->out_w));
   impl->sampler = MakeSampler(*impl->archive, options);
-  SF_ASSIGN_OR_RETURN(impl->layout,
-                      LayOutSlot(impl->out_h, impl->out_w, DTypeSize(impl->options.transform.dtype),
-                                 options.batch_size));
+  SF_ASSIGN_OR_RETURN(const uint64_t selected, SelectFields(impl->archive->schema(), options));
+  impl->fields = PlanFields(impl->archive->schema(), selected, impl->out_h, impl->out_w);
+  SF_ASSIGN_OR_RETURN(
+      impl->layout,
+      LayOutSlot(impl->out_h, impl->out_w, DTypeSize(impl->options.transform.dtype),
+                 options.batch_size, impl->fields.region_bytes, !impl->fields.empty()));
   SF_RETURN_IF_ERROR(impl->SizeRing(options));
   Tuner::Config tc;
   tc.auto_workers = impl->auto_workers;
@@ -270,6 +285,7 @@ Batch Loader::Impl::Deliver(int s, uint64_t b) {
     }
     batch.device_label_offset_ = layout.labels_offset;
   }
+  if (!fields.empty()) batch.fields_ = &slot_fields[s].views;
   return batch;
 }
 
@@ -321,6 +337,19 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
   Batch batch = p.Deliver(s, b);
   lock.unlock();
   if (maintain) (void)p.MaintainRing();  // a failure is in stats().tuning
+  if (!p.fields.empty()) {
+    // The slot is leased: its fields' buffers are this thread's until the lease ends.
+    const auto t = Clock::now();
+    Status gathered = GatherFields(*p.archive, p.fields, p.layout, p.SlotBase(s), batch.size(),
+                                   &p.slot_fields[s]);
+    lock.lock();
+    p.stats.collate += Seconds(Clock::now() - t);
+    lock.unlock();
+    if (!gathered.ok()) {
+      p.ReleaseSlot(s);
+      return gathered;
+    }
+  }
   batch.lease_ = p.Lease(s);
   return batch;
 }

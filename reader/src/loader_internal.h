@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "batch_fields.h"
 #include "batch_ring.h"
 #include "epoch_plan.h"
 #include "shardfeed/reader/loader.h"
@@ -128,6 +129,8 @@ struct Loader::Impl {
   std::unique_ptr<Sampler> sampler;
   uint32_t out_h = 0, out_w = 0;
   SlotLayout layout;
+  FieldPlan fields;                     // LoaderOptions::fields (batch_fields.h)
+  std::vector<SlotFields> slot_fields;  // per slot: the consumer's part (Next's thread only)
 
   RingMemory ring;  // private (threads) or a shared memfd mapping (processes)
   uint8_t* ring_base = nullptr;

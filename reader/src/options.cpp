@@ -122,6 +122,36 @@ std::string Channels(const std::array<float, 3>& c) {
   return NumberText(c[0]) + "," + NumberText(c[1]) + "," + NumberText(c[2]);
 }
 
+// "a,b,c" (names), "*" or "None" (every field), "" (none).
+Status SetFields(LoaderOptions* o, std::string_view t) {
+  if (t == "*" || t == "None") {
+    o->all_fields = true;
+    o->fields.clear();
+    return Status::OK();
+  }
+  std::vector<std::string> names;
+  while (!t.empty()) {
+    const size_t comma = t.find(',');
+    std::string_view name = t.substr(0, comma);
+    while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+    while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+    if (name.empty()) return BadOption("fields", "field names separated by commas, * or empty", t);
+    names.emplace_back(name);
+    if (comma == std::string_view::npos) break;
+    t.remove_prefix(comma + 1);
+  }
+  o->all_fields = false;
+  o->fields = std::move(names);
+  return Status::OK();
+}
+
+std::string GetFields(const LoaderOptions& o) {
+  if (o.all_fields) return "*";
+  std::string out;
+  for (const std::string& f : o.fields) out += (out.empty() ? "" : ",") + f;
+  return out;
+}
+
 // Over 100 lines by design: one declaration per option, in the order help lists them; split,
 // the order and the one-place-per-option reading would scatter.
 std::vector<LoaderOption> MakeTable() {
@@ -311,6 +341,20 @@ std::vector<LoaderOption> MakeTable() {
                     SF_T(verify_checksums)),
       CountOption<O>("max_pixels", 1, kAny, "a record declaring more pixels is that sample's error",
                      SF_T(max_pixels)),
+      {"fields", OptionKind::kText, nullptr,
+       "fields of the archive's schema each batch carries besides images and labels: names "
+       "separated by commas, * (every field: the default) or empty (none)",
+       SetFields, GetFields, "field names separated by commas, * or empty"},
+      {"ragged", OptionKind::kChoice, "list|offsets",
+       "Python: a variable-length field as a list of per-sample arrays, or as (values, offsets)",
+       [](O* o, V t) -> Status {
+         if (t == "list") return o->ragged = LoaderOptions::Ragged::kList, Status::OK();
+         if (t == "offsets") return o->ragged = LoaderOptions::Ragged::kOffsets, Status::OK();
+         return BadOption("ragged", "one of list, offsets", t);
+       },
+       [](const O& o) {
+         return std::string(o.ragged == LoaderOptions::Ragged::kList ? "list" : "offsets");
+       }},
   };
 }
 

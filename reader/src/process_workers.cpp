@@ -32,7 +32,7 @@ namespace {
 
 constexpr int kSocketFd = 3, kRingFd = 4;
 constexpr uint32_t kWireMagic = 0x4b574653;  // "SFWK"
-constexpr uint32_t kWireVersion = 2;
+constexpr uint32_t kWireVersion = 3;
 
 // Sent once by the parent after spawning. Same build on both sides (the worker program is found
 // beside the library), checked by version, the struct sizes and the build string.
@@ -44,6 +44,12 @@ struct WireConfig {
   // The identity of the archive the loader opened: XXH3 of its manifest, which names every
   // shard's content hash. A worker reopens the archive by its path and refuses another one.
   uint64_t manifest_hash;
+  // Fields (batch_fields.h): the schema fields selected, and the slot layout the worker must
+  // arrive at from them (checked).
+  uint64_t fields;
+  uint64_t slot_bytes;
+  uint32_t batch_size;
+  uint32_t reserved;
 };
 
 uint64_t ManifestHash(const format::Archive& archive) {
@@ -268,7 +274,11 @@ Status Loader::Impl::StartProcesses() {
                    archive->size(),
                    static_cast<int32_t>(::getpid()),
                    static_cast<uint32_t>(path.size()),
-                   manifest_hash};
+                   manifest_hash,
+                   fields.selected,
+                   layout.slot_bytes,
+                   options.batch_size,
+                   0};
     WireResult hello{};
     std::string message;
     bool ok = SendAll(sv[0], &cfg, sizeof(cfg)) &&
@@ -443,7 +453,7 @@ int RunWorkerProcess() {
     return 2;
   };
   std::string build(cfg.build_bytes < 4096 ? cfg.build_bytes : 0, '\0');
-  if (cfg.magic != kWireMagic || cfg.version != kWireVersion ||
+  if (cfg.magic != kWireMagic || cfg.version != kWireVersion || cfg.batch_size == 0 ||
       cfg.transform_bytes != sizeof(TransformOptions) || cfg.build_bytes >= 4096 ||
       cfg.path_bytes >= 65536) {
     return refuse(Status::Unsupported("shardfeed-worker of another build (", BuildString(), ")"));
@@ -470,16 +480,40 @@ int RunWorkerProcess() {
   if (!SendResult(fd, Status::OK(), StageTimes())) return 0;
 
   SampleDecoder decoder(*archive, transform);
+  // The fields as the loader planned them, and the slot layout they give (which must be the
+  // loader's: same build, same archive, same options).
+  const FieldPlan plan =
+      PlanFields((*archive)->schema(), cfg.fields, decoder.out_height(), decoder.out_width());
+  auto layout = LayOutSlot(decoder.out_height(), decoder.out_width(), DTypeSize(transform.dtype),
+                           cfg.batch_size, plan.region_bytes, !plan.empty());
+  if (!layout.ok() || layout->slot_bytes != cfg.slot_bytes ||
+      layout->sample_bytes != cfg.sample_bytes || cfg.slot_bytes == 0) {
+    return refuse(
+        Status::Internal("shardfeed-worker: the ring's slot layout differs from the "
+                         "loader's"));
+  }
+  std::unique_ptr<FieldWriter> writer;
+  if (!plan.empty()) {
+    writer = std::make_unique<FieldWriter>(**archive, plan, *layout, transform.verify_checksums);
+  }
   const pid_t parent = static_cast<pid_t>(cfg.parent_pid);
   WireTask task;
   while (WaitForParent(fd, parent) && RecvAll(fd, &task, sizeof(task))) {
     StageTimes times;
     Status s;
-    if (task.offset > cfg.ring_bytes || cfg.ring_bytes - task.offset < cfg.sample_bytes) {
+    const uint64_t slot_start = uint64_t(task.slot) * cfg.slot_bytes;
+    if (task.offset > cfg.ring_bytes || cfg.ring_bytes - task.offset < cfg.sample_bytes ||
+        task.slot < 0 || slot_start >= cfg.ring_bytes ||
+        cfg.ring_bytes - slot_start < cfg.slot_bytes || task.position >= cfg.batch_size) {
       s = Status::Internal("task outside the ring");
     } else {
       try {
-        s = decoder.DecodeInto(task.index, task.seed, ring + task.offset, &times);
+        SampleGeometry geometry;
+        s = decoder.DecodeInto(task.index, task.seed, ring + task.offset, &times,
+                               writer ? &geometry : nullptr);
+        if (s.ok() && writer) {
+          s = writer->Write(task.index, geometry, ring + slot_start, task.position);
+        }
       } catch (...) {
         s = SampleException(path, task.index);
       }

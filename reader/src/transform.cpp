@@ -195,16 +195,22 @@ SampleDecoder::SampleDecoder(std::shared_ptr<const format::Archive> archive,
 
 SampleDecoder::~SampleDecoder() = default;
 
-Status SampleDecoder::DecodeInto(uint64_t index, uint64_t seed, uint8_t* dst, StageTimes* times) {
+Status SampleDecoder::DecodeInto(uint64_t index, uint64_t seed, uint8_t* dst, StageTimes* times,
+                                 SampleGeometry* geometry) {
+  if (geometry) geometry->valid = 0;
   if (out_h_ == 0) {
     return Status::InvalidArgument("no output shape (see OutputShape and ValidateTransform)");
   }
-  Status s = DecodeRecord(index, seed, dst, times);
+  Status s = DecodeRecord(index, seed, dst, times, geometry);
   // A shard truncated on disk while mapped reads as zeros past its new end (never SIGBUS): what
   // was read is garbage, and the reason is the file, not the image.
-  if (Status changed = archive_->CheckUnchanged(index); !changed.ok()) return changed;
+  if (Status changed = archive_->CheckUnchanged(index); !changed.ok()) {
+    if (geometry) geometry->valid = 0;
+    return changed;
+  }
   // Named once: VerifyRecord's message names the archive and the sample already.
   const std::string prefix = archive_->path() + ": sample " + std::to_string(index) + ": ";
+  if (!s.ok() && geometry) geometry->valid = 0;
   if (!s.ok() && s.message().compare(0, prefix.size(), prefix) != 0) {
     return Status(s.code(), prefix + s.message());
   }
@@ -232,14 +238,17 @@ void SampleDecoder::Finish(const uint8_t* src, uint32_t w, uint32_t h, size_t st
   times->resize += Since(t);
 }
 
-Status SampleDecoder::DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst, StageTimes* times) {
+Status SampleDecoder::DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst, StageTimes* times,
+                                   SampleGeometry* geometry) {
   if (index >= archive_->size()) return Status::InvalidArgument("index out of range");
   Failpoints& fp = Failpoints::Get();
   if (index == fp.decode_throw) throw std::runtime_error("failpoint decode_throw");
   if (index == fp.decode_hang) std::this_thread::sleep_for(std::chrono::hours(1));
   if (index == fp.decode_gate) fp.WaitAtGate();
   auto t0 = Clock::now();
-  if (options_.verify_checksums) SF_RETURN_IF_ERROR(archive_->VerifyRecord(index));
+  // The record only: a loader that carries variable fields checks their var blob itself
+  // (batch_fields.h), and one that does not never reads it.
+  if (options_.verify_checksums) SF_RETURN_IF_ERROR(archive_->VerifyRecord(index, false));
   SF_ASSIGN_OR_RETURN(const format::RecordView r, archive_->At(index));
   times->label = r.entry->label;
   times->read += Since(t0);
@@ -264,6 +273,16 @@ Status SampleDecoder::DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst, 
   SF_RETURN_IF_ERROR(c->DecodeCrop(*codec_, r, rect, crop_decode_, &region));
   times->decode += Since(t);
   Finish(region.pixels, region.width, region.height, region.stride, flip, dst, times);
+  if (geometry) {
+    geometry->stored_width = e.width;
+    geometry->stored_height = e.height;
+    geometry->crop = rect;
+    geometry->out_width = out_w_;
+    geometry->out_height = out_h_;
+    geometry->orientation = e.orientation;
+    geometry->flip = flip;
+    geometry->valid = 1;
+  }
   return Status::OK();
 }
 

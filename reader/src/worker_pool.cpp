@@ -46,6 +46,7 @@ void Loader::Impl::SampleDone(const Task& t, const Status& status, const StageTi
     std::memset(SlotImages(t.slot) + size_t{t.position} * layout.sample_bytes, 0,
                 layout.sample_bytes);
     labels[t.position] = -1;
+    if (!fields.empty()) FieldWriter::Clear(fields, layout, SlotBase(t.slot), t.position);
   } else {
     labels[t.position] = times.label >= 0 ? times.label : archive->Label(t.index);
   }
@@ -157,6 +158,11 @@ Status SampleException(const std::string& archive, uint64_t index) {
 }
 
 Status Loader::Impl::ThreadWorkerLoop(size_t worker, SampleDecoder* decoder) {
+  std::unique_ptr<FieldWriter> writer;
+  if (!fields.empty()) {
+    writer =
+        std::make_unique<FieldWriter>(*archive, fields, layout, options.transform.verify_checksums);
+  }
   Task run;
   while (Claim(worker, &run)) {
     RunTally tally;
@@ -171,7 +177,9 @@ Status Loader::Impl::ThreadWorkerLoop(size_t worker, SampleDecoder* decoder) {
       try {
         Resolve(&t);
         uint8_t* dst = SlotImages(t.slot) + size_t{t.position} * layout.sample_bytes;
-        s = decoder->DecodeInto(t.index, t.seed, dst, &times);
+        SampleGeometry geometry;
+        s = decoder->DecodeInto(t.index, t.seed, dst, &times, writer ? &geometry : nullptr);
+        if (s.ok() && writer) s = writer->Write(t.index, geometry, SlotBase(t.slot), t.position);
       } catch (...) {
         s = SampleException(archive->path(), t.index);
       }

@@ -52,6 +52,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardfeed/base/status.h"
@@ -137,6 +138,18 @@ struct LoaderOptions {
   // Seconds Next() waits with no sample completing before it returns kTimeout (see above).
   // 0 waits forever. The default is far above any single sample's decode time.
   double timeout = 120;
+  // Fields of the archive's schema (format/fields.h) each batch carries beside its images and
+  // labels (Batch::fields()): with all_fields (the default) every field, else those named in
+  // `fields` (Create() refuses a name the schema lacks, naming the closest). The image field and
+  // the class field ("label") always come as images() and labels(), named or not. A field not
+  // carried costs nothing: with none, batches are laid out and read exactly as image + label.
+  bool all_fields = true;
+  std::vector<std::string> fields;
+  // How the Python bindings hand out a variable field: kList, a list of per-sample arrays
+  // (views of the batch); kOffsets, one values array and one offsets array (no per-sample
+  // Python work). C++ callers always get both forms (BatchField).
+  enum class Ragged { kList, kOffsets };
+  Ragged ragged = Ragged::kList;
 };
 
 // Where an interrupted run stands: enough to resume on exactly the next batch at the same world
@@ -178,6 +191,33 @@ struct EpochStats {
 
 class Loader;
 
+// One field of a batch (LoaderOptions::fields), in the schema's order. Views, valid while the
+// Batch's lease is held (like images()). Two forms:
+// - stacked (ragged() false): fixed-size fields (int64, float32, float64, fixed arrays) as
+//   shape {size(), dims...} (scalars {size()}), and masks as {size(), H, W} uint8, H x W the
+//   images' output size, resampled with each image's crop, flip and orientation (geometry.h).
+//   In the ring slot, page-locked like the images.
+// - ragged (variable fields: boxes, arrays with a "*" dim, str, bytes, json): every sample's
+//   value back to back in `data`; sample i is entries [offsets[i], offsets[i + 1]) of data's
+//   first axis and has its own shape dims[i * ndim, (i + 1) * ndim). `shape` is data's: {rows,
+//   trailing dims...} when only the first dim varies (boxes: {rows, 4}), else {elements}
+//   (str, bytes, json: {bytes}, ndim 0). Boxes are in output pixels (geometry.h: mapped,
+//   clipped, boxes under kMinBoxSide dropped) and every field declared per those boxes keeps
+//   the same rows. A skipped sample (skip_errors) has no rows, an empty string, a zero mask and
+//   zero fixed fields. In host memory of the slot's own (not page-locked), reused with it.
+struct BatchField {
+  std::string_view name;  // lives as long as the archive
+  format::FieldKind kind = format::FieldKind::kBytes;
+  format::ElemType elem = format::ElemType::kUint8;  // of `data` (str, bytes, json: uint8)
+  const uint8_t* data = nullptr;
+  size_t bytes = 0;
+  std::vector<int64_t> shape;        // of `data`
+  const int64_t* offsets = nullptr;  // ragged: size() + 1 entries, from 0
+  const uint32_t* dims = nullptr;    // ragged: size() x ndim
+  uint32_t ndim = 0;
+  bool ragged() const { return offsets != nullptr; }
+};
+
 // A batch: a lease on one ring slot. The slot goes back to the ring when the last copy of the
 // Batch (it is a shared handle) is destroyed; until then its memory is never overwritten.
 class Batch {
@@ -198,6 +238,10 @@ class Batch {
   uint64_t epoch() const { return epoch_; }
   uint64_t number() const { return number_; }  // batch number within the epoch
   uint32_t skipped() const { return skipped_; }
+  // The fields carried (LoaderOptions::fields) other than the image and the class field, in
+  // schema order; empty when none. Valid while the lease is held.
+  const std::vector<BatchField>& fields() const;
+  const BatchField* field(std::string_view name) const;  // nullptr if not carried
   // On the device (only with LoaderOptions::device): images then labels, copied on the slot's
   // stream. Call Wait(stream) before using them from `stream`, or Synchronize().
   // Wait() also names the stream whose work must finish before the slot is refilled: on
@@ -226,6 +270,7 @@ class Batch {
   uint64_t epoch_ = 0, number_ = 0;
   DeviceSlot* device_ = nullptr;
   size_t device_label_offset_ = 0;
+  const std::vector<BatchField>* fields_ = nullptr;
 };
 
 class Loader {

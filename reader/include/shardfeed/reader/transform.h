@@ -14,6 +14,7 @@
 #include "shardfeed/codec/codec.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/imaging/image.h"
+#include "shardfeed/reader/geometry.h"
 
 namespace shardfeed::reader {
 
@@ -110,15 +111,19 @@ class SampleDecoder {
 
   // Decodes sample `index` into `dst` (sample_bytes() bytes, suitably aligned for the dtype, in
   // the configured layout and dtype).
-  // `seed` drives the random crop and flip. Errors name the archive and the sample.
-  Status DecodeInto(uint64_t index, uint64_t seed, uint8_t* dst, StageTimes* times);
+  // `seed` drives the random crop and flip. Errors name the archive and the sample. With
+  // `geometry`, how the image was placed there (geometry.h: what boxes and masks follow), set
+  // valid only on success.
+  Status DecodeInto(uint64_t index, uint64_t seed, uint8_t* dst, StageTimes* times,
+                    SampleGeometry* geometry = nullptr);
 
   // Resolves output geometry from options and the archive; fails for impossible combinations.
   static Status OutputShape(const format::Archive& archive, const TransformOptions& options,
                             uint32_t* height, uint32_t* width);
 
  private:
-  Status DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst, StageTimes* times);
+  Status DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst, StageTimes* times,
+                      SampleGeometry* geometry);
   void Finish(const uint8_t* src, uint32_t w, uint32_t h, size_t stride, bool flip, uint8_t* dst,
               StageTimes* times);
 

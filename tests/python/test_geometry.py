@@ -1,0 +1,132 @@
+"""Geometry follows the image, as a user meets it (issue 21): JPEGs of every EXIF orientation,
+each dark with one bright rectangle that is exactly its box (given in stored pixels, as the
+format says), packed from JSONL and read by shardfeed.Loader with centre crop, RRC + flip and
+squash + flip for a sweep of seeds: every bright pixel of the output image lies inside the
+batch's box (grown by one pixel for the resize filter and JPEG's blur), and the box's pixels and
+the bright pixels agree to IoU >= 0.85 for boxes of at least 10 output pixels a side."""
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import shardfeed
+
+CLI = os.environ.get("SHARDFEED_CLI", "shardfeed")
+OUT = 48
+
+
+def scenes():
+    """Stored size and rectangle (x0, y0, x1, y1) per orientation 1..8."""
+    return {o: (96, 64, 10 + 5 * o, 6 + 3 * o, 50 + 4 * o, 40 + 2 * o) for o in range(1, 9)}
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    d = tmp_path_factory.mktemp("geometry")
+    with open(d / "m.jsonl", "w") as f:
+        for o, (w, h, x0, y0, x1, y1) in scenes().items():
+            pixels = np.full((h, w, 3), 20, np.uint8)
+            pixels[y0:y1, x0:x1] = 235
+            exif = Image.Exif()
+            exif[0x0112] = o
+            Image.fromarray(pixels).save(d / ("%d.jpg" % o), quality=98, exif=exif.tobytes())
+            f.write(json.dumps({"image": "%d.jpg" % o, "label": 0,
+                                "boxes": [[x0, y0, x1, y1]]}) + "\n")
+    with open(d / "schema.json", "w") as f:
+        json.dump({"image": "image", "label": "int64", "boxes": "boxes"}, f)
+    out = str(d / "a.sf")
+    r = subprocess.run([CLI, "pack", str(d / "m.jsonl"), out, "--schema", str(d / "schema.json"),
+                        "-q"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def box_pixels(box):
+    c = np.arange(OUT) + 0.5
+    inside_x = (c > box[0]) & (c < box[2])
+    inside_y = (c > box[1]) & (c < box[3])
+    return inside_y[:, None] & inside_x[None, :]
+
+
+@pytest.mark.parametrize("crop", [dict(crop="center"), dict(crop="random", flip=True),
+                                  dict(crop="squash", flip=True)])
+def test_boxes_enclose_the_rectangle_through_orientation_crop_and_flip(archive, crop):
+    checked = 0
+    for seed in range(12):
+        loader = shardfeed.Loader(archive, batch_size=8, workers=1, size=OUT, seed=seed,
+                                  shuffle=True, **crop)
+        for batch in loader:
+            for p in range(len(batch.indices)):
+                bright = batch.images[p].astype(int).sum(-1) > 3 * 128
+                boxes = batch["boxes"][p]
+                if len(boxes) == 0:  # the crop holds at most a sliver of the rectangle
+                    assert bright.sum() <= 2 * OUT
+                    continue
+                (bx0, by0, bx1, by1), = boxes
+                ys, xs = np.nonzero(bright)
+                assert (xs + 0.5 >= bx0 - 1).all() and (xs + 0.5 <= bx1 + 1).all()
+                assert (ys + 0.5 >= by0 - 1).all() and (ys + 0.5 <= by1 + 1).all()
+                if bx1 - bx0 >= 10 and by1 - by0 >= 10:
+                    inside = box_pixels(boxes[0])
+                    iou = (inside & bright).sum() / (inside | bright).sum()
+                    assert iou >= 0.85, (seed, int(batch.indices[p]) + 1, iou)
+                    checked += 1
+        loader.close()
+    assert checked >= 40  # the sweep did test the bound
+
+
+def test_same_seed_same_images_and_boxes(archive):
+    def epoch():
+        loader = shardfeed.Loader(archive, batch_size=8, workers=2, size=OUT, seed=5,
+                                  crop="random", flip=True)
+        b = next(iter(loader))
+        out = b.images.copy(), [x.copy() for x in b["boxes"]]
+        loader.close()
+        return out
+
+    (i1, b1), (i2, b2) = epoch(), epoch()
+    np.testing.assert_array_equal(i1, i2)
+    for x, y in zip(b1, b2):
+        np.testing.assert_array_equal(x, y)
+    # Asking for the boxes changes nothing of the images' randomness.
+    loader = shardfeed.Loader(archive, batch_size=8, workers=2, size=OUT, seed=5, crop="random",
+                              flip=True, fields=[])
+    np.testing.assert_array_equal(next(iter(loader)).images, i1)
+    loader.close()
+
+
+def test_masks_follow_the_image(tmp_path):
+    """A mask written with shardfeed.Writer (the rectangle's pixels set to 1) comes back cropped,
+    flipped and resized with its image: (N, H, W) uint8, IoU >= 0.85 with the bright pixels for
+    rectangles of at least 10 output pixels a side, and only the mask's own values."""
+    out = str(tmp_path / "m.sf")
+    rects = [(10 + 3 * i, 8 + 2 * i, 60 + 2 * i, 44 + i) for i in range(6)]
+    with shardfeed.Writer(out, schema={"image": "image", "mask": "mask", "boxes": "boxes"},
+                          encoding="raw") as w:
+        for x0, y0, x1, y1 in rects:
+            pixels = np.full((64, 96, 3), 20, np.uint8)
+            pixels[y0:y1, x0:x1] = 235
+            mask = np.zeros((64, 96), np.uint8)
+            mask[y0:y1, x0:x1] = 1
+            w.write({"image": pixels, "mask": mask,
+                     "boxes": np.array([[x0, y0, x1, y1]], np.float32)})
+    checked = 0
+    for seed in range(10):
+        loader = shardfeed.Loader(out, batch_size=6, workers=1, size=OUT, seed=seed,
+                                  crop="random", flip=True)
+        for batch in loader:
+            masks = batch["mask"]
+            assert masks.shape == (len(batch.indices), OUT, OUT) and masks.dtype == np.uint8
+            assert set(np.unique(masks)) <= {0, 1}
+            for p in range(len(batch.indices)):
+                bright = batch.images[p].astype(int).sum(-1) > 3 * 128
+                boxes = batch["boxes"][p]
+                if len(boxes) and min(boxes[0][2] - boxes[0][0], boxes[0][3] - boxes[0][1]) >= 10:
+                    m = masks[p] == 1
+                    assert (m & bright).sum() / (m | bright).sum() >= 0.85
+                    checked += 1
+        loader.close()
+    assert checked >= 20
