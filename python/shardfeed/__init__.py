@@ -314,9 +314,10 @@ class Loader:
     skip_errors=False (True: a sample that cannot be decoded becomes a zero image labelled -1,
     so train with F.cross_entropy(..., ignore_index=-1)), verify_checksums=False, timeout=120
     (seconds with no sample completed before shardfeed.Timeout is raised; 0 or None waits
-    forever), fields=None (every field of the archive's schema; or a list of names: what each
-    batch carries beside images and labels, see Batch; an unknown name raises ValueError naming
-    the closest; fields=[] carries none), ragged='list'|'offsets' (variable-length fields as
+    forever), fields=None (every field of the archive's schema but a folder pack's source
+    `path`, which fields='*' or a list naming it adds; or a list of names: what each batch
+    carries beside images and labels, see Batch; an unknown name raises ValueError naming the
+    closest; fields=[] carries none), ragged='list'|'offsets' (variable-length fields as
     lists of per-sample arrays, or as (values, offsets)). An unknown option raises TypeError
     naming the closest one.
 

@@ -21,6 +21,9 @@ Result<uint64_t> SelectFields(const Schema& schema, const LoaderOptions& options
   uint64_t bits = 0;
   if (options.all_fields) {
     for (size_t f = 0; f < schema.size(); ++f) {
+      const FieldSpec& spec = schema.fields()[f];
+      const bool source_path = spec.name == "path" && spec.kind == FieldKind::kStr;
+      if (source_path && !options.source_path_too) continue;  // asked for by name or "*"
       if (carried(static_cast<int>(f))) bits |= uint64_t{1} << f;
     }
     return bits;

@@ -122,10 +122,12 @@ std::string Channels(const std::array<float, 3>& c) {
   return NumberText(c[0]) + "," + NumberText(c[1]) + "," + NumberText(c[2]);
 }
 
-// "a,b,c" (names), "*" or "None" (every field), "" (none).
+// "a,b,c" (names), "default" or "None" (every field but a folder pack's path), "*" (every
+// field), "" (none).
 Status SetFields(LoaderOptions* o, std::string_view t) {
-  if (t == "*" || t == "None") {
+  if (t == "*" || t == "None" || t == "default") {
     o->all_fields = true;
+    o->source_path_too = t == "*";
     o->fields.clear();
     return Status::OK();
   }
@@ -146,7 +148,7 @@ Status SetFields(LoaderOptions* o, std::string_view t) {
 }
 
 std::string GetFields(const LoaderOptions& o) {
-  if (o.all_fields) return "*";
+  if (o.all_fields) return o.source_path_too ? "*" : "default";
   std::string out;
   for (const std::string& f : o.fields) out += (out.empty() ? "" : ",") + f;
   return out;
@@ -343,8 +345,9 @@ std::vector<LoaderOption> MakeTable() {
                      SF_T(max_pixels)),
       {"fields", OptionKind::kText, nullptr,
        "fields of the archive's schema each batch carries besides images and labels: names "
-       "separated by commas, * (every field: the default) or empty (none)",
-       SetFields, GetFields, "field names separated by commas, * or empty"},
+       "separated by commas, default (every field but a str field named path, the source path "
+       "a folder pack keeps for tracing), * (every field) or empty (none)",
+       SetFields, GetFields, "field names separated by commas, default, * or empty"},
       {"ragged", OptionKind::kChoice, "list|offsets",
        "Python: a variable-length field as a list of per-sample arrays, or as (values, offsets)",
        [](O* o, V t) -> Status {
