@@ -109,15 +109,7 @@ Result<SourceList> ImportCsv(const std::string& file, const ImportOptions& optio
     where.push_back(at);
   }
   if (in.bad()) return Status::IOError(file, ": read failed");
-  if (objects.empty() && skipped.empty()) return Status::InvalidArgument(file, ": no rows");
-  std::vector<Row> rows;
-  for (size_t i = 0; i < objects.size(); ++i) rows.push_back({where[i], &objects[i]});
-  const size_t slash = file.find_last_of('/');
-  const std::string base = slash == std::string::npos ? "" : file.substr(0, slash);
-  SF_ASSIGN_OR_RETURN(SourceList list, ImportRows(rows, header, true, base, options));
-  list.kind = "csv";
-  list.skipped.insert(list.skipped.begin(), skipped.begin(), skipped.end());
-  return list;
+  return ImportParsedRows(file, &objects, where, skipped, header, true, options, "csv");
 }
 
 }  // namespace shardfeed::converter

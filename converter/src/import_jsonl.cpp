@@ -377,6 +377,23 @@ Status InferSchema(const std::vector<Row>& rows, const std::vector<std::string>&
 
 }  // namespace
 
+Result<SourceList> ImportParsedRows(const std::string& file,
+                                    std::vector<nlohmann::ordered_json>* objects,
+                                    const std::vector<std::string>& where,
+                                    const std::vector<SkippedFile>& skipped,
+                                    const std::vector<std::string>& columns, bool text_cells,
+                                    const ImportOptions& options, const char* kind) {
+  if (objects->empty() && skipped.empty()) return Status::InvalidArgument(file, ": no rows");
+  std::vector<Row> rows;
+  for (size_t i = 0; i < objects->size(); ++i) rows.push_back({where[i], &(*objects)[i]});
+  const size_t slash = file.find_last_of('/');
+  const std::string base = slash == std::string::npos ? "" : file.substr(0, slash);
+  SF_ASSIGN_OR_RETURN(SourceList list, ImportRows(rows, columns, text_cells, base, options));
+  list.kind = kind;
+  list.skipped.insert(list.skipped.begin(), skipped.begin(), skipped.end());
+  return list;
+}
+
 Status ValueFromText(const FieldSpec& spec, const std::string& text, OwnedValue* out) {
   return ValueOf(spec, Json(text), true, out);
 }
@@ -519,15 +536,7 @@ Result<SourceList> ImportJsonl(const std::string& file, const ImportOptions& opt
     where.push_back(at);
   }
   if (in.bad()) return Status::IOError(file, ": read failed");
-  if (objects.empty() && skipped.empty()) return Status::InvalidArgument(file, ": no rows");
-  std::vector<Row> rows;
-  for (size_t i = 0; i < objects.size(); ++i) rows.push_back({where[i], &objects[i]});
-  const size_t slash = file.find_last_of('/');
-  const std::string base = slash == std::string::npos ? "" : file.substr(0, slash);
-  SF_ASSIGN_OR_RETURN(SourceList list, ImportRows(rows, columns, false, base, options));
-  list.kind = "jsonl";
-  list.skipped.insert(list.skipped.begin(), skipped.begin(), skipped.end());
-  return list;
+  return ImportParsedRows(file, &objects, where, skipped, columns, false, options, "jsonl");
 }
 
 }  // namespace shardfeed::converter

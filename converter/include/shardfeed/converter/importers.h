@@ -76,6 +76,15 @@ struct Row {
 Result<SourceList> ImportRows(const std::vector<Row>& rows, const std::vector<std::string>& columns,
                               bool text_cells, const std::string& base,
                               const ImportOptions& options);
+// The rows' common end: `objects` parsed from `file` (named by `where`), rows already skipped,
+// imported with ImportRows (image paths relative to the file's directory) and tagged `kind`.
+// kInvalidArgument when the file holds no row at all.
+Result<SourceList> ImportParsedRows(const std::string& file,
+                                    std::vector<nlohmann::ordered_json>* objects,
+                                    const std::vector<std::string>& where,
+                                    const std::vector<SkippedFile>& skipped,
+                                    const std::vector<std::string>& columns, bool text_cells,
+                                    const ImportOptions& options, const char* kind);
 
 // The value of field `spec` from text (a CSV cell, a WebDataset member): str/bytes as they are,
 // numbers parsed, arrays and boxes parsed from JSON text, json checked (plain text becomes a JSON
