@@ -6,9 +6,11 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "cli_internal.h"
 #include "shardfeed/validate/extract.h"
+#include "shardfeed/validate/inspect.h"
 #include "shardfeed/validate/stats.h"
 
 namespace po = boost::program_options;
@@ -55,6 +57,20 @@ void PrintSummary(const validate::StatsReport& r) {
       r.uniform.size(), r.dark.size(), r.bright.size(), r.blurry.size(), r.extreme_aspect.size(),
       r.tiny.size(), r.errors.size());
   std::printf("leaks: %zu\n", r.leaks.size());
+  // Version 4: one line per field besides image and label.
+  const auto fields = nlohmann::json::parse(r.fields_json, nullptr, false);
+  for (auto it = fields.begin(); fields.is_object() && it != fields.end(); ++it) {
+    std::string line = validate::Printable(it.key()) + " (" + it.value().value("type", "") + ")";
+    for (const char* k : {"rows", "values", "bytes"}) {
+      const auto& v = it.value().contains(k) ? it.value()[k] : nlohmann::json();
+      if (!v.is_object()) continue;
+      char buf[160];
+      std::snprintf(buf, sizeof(buf), " %s %g..%g (mean %.3g)", k, v["min"].get<double>(),
+                    v["max"].get<double>(), v["mean"].get<double>());
+      line += buf;
+    }
+    std::printf("field %s\n", line.c_str());
+  }
 }
 
 }  // namespace

@@ -297,3 +297,32 @@ for path, kw in ((other, dict(opts)), (a, dict(opts, dtype="uint8"))):
     assert same == "True"
     assert "another state of the archive" in changed and "--save" in changed, changed
     assert "float dtype" in uint8, uint8
+
+
+def test_stats_summarises_every_field_and_names_duplicates_by_path(tmp_path):
+    # Issue 23 on version-4 archives: per field, what its values span (rows of boxes, element
+    # ranges, text lengths); duplicate groups also by source path when the pack kept one.
+    from PIL import Image
+    rows = []
+    for i in range(4):
+        Image.new("RGB", (24, 16), (10 * i, 50, 90)).save(tmp_path / ("%d.png" % i))
+        rows.append({"image": "%d.png" % i, "score": 0.5 * i,
+                     "boxes": [[0, 0, 4, 4]] * (i + 1), "caption": "x" * (i + 2)})
+    with open(tmp_path / "m.jsonl", "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+    assert run("pack", tmp_path / "m.jsonl", tmp_path / "a.sf", "-q").returncode == 0
+    p = run("stats", tmp_path / "a.sf", "--json", "-", "-q")
+    assert p.returncode == 0, p.stderr
+    fields = json.loads(p.stdout)["fields"]
+    assert fields["boxes"]["rows"] == {"min": 1, "max": 4, "mean": 2.5}
+    assert fields["boxes"]["values"]["min"] == 0 and fields["boxes"]["values"]["max"] == 4
+    assert fields["score"]["values"] == {"min": 0, "max": 1.5, "mean": 0.75}
+    assert fields["caption"]["bytes"] == {"min": 2, "max": 5, "mean": 3.5}
+    # A folder pack keeps paths: its duplicate groups are named by them too.
+    src = tmp_path / "src" / "c"
+    src.mkdir(parents=True)
+    for name in ("a.png", "b.png", "c.png"):
+        Image.new("RGB", (20, 20), (7, 7, 7) if name != "c.png" else (200, 9, 9)).save(src / name)
+    assert run("pack", tmp_path / "src", tmp_path / "f.sf", "-q").returncode == 0
+    s = json.loads(run("stats", tmp_path / "f.sf", "--json", "-", "-q").stdout)
+    assert s["duplicate_paths"] == [["c/a.png", "c/b.png"]], s["duplicates"]

@@ -1,5 +1,6 @@
 #include "fields_io.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -215,6 +216,63 @@ Result<json> FieldJson(const format::Archive& archive, uint64_t i, size_t f,
       return Nested(spec, v, 0, &e);
     }
   }
+}
+
+namespace {
+
+// min, max and mean of values added one at a time.
+struct Span {
+  double min = INFINITY, max = -INFINITY, sum = 0;
+  uint64_t n = 0;
+  void Add(double v) {
+    if (!(v == v)) return;  // NaN: not a value to span
+    min = std::min(min, v), max = std::max(max, v), sum += v, ++n;
+  }
+  json Json() const {
+    if (n == 0) return nullptr;
+    return {{"min", min}, {"max", max}, {"mean", sum / double(n)}};
+  }
+};
+
+}  // namespace
+
+json FieldSummaries(const format::Archive& archive) {
+  const format::Schema& schema = archive.schema();
+  json out = json::object();
+  for (size_t f = 0; f < schema.size(); ++f) {
+    if (!Stored(schema, f)) continue;
+    const FieldSpec& spec = schema.fields()[f];
+    const bool numeric = spec.kind == FieldKind::kInt64 || spec.kind == FieldKind::kFloat32 ||
+                         spec.kind == FieldKind::kFloat64 || spec.kind == FieldKind::kArray ||
+                         spec.kind == FieldKind::kBoxes;
+    const bool rowed =
+        spec.kind == FieldKind::kBoxes || (spec.kind == FieldKind::kArray && !spec.fixed());
+    Span rows, values, bytes;
+    uint64_t samples = 0, errors = 0;
+    for (uint64_t i = 0; i < archive.size(); ++i) {
+      auto view = archive.Field(i, f);
+      if (!view.ok()) {
+        ++errors;
+        continue;
+      }
+      const FieldView v = WithTypeDims(spec, *view);
+      ++samples;
+      if (rowed) rows.Add(v.dims[0]);
+      if (numeric) {
+        const uint64_t n = v.ndim ? Elements(v) : 1;
+        for (uint64_t e = 0; e < n; ++e) values.Add(Element(spec, v.data, e).get<double>());
+      } else {
+        bytes.Add(double(v.size));
+      }
+    }
+    json j = {{"type", spec.TypeName()}, {"samples", samples}};
+    if (rowed) j["rows"] = rows.Json();
+    if (numeric) j["values"] = values.Json();
+    if (!numeric) j["bytes"] = bytes.Json();
+    if (errors) j["errors"] = errors;
+    out[spec.name] = std::move(j);
+  }
+  return out;
 }
 
 Result<SampleOverlay> Overlay(const format::Archive& archive, uint64_t i) {

@@ -37,6 +37,12 @@ using MaskWriter = std::function<Result<nlohmann::json>(size_t field, const uint
 Result<nlohmann::json> FieldJson(const format::Archive& archive, uint64_t i, size_t f,
                                  const MaskWriter& mask_file);
 
+// What every field other than the image and the class field spans over the archive: per field
+// {"type", "samples" (readable), "rows" {min, max, mean} of the first dim (boxes, per-box and
+// variable arrays), "values" {min, max, mean} of the elements (numeric fields, boxes),
+// "bytes" {min, max, mean} (str, bytes, json, masks as stored), "errors" (unreadable)}.
+nlohmann::json FieldSummaries(const format::Archive& archive);
+
 // Boxes (and a mask) of sample `i` turned upright with its image (EXIF orientation of JPEG
 // records): what inspect --grid draws over the decoded image. Empty when the schema has none.
 struct SampleOverlay {

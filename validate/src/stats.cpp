@@ -15,6 +15,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "fields_io.h"
 #include "sample_context.h"
 #include "shardfeed/base/cpus.h"
 #include "shardfeed/codec/codec.h"
@@ -460,6 +461,16 @@ Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
   }
   r.errors = std::move(m.errors);
   Summarize(archive, m.samples, o, &r);
+  r.fields_json = FieldSummaries(archive).dump();
+  if (const int p = archive.schema().Find("path");
+      p >= 0 && archive.schema().fields()[p].kind == format::FieldKind::kStr) {
+    r.paths.resize(archive.size());
+    for (uint64_t i = 0; i < archive.size(); ++i) {
+      if (auto v = archive.Field(i, static_cast<size_t>(p)); v.ok()) {
+        r.paths[i].assign(reinterpret_cast<const char*>(v->data), v->size);
+      }
+    }
+  }
   FindDuplicates(m.samples, o, &r);
   uint64_t done = archive.size();
   for (const auto& other : against) {
@@ -530,6 +541,16 @@ std::string StatsReport::ToJson() const {
                          {"kind", l.exact ? "exact" : "near"}});
   }
   j["leaks"] = leak_list;
+  j["fields"] = json::parse(fields_json, nullptr, false);
+  if (!paths.empty()) {  // the duplicate groups again, by source path
+    json named = json::array();
+    for (const auto& g : duplicates) {
+      json group = json::array();
+      for (uint64_t i : g) group.push_back(i < paths.size() ? paths[i] : "");
+      named.push_back(std::move(group));
+    }
+    j["duplicate_paths"] = std::move(named);
+  }
   return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 

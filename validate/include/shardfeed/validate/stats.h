@@ -82,6 +82,13 @@ struct StatsReport {
   // Groups of sample indices, each ascending, groups by their first index.
   std::vector<std::vector<uint64_t>> duplicates, near_duplicates, cross_label_duplicates;
   std::vector<Leak> leaks;
+  // Version 4: per field other than the image and the class field, what its values span
+  // ({name: {"type", "samples", "rows", "values", "bytes"}}: see docs/CLI.md, "stats"), as
+  // JSON text; "{}" when the schema has no such field.
+  std::string fields_json = "{}";
+  // Per sample of a folder pack, its source path (the `path` field), for naming duplicates;
+  // empty when the archive has none.
+  std::vector<std::string> paths;
   StatsOptions options;
   // The JSON object of docs/CLI.md ("stats"), ending with a newline.
   std::string ToJson() const;
