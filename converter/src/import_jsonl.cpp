@@ -279,6 +279,32 @@ Status ArrayValue(const FieldSpec& spec, const Json& v, OwnedValue* out) {
   return Status::OK();
 }
 
+// Standard base64 (RFC 4648, padded): false for any other character or a bad length.
+bool DecodeBase64(const std::string& in, std::string* out) {
+  if (in.size() % 4) return false;
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+  };
+  out->clear();
+  for (size_t i = 0; i < in.size(); i += 4) {
+    const bool last = i + 4 == in.size();
+    const int pad = last ? (in[i + 3] == '=') + (in[i + 2] == '=') : 0;
+    uint32_t b = 0;
+    for (int k = 0; k < 4; ++k) {
+      const int v = k >= 4 - pad ? 0 : value(in[i + k]);
+      if (v < 0) return false;
+      b = (b << 6) | static_cast<uint32_t>(v);
+    }
+    out->push_back(static_cast<char>(b >> 16));
+    if (pad < 2) out->push_back(static_cast<char>(b >> 8 & 0xFF));
+    if (pad < 1) out->push_back(static_cast<char>(b & 0xFF));
+  }
+  return true;
+}
+
 // The value of field `spec` in a row: `v` (a JSON value, or with `text` a CSV cell's string).
 Status ValueOf(const FieldSpec& spec, const Json& v, bool text, OwnedValue* out) {
   if (v.is_null() || (text && v.is_string() && v.get_ref<const std::string&>().empty() &&
@@ -326,6 +352,14 @@ Status ValueOf(const FieldSpec& spec, const Json& v, bool text, OwnedValue* out)
       return Status::OK();
     case FieldKind::kStr:
     case FieldKind::kBytes:
+      if (spec.kind == FieldKind::kBytes && v.is_object() && v.size() == 1 &&
+          v.contains("base64") && v["base64"].is_string()) {  // what extract writes for bytes
+        std::string raw;
+        if (!DecodeBase64(v["base64"].get_ref<const std::string&>(), &raw)) {
+          return Status::InvalidArgument("{\"base64\": ...} is not valid base64");
+        }
+        return *out = OwnedValue::Text(raw), Status::OK();
+      }
       if (!v.is_string()) return Status::InvalidArgument("expected a string, got ", v.type_name());
       *out = OwnedValue::Text(v.get_ref<const std::string&>());
       return Status::OK();

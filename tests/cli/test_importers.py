@@ -362,3 +362,24 @@ def test_a_damaged_tar_is_an_error_naming_the_file_and_offset(tmp_path):
     p = run("pack", tmp_path / "b.tar", tmp_path / "out", "-q", check=1)
     assert "b.tar: byte 0" in p.stderr and "past the end" in p.stderr, p.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_extract_then_pack_round_trips_bytes_fields(tmp_path):
+    # extract writes a bytes field as {"base64": ...} in samples.jsonl; the JSONL importer takes
+    # that form back (before: "expected a string, got object"), so extract + pack --schema
+    # round-trips it.
+    jpeg(tmp_path / "a.jpg")
+    (tmp_path / "m.jsonl").write_text(json.dumps({"image": "a.jpg", "raw": "x", "n": 3}) + "\n")
+    (tmp_path / "s.json").write_text(json.dumps({"image": "image", "raw": "bytes", "n": "int64"}))
+    run("pack", tmp_path / "m.jsonl", tmp_path / "a.sf", "--schema", tmp_path / "s.json", "-q",
+        check=0)
+    line = {"image": "a.jpg", "raw": {"base64": "AAD/"}, "n": 3}
+    (tmp_path / "b.jsonl").write_text(json.dumps(line) + "\n")
+    run("pack", tmp_path / "b.jsonl", tmp_path / "b.sf", "--schema", tmp_path / "s.json", "-q",
+        check=0)
+    got = samples(tmp_path / "b.sf", tmp_path)
+    assert got[0]["raw"] == {"base64": "AAD/"}, got
+    bad = dict(line, raw={"base64": "A*D/"})
+    (tmp_path / "c.jsonl").write_text(json.dumps(bad) + "\n")
+    p = run("pack", tmp_path / "c.jsonl", tmp_path / "c.sf", "--schema", tmp_path / "s.json", "-q")
+    assert p.returncode == 1 and "base64" in p.stderr and "'raw'" in p.stderr, p.stderr
