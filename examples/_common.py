@@ -3,6 +3,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 
 def cli():
@@ -19,3 +20,13 @@ def pack(*args):
     if p.returncode != 0:
         sys.exit(p.stderr)
     print(p.stdout.strip().splitlines()[0])
+
+
+def run(main):
+    """Runs an example's main(WORKDIR): the directory given as the first argument, else a
+    temporary one removed afterwards."""
+    if len(sys.argv) > 1:
+        main(sys.argv[1])
+    else:
+        with tempfile.TemporaryDirectory() as d:
+            main(d)

@@ -7,14 +7,12 @@ caption (str), path), read through shardfeed.Loader with the captions beside the
 """
 import json
 import os
-import sys
-import tempfile
 
 import numpy as np
 from PIL import Image
 
 import shardfeed
-from _common import pack
+from _common import pack, run
 
 COLOURS = {"red": (220, 20, 20), "green": (20, 200, 20), "blue": (20, 20, 220)}
 
@@ -46,8 +44,4 @@ def main(root):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1:
-        main(sys.argv[1])
-    else:
-        with tempfile.TemporaryDirectory() as d:
-            main(d)
+    run(main)

@@ -7,14 +7,12 @@ boxes and per-box labels following the crop and flip.
 """
 import json
 import os
-import sys
-import tempfile
 
 import numpy as np
 from PIL import Image
 
 import shardfeed
-from _common import pack
+from _common import pack, run
 
 
 def make_dataset(root):
@@ -53,8 +51,4 @@ def main(root):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1:
-        main(sys.argv[1])
-    else:
-        with tempfile.TemporaryDirectory() as d:
-            main(d)
+    run(main)

@@ -7,14 +7,12 @@ they become a multi-hot target.
     multilabel.py [WORKDIR]
 """
 import os
-import sys
-import tempfile
 
 import numpy as np
 from PIL import Image
 
 import shardfeed
-from _common import pack
+from _common import pack, run
 
 CLASSES = 5
 
@@ -47,8 +45,4 @@ def main(root):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1:
-        main(sys.argv[1])
-    else:
-        with tempfile.TemporaryDirectory() as d:
-            main(d)
+    run(main)
