@@ -92,3 +92,15 @@ def timed_epoch(loader, step_s):
     for data, seconds waiting for the first batch)."""
     c = consume(loader, step=sleep_step(step_s))
     return c.images, c.seconds, c.waited, c.first
+
+
+def scan_folder(root):
+    """(path, label) of every file of an ImageFolder tree, in torchvision's order: classes by
+    sorted name, files sorted within each directory."""
+    classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+    items = []
+    for label, c in enumerate(classes):
+        for dirpath, _, files in sorted(os.walk(os.path.join(root, c))):
+            for f in sorted(files):
+                items.append((os.path.join(dirpath, f), label))
+    return items

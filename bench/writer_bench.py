@@ -23,15 +23,8 @@ import time
 
 import shardfeed
 
+from common import scan_folder as scan
 
-def scan(root):
-    classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-    items = []
-    for label, c in enumerate(classes):
-        for dirpath, _, files in sorted(os.walk(os.path.join(root, c))):
-            for f in sorted(files):
-                items.append((os.path.join(dirpath, f), label))
-    return items
 
 
 def best(fn, repeat, tmp):
