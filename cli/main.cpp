@@ -179,7 +179,7 @@ int PackParquet(int argc, char** argv) {
   return Fail(Status::IOError("cannot run ", python, ": ", std::strerror(errno)));
 }
 
-// About 120 lines: the flags, the source (folder, list or an importer), the pack, the summary.
+// long: the flags, the source (folder, list or an importer), the pack, the summary.
 int CmdPack(int argc, char** argv) {
   // Every pack option comes from converter/options.h (shardfeed.pack takes the same ones).
   po::options_description desc("pack options (as shardfeed.pack takes them)");

@@ -47,8 +47,8 @@ struct PerImage {
 
 }  // namespace
 
-// About 120 lines: categories, images, annotations, captions, then the items, in one place so
-// each error can name the array element it comes from.
+// long: categories, images, annotations, captions, then the items, in one place so each error
+// can name the array element it comes from.
 Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& options) {
   if (options.images.empty()) {
     return Status::InvalidArgument(file, ": a COCO source needs --images DIR (the image folder)");

@@ -432,7 +432,7 @@ Status ValueFromText(const FieldSpec& spec, const std::string& text, OwnedValue*
   return ValueOf(spec, Json(text), true, out);
 }
 
-// About 110 lines: schema (given or inferred), class names, then one pass over the rows.
+// long: schema (given or inferred), class names, then one pass over the rows.
 Result<SourceList> ImportRows(const std::vector<Row>& rows, const std::vector<std::string>& columns,
                               bool text_cells, const std::string& base,
                               const ImportOptions& options) {
