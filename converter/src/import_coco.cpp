@@ -130,6 +130,12 @@ Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& opti
         SF_RETURN_IF_ERROR(bad(where, "field 'boxes': bbox is not 4 numbers [x, y, w, h]"));
         continue;
       }
+      if ((*bbox)[2].get<double>() < 0 || (*bbox)[3].get<double>() < 0) {
+        SF_RETURN_IF_ERROR(bad(where,
+                               "field 'boxes': bbox [x, y, w, h] has a negative width or "
+                               "height (an inverted box)"));
+        continue;
+      }
       int64_t crowd = 0;
       if (a.contains("iscrowd") && !IdOf(a, "iscrowd", &crowd)) {
         SF_RETURN_IF_ERROR(bad(where, "field 'iscrowd': not an integer"));

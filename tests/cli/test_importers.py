@@ -383,3 +383,25 @@ def test_extract_then_pack_round_trips_bytes_fields(tmp_path):
     (tmp_path / "c.jsonl").write_text(json.dumps(bad) + "\n")
     p = run("pack", tmp_path / "c.jsonl", tmp_path / "c.sf", "--schema", tmp_path / "s.json", "-q")
     assert p.returncode == 1 and "base64" in p.stderr and "'raw'" in p.stderr, p.stderr
+
+
+def test_inverted_boxes_are_refused_naming_the_sample_and_field(tmp_path):
+    # The hostile review of issue 21: a box with x1 < x0 (COCO: a negative width) was stored and
+    # later dropped silently by the loader's geometry. Refused at pack time, naming where.
+    instances, images = coco_source(tmp_path)
+    data = json.loads(instances.read_text())
+    data["annotations"][2]["bbox"] = [10, 10, -4, 5]
+    instances.write_text(json.dumps(data))
+    p = run("pack", instances, tmp_path / "a", "--images", images, "-q", check=1)
+    assert "annotations[2]" in p.stderr and "field 'boxes'" in p.stderr, p.stderr
+    assert "negative width or height" in p.stderr, p.stderr
+    assert not (tmp_path / "a").exists()
+    jpeg(str(tmp_path / "b.jpg"))
+    src = tmp_path / "d.jsonl"
+    src.write_text(json.dumps({"image": "b.jpg", "boxes": [[1, 1, 5, 5]]}) + "\n" +
+                   json.dumps({"image": "b.jpg", "boxes": [[1, 1, 5, 5], [1, 9, 5, 2]]}) + "\n")
+    p = run("pack", src, tmp_path / "c", "-q")
+    assert p.returncode == 1 and "d.jsonl:2" in p.stderr, (p.returncode, p.stderr)
+    assert "field 'boxes'" in p.stderr and "box 1 [1, 9, 5, 2] is inverted" in p.stderr, p.stderr
+    assert not (tmp_path / "c").exists()
+
