@@ -524,4 +524,28 @@ Status DecodeMask(const FieldView& mask, uint8_t* out) {
   return Status::OK();
 }
 
+std::string DamagedVarField(const Schema& schema, const uint8_t* blob, size_t size) {
+  for (int f : schema.var_fields()) {
+    const FieldSpec& spec = schema.fields()[f];
+    auto view = VarField(schema, blob, size, static_cast<size_t>(f));
+    if (!view.ok()) return spec.name;
+    if (spec.kind == FieldKind::kMask) {  // the frame's size first: damaged dims allocate nothing
+      const uint64_t want = uint64_t{view->dims[0]} * view->dims[1];
+      if (ZSTD_getFrameContentSize(view->data, view->size) != want) return spec.name;
+      std::vector<uint8_t> pixels(want);
+      if (!DecodeMask(*view, pixels.data()).ok()) return spec.name;
+      continue;
+    }
+    FieldValue value;
+    value.present = true;
+    value.data = view->data;
+    value.size = view->size;
+    value.ndim = view->ndim;
+    value.dims = view->dims;
+    const int64_t rows = spec.per.empty() || view->ndim == 0 ? -1 : view->dims[0];
+    if (!CheckValue(spec, value, 0, 0, rows).ok()) return spec.name;
+  }
+  return "";
+}
+
 }  // namespace shardfeed::format
