@@ -11,6 +11,7 @@
 
 #include "shardfeed/converter/importers.h"
 #include "shardfeed/converter/sample_writer.h"
+#include "shardfeed/imaging/image.h"
 
 namespace shardfeed::converter {
 
@@ -378,6 +379,39 @@ std::string Join(const std::string& dir, const std::string& path) {
   return dir.back() == '/' ? dir + path : dir + "/" + path;
 }
 
+// A mask field given as the path of a PNG file (what `extract` writes: DIR/masks/<field>/I.png),
+// read back bit for bit: an 8-bit grey image, one byte per pixel. A colour PNG is refused (its
+// pixels are not class ids).
+Status MaskFromPng(const std::string& file, OwnedValue* out) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return Status::InvalidArgument(file, ": cannot open the mask: ", std::strerror(errno));
+  const std::vector<uint8_t> data((std::istreambuf_iterator<char>(in)),
+                                  std::istreambuf_iterator<char>());
+  if (in.bad()) return Status::InvalidArgument(file, ": read failed");
+  if (imaging::SniffFormat(data.data(), data.size()) != imaging::ImageFormat::kPng) {
+    return Status::InvalidArgument(file, ": a mask is a PNG file (or nested lists of class ids)");
+  }
+  imaging::Decoder decoder;
+  imaging::Image rgb;
+  Status st = decoder.Decode(data.data(), data.size(), &rgb, imaging::Limits(), true);
+  if (!st.ok()) return Status::InvalidArgument(file, ": ", st.message());
+  const size_t pixels = size_t{rgb.width} * rgb.height, c = rgb.channels;
+  std::vector<uint8_t> mask(pixels);
+  for (size_t k = 0; k < pixels; ++k) {
+    const uint8_t* px = rgb.pixels.data() + c * k;  // a grey PNG decodes to R = G = B
+    if (c == 1) {
+      mask[k] = px[0];
+      continue;
+    }
+    if (px[1] != px[0] || px[2] != px[0]) {
+      return Status::InvalidArgument(file, ": a colour PNG; a mask is a grey one (class ids)");
+    }
+    mask[k] = px[0];
+  }
+  *out = OwnedValue::Array(mask.data(), mask.size(), {rgb.height, rgb.width});
+  return Status::OK();
+}
+
 // The inferred schema of `rows`: image, then every other column in order of first appearance
 // (path, from the image column, unless a column is called path).
 Status InferSchema(const std::vector<Row>& rows, const std::vector<std::string>& columns,
@@ -528,6 +562,9 @@ Result<SourceList> ImportRows(const std::vector<Row>& rows, const std::vector<st
         }
         item.label = static_cast<int32_t>(label);
         max_label = std::max(max_label, label);
+      } else if (spec.kind == FieldKind::kMask && it->is_string() &&
+                 !IsJsonText(it->get_ref<const std::string&>())) {
+        row_status = MaskFromPng(Join(base, it->get<std::string>()), &item.values[f]);
       } else {
         row_status = ValueOf(spec, *it, text_cells, &item.values[f]);
       }

@@ -405,3 +405,36 @@ def test_inverted_boxes_are_refused_naming_the_sample_and_field(tmp_path):
     assert "field 'boxes'" in p.stderr and "box 1 [1, 9, 5, 2] is inverted" in p.stderr, p.stderr
     assert not (tmp_path / "c").exists()
 
+
+def test_extract_then_pack_round_trips_masks_bit_for_bit(tmp_path):
+    # extract writes a mask as a PNG file (DIR/masks/<field>/I.png) named in samples.jsonl; the
+    # JSONL importer reads that path back (before: a bad row, "expected ..." for a string).
+    rows = []
+    for i in range(3):
+        jpeg(str(tmp_path / ("%d.jpg" % i)), size=(40, 30))
+        mask = [[(x * 7 + y * 3 + i) % 5 if (x + y) % 9 else 255 for x in range(40)]
+                for y in range(30)]
+        rows.append({"image": "%d.jpg" % i, "mask": mask})
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "s.json").write_text(json.dumps({"image": "image", "mask": "mask"}))
+    run("pack", tmp_path / "m.jsonl", tmp_path / "a.sf", "--schema", tmp_path / "s.json", "-q",
+        check=0)
+    run("extract", tmp_path / "a.sf", tmp_path / "x", "-q", check=0)
+    lines = [json.loads(x) for x in (tmp_path / "x" / "samples.jsonl").read_text().splitlines()]
+    assert all(isinstance(x["mask"], str) and x["mask"].endswith(".png") for x in lines), lines
+    run("pack", tmp_path / "x" / "samples.jsonl", tmp_path / "b.sf", "--schema",
+        tmp_path / "x" / "schema.json", "-q", check=0)
+    run("extract", tmp_path / "b.sf", tmp_path / "y", "-q", check=0)
+    again = [json.loads(x) for x in (tmp_path / "y" / "samples.jsonl").read_text().splitlines()]
+    for i, (first, second) in enumerate(zip(lines, again)):
+        a = Image.open(tmp_path / "x" / first["mask"])
+        b = Image.open(tmp_path / "y" / second["mask"])
+        assert a.mode == b.mode == "L" and list(b.getdata()) == list(a.getdata())
+        assert list(a.getdata()) == [v for row in rows[i]["mask"] for v in row]
+    # A colour PNG is no mask: refused naming the line and the field.
+    Image.new("RGB", (40, 30), (1, 2, 3)).save(tmp_path / "colour.png")
+    (tmp_path / "c.jsonl").write_text(json.dumps({"image": "0.jpg", "mask": "colour.png"}) + "\n")
+    p = run("pack", tmp_path / "c.jsonl", tmp_path / "c.sf", "--schema", tmp_path / "s.json",
+            "-q")
+    assert p.returncode == 1 and "c.jsonl:1" in p.stderr and "field 'mask'" in p.stderr, p.stderr
+    assert "colour" in p.stderr, p.stderr
