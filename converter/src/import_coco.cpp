@@ -1,6 +1,8 @@
 // COCO instances files: one sample per image (in the file's order), its annotations as boxes
 // with per-box labels and iscrowd, captions from a COCO captions file. Masks (segmentation
 // polygons/RLE) are not imported.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -52,6 +54,15 @@ struct PerImage {
 Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& options) {
   if (options.images.empty()) {
     return Status::InvalidArgument(file, ": a COCO source needs --images DIR (the image folder)");
+  }
+  // A wrong --images is the command's mistake, not damage in the data: said once, up front
+  // (not as one unreadable image per sample).
+  struct stat st;
+  if (::stat(options.images.c_str(), &st) != 0) {
+    return Status::InvalidArgument("--images ", options.images, ": ", std::strerror(errno));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return Status::InvalidArgument("--images ", options.images, ": not a directory");
   }
   SF_ASSIGN_OR_RETURN(Json coco, ReadJson(file, "COCO annotations"));
   if (!coco.contains("images") || !coco["images"].is_array()) {

@@ -68,6 +68,37 @@ bool ParseDouble(const std::string& s, double* v) {
   return true;
 }
 
+// Digits with an optional sign: an integer however large (ParseInt says whether it fits).
+bool IntegerText(const std::string& s) {
+  const size_t start = !s.empty() && (s[0] == '-' || s[0] == '+');
+  return s.size() > start && s.find_first_not_of("0123456789", start) == std::string::npos;
+}
+
+// An integer of the source stays exact or is refused, never silently rounded or wrapped:
+// JSON integers above INT64_MAX (nlohmann keeps them as uint64) do not fit an int64 field...
+Status FitsInt64(const Json& v) {
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) {
+    return Status::InvalidArgument("integer ", v.dump(), " does not fit int64");
+  }
+  return Status::OK();
+}
+
+// ... and those a float field cannot hold exactly (beyond 2^53 for float64, 2^24 for float32:
+// a column of integers and non-integers is inferred float64, a list of them float32[*]) are
+// refused rather than rounded.
+template <typename Float>
+Status ExactAs(const Json& v, const char* type) {
+  if (!v.is_number_integer()) return Status::OK();
+  // Compared as long double (64-bit mantissa on x86-64; elsewhere at least double's 53 bits,
+  // where the float64 check is exact for |v| < 2^53 and conservative above).
+  const long double exact = v.is_number_unsigned() ? static_cast<long double>(v.get<uint64_t>())
+                                                   : static_cast<long double>(v.get<int64_t>());
+  if (static_cast<long double>(static_cast<Float>(exact)) == exact) return Status::OK();
+  return Status::InvalidArgument("integer ", v.dump(), " is not exact as ", type,
+                                 " (give the field as int64 in --schema, or write the value as a "
+                                 "string)");
+}
+
 bool IsJsonText(const std::string& s) {
   return !s.empty() && (s[0] == '[' || s[0] == '{') && Json::accept(s);
 }
@@ -262,16 +293,19 @@ Status ArrayValue(const FieldSpec& spec, const Json& v, OwnedValue* out) {
         Put(&bytes, static_cast<int32_t>(d));
         break;
       case ElemType::kInt64:
-        SF_RETURN_IF_ERROR(need_int(-9.3e18, 9.3e18));
+        SF_RETURN_IF_ERROR(FitsInt64(*leaf));
+        if (!leaf->is_number_integer()) SF_RETURN_IF_ERROR(need_int(-9.2e18, 9.2e18));
         Put(&bytes, leaf->is_number_integer() ? leaf->get<int64_t>() : static_cast<int64_t>(d));
         break;
       case ElemType::kFloat16:
         Put(&bytes, ToHalf(static_cast<float>(d)));
         break;
       case ElemType::kFloat32:
+        SF_RETURN_IF_ERROR(ExactAs<float>(*leaf, "float32"));
         Put(&bytes, static_cast<float>(d));
         break;
       case ElemType::kFloat64:
+        SF_RETURN_IF_ERROR(ExactAs<double>(*leaf, "float64"));
         Put(&bytes, d);
         break;
     }
@@ -328,6 +362,10 @@ Status ValueOf(const FieldSpec& spec, const Json& v, bool text, OwnedValue* out)
         int64_t i;
         double d;
         if (ParseInt(s, &i)) return ValueOf(spec, Json(i), false, out);
+        if (IntegerText(s)) {  // beyond int64: as a double it would be rounded
+          return Status::InvalidArgument("integer ", s,
+                                         " does not fit int64 (nor float64 exactly)");
+        }
         if (ParseDouble(s, &d)) return ValueOf(spec, Json(d), false, out);
         return Status::InvalidArgument("'", s, "' is not a number");
       }
@@ -339,6 +377,7 @@ Status ValueOf(const FieldSpec& spec, const Json& v, bool text, OwnedValue* out)
   switch (spec.kind) {
     case FieldKind::kInt64:
       if (v.is_boolean()) return *out = OwnedValue::Int64(v.get<bool>()), Status::OK();
+      SF_RETURN_IF_ERROR(FitsInt64(v));
       if (v.is_number_integer()) return *out = OwnedValue::Int64(v.get<int64_t>()), Status::OK();
       if (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()) &&
           std::fabs(v.get<double>()) < 9e18) {
@@ -348,6 +387,8 @@ Status ValueOf(const FieldSpec& spec, const Json& v, bool text, OwnedValue* out)
     case FieldKind::kFloat32:
     case FieldKind::kFloat64:
       if (!v.is_number()) return Status::InvalidArgument("expected a number, got ", v.dump());
+      SF_RETURN_IF_ERROR(spec.kind == FieldKind::kFloat64 ? ExactAs<double>(v, "float64")
+                                                          : ExactAs<float>(v, "float32"));
       *out = spec.kind == FieldKind::kFloat32 ? OwnedValue::Float32(v.get<float>())
                                               : OwnedValue::Float64(v.get<double>());
       return Status::OK();

@@ -406,6 +406,45 @@ def test_inverted_boxes_are_refused_naming_the_sample_and_field(tmp_path):
     assert not (tmp_path / "c").exists()
 
 
+def test_coco_images_that_do_not_exist_are_a_usage_error_naming_the_path(tmp_path):
+    # Before: exit 1 (every image "damaged") for what is a wrong option.
+    instances, _ = coco_source(tmp_path)
+    for images in (tmp_path / "nonexistent", instances):  # missing; a file, not a folder
+        p = run("pack", "--from", "coco", instances, tmp_path / "a", "--images", images, "-q")
+        assert p.returncode == 2, (p.returncode, p.stderr)
+        assert "--images " + str(images) in p.stderr, p.stderr
+        assert not (tmp_path / "a").exists()
+
+
+def test_jsonl_integers_beyond_2_53_stay_exact_or_are_refused(tmp_path):
+    # An id beyond 2^53 was rounded (a float64 column) or wrapped (beyond int64) silently.
+    jpeg(str(tmp_path / "a.jpg"))
+    big = 2**53 + 1
+    src = tmp_path / "d.jsonl"
+    src.write_text(json.dumps({"image": "a.jpg", "id": big, "ids": [big, -big]}) + "\n")
+    run("pack", src, tmp_path / "a", "-q", check=0)
+    assert fields(tmp_path / "a")["id"] == "int64"
+    got = samples(tmp_path / "a", tmp_path)
+    assert got[0]["id"] == big and got[0]["ids"] == [big, -big], got
+    cases = [({"id": 0.5}, {"id": big}, "d.jsonl:2"),   # mixed: float64, which rounds big
+             ({"id": 1}, {"id": 2**63}, "d.jsonl:2"),    # beyond int64: would wrap
+             ({"id": [0.5]}, {"id": [1, big]}, "d.jsonl:2")]
+    for n, (first, second, where) in enumerate(cases):
+        src.write_text(json.dumps(dict(first, image="a.jpg")) + "\n" +
+                       json.dumps(dict(second, image="a.jpg")) + "\n")
+        out = tmp_path / ("b%d" % n)
+        p = run("pack", src, out, "-q")
+        assert p.returncode == 1, (first, second, p.returncode, p.stderr)
+        assert where in p.stderr and "field 'id'" in p.stderr and str(second["id"] if not
+               isinstance(second["id"], list) else big) in p.stderr, p.stderr
+        assert not out.exists()
+    csv = tmp_path / "d.csv"
+    csv.write_text("filename,id\na.jpg,1.5\na.jpg,%d\n" % 2**64)
+    p = run("pack", csv, tmp_path / "c", "-q")
+    assert p.returncode == 1 and "d.csv:3" in p.stderr and "does not fit int64" in p.stderr, \
+        p.stderr
+
+
 def test_extract_then_pack_round_trips_masks_bit_for_bit(tmp_path):
     # extract writes a mask as a PNG file (DIR/masks/<field>/I.png) named in samples.jsonl; the
     # JSONL importer reads that path back (before: a bad row, "expected ..." for a string).
