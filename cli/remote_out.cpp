@@ -6,7 +6,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <system_error>
+#include <vector>
 
 #include "cli_internal.h"
 #include "shardfeed/storage/remote.h"
@@ -24,6 +26,22 @@ std::string LastComponent(std::string location) {
   const size_t slash = location.find_last_of('/');
   std::string name = location.substr(slash + 1);
   return name.empty() ? "archive" : name;
+}
+
+// The shard files the archive now at `location` names (none when it has no manifest).
+Status OldFiles(const std::string& location, std::vector<std::string>* files) {
+  SF_ASSIGN_OR_RETURN(auto remote, storage::Remote::Open(location));
+  Result<std::string> text = remote->ReadText("manifest.json", 1ull << 30);
+  if (!text.ok() && text.status().code() == StatusCode::kNotFound) return Status::OK();
+  if (!text.ok()) return text.status();
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+  if (j.is_discarded() || !j.contains("shards") || !j["shards"].is_array()) return Status::OK();
+  for (const auto& s : j["shards"]) {
+    if (!s.is_object() || !s.contains("file") || !s["file"].is_string()) continue;
+    const std::string f = s["file"];
+    if (!f.empty() && f.find('/') == std::string::npos && f != "manifest.json") files->push_back(f);
+  }
+  return Status::OK();
 }
 
 }  // namespace
@@ -71,10 +89,22 @@ Result<StagedOut> StagedOut::Prepare(const std::string& out, const std::string& 
 Status StagedOut::Finish(const Status& built) const {
   if (root_.empty()) return built;  // a local OUT
   Status st = built;
+  std::vector<std::string> old_files;  // the replaced archive's files (--overwrite)
+  if (st.ok() && overwrite_) st = OldFiles(out_, &old_files);
   if (st.ok()) {
     storage::UploadOptions o;
     o.overwrite = overwrite_;
     st = storage::UploadArchive(path_, out_, "manifest.json", o);
+  }
+  // The replaced archive's shards that the new one has not overwritten: provably its files (its
+  // manifest named them), no longer named by any manifest.
+  for (const std::string& f : st.ok() ? old_files : std::vector<std::string>()) {
+    std::error_code ec;
+    if (fs::exists(fs::path(path_) / f, ec)) continue;
+    if (Status d = storage::RemoteDelete(out_, f); !d.ok()) {
+      std::fprintf(stderr, "shardfeed: warning: cannot remove %s/%s of the replaced archive: %s\n",
+                   out_.c_str(), f.c_str(), d.message().c_str());
+    }
   }
   if (!st.ok()) {
     std::error_code ec;

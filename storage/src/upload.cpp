@@ -68,6 +68,16 @@ size_t OnRead(char* out, size_t size, size_t count, void* user) {
   return static_cast<size_t>(n);
 }
 
+// libcurl rewinds the body to resend it (a reused connection found dead, a redirect).
+int OnSeek(void* user, curl_off_t offset, int origin) {
+  Body* b = static_cast<Body*>(user);
+  if (origin != SEEK_SET || offset < 0 || static_cast<uint64_t>(offset) > b->length) {
+    return CURL_SEEKFUNC_CANTSEEK;
+  }
+  b->sent = static_cast<uint64_t>(offset);
+  return CURL_SEEKFUNC_OK;
+}
+
 struct Reply {
   long http = 0;
   std::string body, etag;
@@ -112,6 +122,7 @@ bool Transient(CURLcode code) {
     case CURLE_HTTP2:
     case CURLE_HTTP2_STREAM:
     case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_SEND_FAIL_REWIND:
       return true;
     default:
       return false;
@@ -164,6 +175,8 @@ class Client {
       curl_easy_setopt(c, CURLOPT_HEADERDATA, reply);
       curl_easy_setopt(c, CURLOPT_READFUNCTION, OnRead);
       curl_easy_setopt(c, CURLOPT_READDATA, body);
+      curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, OnSeek);
+      curl_easy_setopt(c, CURLOPT_SEEKDATA, body);
       const curl_off_t length = static_cast<curl_off_t>(body->length);
       if (std::strcmp(method, "PUT") == 0) {
         curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
@@ -364,6 +377,14 @@ Result<bool> RemoteHas(const std::string& location, const std::string& name) {
   SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
   Client client(e, internal::RetryFromEnv());
   return client.Has(name);
+}
+
+Status RemoteDelete(const std::string& location, const std::string& name) {
+  SF_RETURN_IF_ERROR(CheckWritable(location));
+  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
+  Client client(e, internal::RetryFromEnv());
+  return client.Delete(name);
 }
 
 Status UploadArchive(const std::string& dir, const std::string& location, const std::string& last,

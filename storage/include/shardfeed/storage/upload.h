@@ -37,6 +37,9 @@ Status CheckWritable(const std::string& location);
 // Whether `location` holds the object `name` now (a HEAD request, retried as reads are).
 Result<bool> RemoteHas(const std::string& location, const std::string& name);
 
+// Deletes the object `name` of `location` (absent already: OK).
+Status RemoteDelete(const std::string& location, const std::string& name);
+
 // Uploads every regular file of the folder `dir` (not its subfolders) to <location>/<file name>,
 // the file named `last` (e.g. "manifest.json") after all the others are complete. Refuses, before
 // sending anything, when `last` is already at the destination and !options.overwrite
