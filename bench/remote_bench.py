@@ -7,7 +7,7 @@ in one run; the peers (MosaicML Streaming, LitData) beside it with --peers.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/remote_bench.py CORPUS [--build build]
         [--workers 2] [--batch-size 64] [--repeat 3] [--windows 1,2,4,8]
-        [--peers /tmp/peers/bin/python]
+        [--peers /tmp/peers/bin/python] [--peer-repeat 1]
 
 CORPUS is an ImageFolder tree of JPEGs (bench/make_corpus.py). The script packs it (JPEG
 passthrough, shards of 1/20 of the archive) into a temporary folder next to it, serves that
@@ -143,8 +143,10 @@ class Moto:
         self.url = "http://127.0.0.1:%d" % self.port
 
     def env(self):
-        return {"AWS_ENDPOINT_URL": self.url, "AWS_ACCESS_KEY_ID": "bench",
-                "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
+        # S3_ENDPOINT_URL: MosaicML Streaming's name for the endpoint
+        return {"AWS_ENDPOINT_URL": self.url, "S3_ENDPOINT_URL": self.url,
+                "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+                "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1"}
 
     def upload(self, folder, bucket, prefix):
         """Every file of `folder` to s3://bucket/prefix/ (boto3 from the remote venv)."""
@@ -292,6 +294,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--windows", default="1,2,4,8")
     ap.add_argument("--peers", default="", help="the peers' interpreter (bench/install-peers.sh)")
+    ap.add_argument("--peer-repeat", type=int, default=1, help="runs per peer (they are slow)")
     ap.add_argument("--skip-moto", action="store_true", help="http:// only")
     # the measuring child's options
     ap.add_argument("--measure", help=argparse.SUPPRESS)
@@ -413,7 +416,7 @@ def peer_rows(args, tmp, moto, local):
         cmd = [args.peers, os.path.join(HERE, "peers_remote.py"), peer, args.corpus,
                "--work", os.path.join(tmp, peer), "--endpoint", moto.url,
                "--workers", str(args.workers), "--batch-size", str(args.batch_size),
-               "--repeat", str(args.repeat)]
+               "--repeat", str(args.peer_repeat)]
         out = subprocess.run(cmd, capture_output=True, text=True,
                              env=dict(os.environ, **moto.env()))
         last = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
