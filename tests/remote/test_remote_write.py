@@ -112,6 +112,17 @@ def test_http_and_part_outs_are_refused(env, tmp_path):
     assert out.returncode == 2 and "--staging goes with an s3:// OUT" in out.stderr
 
 
+def test_python_writers_refuse_a_remote_out_rather_than_write_a_local_s3_folder(tmp_path,
+                                                                              monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for call in (lambda: shardfeed.pack(GOOD, "s3://data/py"),
+                 lambda: shardfeed.merge(str(tmp_path), "s3://data/py"),
+                 lambda: shardfeed.convert(str(tmp_path), "https://host/py", "lmdb")):
+        with pytest.raises(ValueError, match="with the CLI"):
+            call()
+    assert os.listdir(tmp_path) == []  # no folder named "s3:" or "https:"
+
+
 class UploadProxy:
     """A proxy in front of moto that logs every request (method, path) and resets the
     connection on requests whose path holds a fragment of `fail` (every time)."""
