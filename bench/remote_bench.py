@@ -15,8 +15,9 @@ folder with nginx (Debian's, started here as an unprivileged process with its ow
 and logs in the temporary folder; stopped at the end) and uploads the shards to a moto_server
 (scripts/install-deps.sh's remote venv, or SHARDFEED_REMOTE_VENV). Every timed read runs in a
 fresh process with a fresh cache folder: epoch 1 includes opening the archive (the download of
-its shards), as a training job's first epoch does. Figures are the median of --repeat runs;
-the page cache holds the archive for all of them (a warm-up read comes first).
+its shards), as a training job's first epoch does. Figures are the median of --repeat rounds,
+each round reading local, http and s3 in turn; the page cache holds the archive for all of them
+(a warm-up read comes first).
 Bytes and shards fetched are counted by the server (nginx's access log), not by the reader.
 """
 import argparse
@@ -227,17 +228,20 @@ def run_child(args, location, cache, env=None, shuffle="global", window=0, log=N
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def timed(args, tmp, location, env=None):
-    """Median images/s of epoch 1 (cold cache, open included) and epoch 2 over --repeat runs."""
-    e1, e2 = [], []
+def timed(args, tmp, targets):
+    """{name: (median images/s of epoch 1 (cold cache, open included), of epoch 2)} over --repeat
+    rounds; each round reads every (name, location, env) of `targets` in turn, so a change in
+    the machine's load falls on all of them alike."""
+    runs = {name: ([], []) for name, _, _ in targets}
     for r in range(args.repeat):
-        cache = tempfile.mkdtemp(prefix="cache-", dir=tmp)
-        res = run_child(args, location, cache, env)
-        shutil.rmtree(cache, ignore_errors=True)
-        (a, b) = res["epochs"][:2]
-        e1.append(a["images"] / a["seconds"])
-        e2.append(b["images"] / b["seconds"])
-    return statistics.median(e1), statistics.median(e2)
+        for name, location, env in targets:
+            cache = tempfile.mkdtemp(prefix="cache-", dir=tmp)
+            res = run_child(args, location, cache, env)
+            shutil.rmtree(cache, ignore_errors=True)
+            (a, b) = res["epochs"][:2]
+            runs[name][0].append(a["images"] / a["seconds"])
+            runs[name][1].append(b["images"] / b["seconds"])
+    return {name: (statistics.median(e1), statistics.median(e2)) for name, (e1, e2) in runs.items()}
 
 
 # ---- block shuffle: order figures from the loader itself ----
@@ -349,12 +353,13 @@ def report(args, sf, tmp, servers):
           % (args.corpus, manifest["sample_count"], src_bytes / 1e6, n_shards, archive_bytes / 1e6,
              os.cpu_count(), args.batch_size, args.workers, args.repeat))
     run_child(args, archive, os.path.join(tmp, "warm"), epochs=1)  # page cache, first imports
-    local = timed(args, tmp, archive)
-    rows = [("shardfeed, local disk", local, None)]
-    rows.append(("shardfeed, http:// (nginx, loopback)", timed(args, tmp, http), local))
+    targets = [("shardfeed, local disk", archive, None),
+               ("shardfeed, http:// (nginx, loopback)", http, None)]
     if moto:
-        rows.append(("shardfeed, s3:// (moto_server, loopback)",
-                     timed(args, tmp, s3, moto.env()), local))
+        targets.append(("shardfeed, s3:// (moto_server, loopback)", s3, moto.env()))
+    figures = timed(args, tmp, targets)
+    local = figures[targets[0][0]]
+    rows = [(name, figures[name], None if i == 0 else local) for i, (name, _, _) in enumerate(targets)]
     if args.peers:
         rows += peer_rows(args, tmp, moto, local)
     print("%-46s %14s %14s  %s" % ("reader", "epoch 1 img/s", "epoch 2 img/s",
