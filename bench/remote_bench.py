@@ -435,6 +435,9 @@ def peer_rows(args, tmp, moto, local):
             rows.append((name, "failed: " + res["error"]))
         else:
             rows.append((name + ", " + res["version"], (res["epoch1"], res["epoch2"]), local))
+    rows.append(("Streaming, LitData over http:// (nginx)",
+                 "not run: neither has an http(s) downloader (their remotes: object stores, "
+                 "sftp, hf, local)"))
     return rows
 
 
