@@ -5,6 +5,7 @@ Faults come from an upload proxy run here, in a thread (the CLI runs as its own 
 import http.client
 import http.server
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -124,11 +125,13 @@ def test_python_writers_refuse_a_remote_out_rather_than_write_a_local_s3_folder(
 
 
 class UploadProxy:
-    """A proxy in front of moto that logs every request (method, path) and resets the
-    connection on requests whose path holds a fragment of `fail` (every time)."""
+    """A proxy in front of moto that logs every request (method, path), resets the connection
+    on requests whose path holds a fragment of `fail` (every time), and holds those matching
+    `stall` until release() (setting `stalled`)."""
 
     def __init__(self, upstream):
-        self.log, self.fail = [], []
+        self.log, self.fail, self.stall = [], [], []
+        self.stalled, self.released = threading.Event(), threading.Event()
         host = upstream.split("//", 1)[1]
         outer = self
 
@@ -141,6 +144,9 @@ class UploadProxy:
             def forward(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
                 outer.log.append((self.command, self.path))
+                if any(f in self.path for f in outer.stall):
+                    outer.stalled.set()
+                    outer.released.wait(120)  # bounded: the test releases it
                 if any(f in self.path for f in outer.fail):
                     self.connection.shutdown(socket.SHUT_RDWR)
                     self.close_connection = True
@@ -173,7 +179,11 @@ class UploadProxy:
         self.thread.start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
+    def release(self):
+        self.released.set()
+
     def close(self):
+        self.release()
         self.server.shutdown()
         self.server.server_close()
 
@@ -219,3 +229,24 @@ def test_a_failed_part_leaves_no_manifest_and_keeps_the_build(bucket, upload_pro
     env.setenv("AWS_ENDPOINT_URL", moto_url)  # the reader holds the GIL: not through the proxy
     with pytest.raises(FileNotFoundError):
         shardfeed.Archive(f"s3://{BUCKET}/w-broken")
+
+
+def test_ctrl_c_during_the_upload_leaves_no_manifest(bucket, upload_proxy, tmp_path):
+    upload_proxy.stall = ["shard-00002.mdb"]
+    proc = subprocess.Popen([CLI, "pack", GOOD, f"s3://{BUCKET}/w-interrupted", "-q", *RAW],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, TMPDIR=str(tmp_path)))
+    try:
+        assert upload_proxy.stalled.wait(120), "the upload never reached shard-00002"
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=60)
+        upload_proxy.release()
+    assert proc.returncode != 0
+    assert "manifest.json" not in keys(bucket, "w-interrupted")
+    assert not any("manifest.json" in p for m, p in upload_proxy.log if m == "PUT")
+    staged = [d for d in os.listdir(tmp_path) if d.startswith("shardfeed-staging-")]
+    assert len(staged) == 1  # killed: the default staging folder stays, as REMOTE.md says
