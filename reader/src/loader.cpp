@@ -356,7 +356,11 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
 
 EpochStats Loader::Stats() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->stats;
+  EpochStats st = impl_->stats;
+  for (size_t x = 0; x < impl_->slot_end; ++x) {
+    st.ready_batches += impl_->slots[x].state == SlotState::kReady;
+  }
+  return st;
 }
 
 uint64_t Loader::batches_per_epoch() const { return impl_->sampler->batches_per_epoch(); }

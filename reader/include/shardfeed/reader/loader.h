@@ -186,6 +186,9 @@ struct EpochStats {
   // Slots committed beyond the ring for batches the consumer kept (the most at once, this
   // epoch; LoaderOptions::kept_mb).
   uint64_t kept_slots = 0;
+  // Batches decoded and waiting in the ring at the moment Stats() was called (a gauge, not an
+  // epoch total): what a consumer that wants to run behind the workers can wait for.
+  uint32_t ready_batches = 0;
   // Fraction of the consumer's time spent waiting for data.
   double wait_fraction() const {
     double t = wait_seconds + consumer_seconds;
