@@ -4,7 +4,6 @@ own load handler ran (--dump-dom), and a screenshot. Skipped, with the reason, o
 Chromium is installed (scripts/install-deps.sh installs Debian's `chromium`); tests/cli/
 test_stats.py parses the same page and decodes every image it references either way."""
 import html.parser
-import os
 import shutil
 import subprocess
 
@@ -17,13 +16,12 @@ pytestmark = pytest.mark.skipif(BROWSER is None,
                                 reason="no chromium on PATH (Debian package `chromium`)")
 
 
-def chromium(*args, timeout=180):
-    # A profile of its own (the test may run as root, beside other sessions); no GPU, no
-    # sandbox (containers), a virtual-time budget so the load handler has run before the dump.
-    profile = os.environ.get("TMPDIR", "/tmp")
+def chromium(tmp_path, *args, timeout=180):
+    # A profile of its own in the test's folder (the test may run as root, beside other
+    # sessions); no GPU, no sandbox (containers), a virtual-time budget so the load handler has
+    # run before the dump.
     cmd = [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-           "--disable-dev-shm-usage", "--user-data-dir=%s" % os.path.join(
-               profile, "sf-chromium-%d" % os.getpid()),
+           "--disable-dev-shm-usage", "--user-data-dir=%s" % (tmp_path / "chromium-profile"),
            "--virtual-time-budget=10000", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
@@ -63,7 +61,7 @@ def test_chromium_renders_every_histogram_group_and_thumbnail(corpus, tmp_path):
     page = tmp_path / "s.html"
     p = run("stats", corpus / "train.sf", "-q", "--html", page, "--against", corpus / "val.sf")
     assert p.returncode == 0, p.stderr
-    d = chromium("--dump-dom", page.as_uri())
+    d = chromium(tmp_path, "--dump-dom", page.as_uri())
     assert d.returncode == 0, d.stderr[-2000:]
     dom = _Dom()
     dom.feed(d.stdout)
@@ -86,7 +84,7 @@ def test_chromium_screenshot_shows_the_histograms(corpus, tmp_path):  # noqa: F8
     page = tmp_path / "s.html"
     assert run("stats", corpus / "train.sf", "-q", "--html", page).returncode == 0
     shot = tmp_path / "shot.png"
-    s = chromium("--screenshot=%s" % shot, "--window-size=1200,1600", page.as_uri())
+    s = chromium(tmp_path, "--screenshot=%s" % shot, "--window-size=1200,1600", page.as_uri())
     assert shot.exists(), s.stderr[-2000:]
     img = Image.open(shot).convert("RGB")
     assert img.size == (1200, 1600)

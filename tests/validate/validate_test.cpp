@@ -204,6 +204,31 @@ TEST_CASE("stats' per-channel sums equal a plain loop at every length and alignm
   CHECK(s.squares[2] == 255ull * 255 * 100000);
 }
 
+TEST_CASE("stats' SIMD and portable pixel loops give the same sums and luma measures") {
+  std::mt19937 rng(11);
+  for (auto [w, h] : {std::pair{37u, 29u}, {256u, 256u}, {300u, 201u}, {801u, 77u}}) {
+    std::vector<uint8_t> img(size_t{w} * h * 3);
+    for (auto& v : img) v = uint8_t(rng() % 7 == 0 ? 255 : rng());
+    PixelScratch scratch;
+    PixelSums fast, slow;
+    const PixelMeasures a = MeasurePixels(img.data(), w, h, &scratch, &fast);
+    ForcePortablePixelLoops(true);
+    const PixelMeasures b = MeasurePixels(img.data(), w, h, &scratch, &slow);
+    ForcePortablePixelLoops(false);
+    INFO(w << "x" << h);
+    CHECK(a.hash == b.hash);
+    CHECK(a.luma.phash == b.luma.phash);
+    CHECK(a.luma.mean == b.luma.mean);
+    CHECK(a.luma.std == b.luma.std);
+    CHECK(a.luma.laplacian == b.luma.laplacian);
+    CHECK(a.luma.gray == b.luma.gray);
+    for (int c = 0; c < 3; ++c) {
+      CHECK(fast.sum[c] == slow.sum[c]);
+      CHECK(fast.squares[c] == slow.squares[c]);
+    }
+  }
+}
+
 TEST_CASE("stats' luma measures of a flat, a gray and an edged image") {
   PixelScratch scratch;
   std::vector<uint8_t> flat(300 * 200 * 3, 90);  // 300 px: sampled every 2nd pixel

@@ -92,9 +92,11 @@ __attribute__((target("avx2"))) void AddSumsAvx2(const uint8_t* p, size_t bytes,
   AddSumsPortable(p + pairs * 192, bytes - pairs * 192, sum, squares);
 }
 
+bool force_portable = false;  // ForcePortablePixelLoops
+
 bool HaveAvx2() {
   static const bool have = __builtin_cpu_supports("avx2");
-  return have;
+  return have && !force_portable;
 }
 #endif
 
@@ -111,6 +113,14 @@ const std::array<std::array<double, 32>, 8>& CosTable() {
 }
 
 }  // namespace
+
+void ForcePortablePixelLoops(bool portable) {
+#ifdef SF_HAVE_AVX2_SUMS
+  force_portable = portable;
+#else
+  (void)portable;
+#endif
+}
 
 void PixelSums::Add(const uint8_t* rgb, size_t count) {
 #ifdef SF_HAVE_AVX2_SUMS

@@ -60,4 +60,9 @@ PixelMeasures MeasurePixels(const uint8_t* rgb, uint32_t width, uint32_t height,
 // their DCT-II, one bit per coefficient above their median (DC excluded from the median).
 uint64_t LumaHash(const uint16_t* luma, uint32_t width, uint32_t height);
 
+// Tests only: with true, the hand-written AVX2 kernels (the sums, the luma samples) take their
+// portable paths even on an AVX2 CPU (the answers must be the same; the compiler's clones of
+// the integer loops are the same source). Not thread-safe against a running pass.
+void ForcePortablePixelLoops(bool portable);
+
 }  // namespace shardfeed::validate
