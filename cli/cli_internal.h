@@ -30,7 +30,7 @@ std::string FormatDuration(double seconds);
 int CmdBench(int argc, char** argv);
 int CmdTune(int argc, char** argv);
 int CmdStats(int argc, char** argv);  // stats_cmd.cpp
-double CpuSeconds();  // user + system CPU of this process so far
+double CpuSeconds();                  // user + system CPU of this process so far
 // Parses a subcommand's options (adding --help). Returns -1 to go on, else the exit code: 0
 // after printing help, 2 after printing the error and `usage`.
 int ParseArgs(int argc, char** argv, boost::program_options::options_description& desc,
@@ -95,5 +95,24 @@ void AddLoaderOptions(boost::program_options::options_description& desc,
 // what bench and tune echo, so a run says exactly what it ran with.
 std::vector<std::pair<std::string, std::string>> LoaderOptionValues(
     const reader::LoaderOptions& options);
+
+// An OUT of pack, merge or convert that may be s3://bucket/prefix (remote_out.cpp; docs/REMOTE.md,
+// "Writing"). For a local OUT, path() is OUT and Finish() passes the status through. For s3://:
+// Prepare refuses a destination that already has a manifest.json unless `overwrite` (before any
+// work), and the command builds into path(), <staging>/<last component of OUT> (staging: --staging
+// DIR, else a new folder under $TMPDIR or /tmp); Finish uploads it when the build succeeded
+// (shards, then the manifest last) and removes the local copy; on failure it keeps the copy and
+// says where.
+class StagedOut {
+ public:
+  static Result<StagedOut> Prepare(const std::string& out, const std::string& staging,
+                                   bool overwrite);
+  const std::string& path() const { return path_; }  // where the command writes
+  Status Finish(const Status& built) const;
+
+ private:
+  std::string out_, path_, root_;
+  bool overwrite_ = false, made_root_ = false;
+};
 
 }  // namespace shardfeed::cli

@@ -415,6 +415,8 @@ Result<const Codec*> CodecFor(Encoding encoding) {
       return &raw;
     case Encoding::kZstd:
       return &zstd;
+    case Encoding::kAuto:  // a pack-time choice, never stored in a record
+      break;
   }
   return Status::Corrupt("unknown encoding ", static_cast<int>(encoding));
 }
