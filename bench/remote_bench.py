@@ -346,7 +346,9 @@ def report(args, sf, tmp, servers):
     if not args.skip_moto:
         moto = Moto()
         servers.append(moto)
+        t = time.perf_counter()
         s3 = moto.upload(archive, "bench", "jpeg")
+        boto_s = time.perf_counter() - t
 
     print("corpus: %s (%d JPEGs, %.1f MB); archive: %d shards, %.1f MB; %d CPU(s); batch %d, "
           "%d workers, JPEG centre crop 224, global shuffle; median of %d runs"
@@ -408,6 +410,25 @@ def report(args, sf, tmp, servers):
                      e["images"] / e["seconds"]))
         if res.get("stats"):
             print("  loader stats: %s" % json.dumps(res["stats"]))
+    if moto:
+        writing(args, sf, tmp, moto, archive_bytes, boto_s)
+
+
+def writing(args, sf, tmp, moto, archive_bytes, boto_s):
+    """pack to local disk against pack to s3:// (staging, then the upload), and boto3's
+    upload_file of the same shards (a fresh interpreter: its start is in the figure)."""
+    def pack(out, *extra):
+        t = time.perf_counter()
+        subprocess.run([sf, "pack", args.corpus, out, "-q", "--shard-size",
+                        str(archive_bytes // 20), *extra], check=True, stdout=subprocess.DEVNULL,
+                       env=dict(os.environ, **moto.env()))
+        return time.perf_counter() - t
+    local = pack(os.path.join(tmp, "packed"))
+    remote = pack("s3://bench/packed", "--staging", os.path.join(tmp, "staging"))
+    print("\nwriting (pack of the corpus, %.1f MB): to local disk %.1f s; to s3:// (moto, built "
+          "in --staging then uploaded, manifest last) %.1f s, %.2fx; boto3 upload_file of the "
+          "same shards alone (one file at a time, a fresh interpreter) %.1f s"
+          % (archive_bytes / 1e6, local, remote, remote / local, boto_s))
 
 
 def peer_rows(args, tmp, moto, local):
