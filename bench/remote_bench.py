@@ -7,7 +7,8 @@ in one run; the peers (MosaicML Streaming, LitData) beside it with --peers.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/remote_bench.py CORPUS [--build build]
         [--workers 2] [--batch-size 64] [--repeat 3] [--windows 1,2,4,8]
-        [--peers /tmp/peers/bin/python] [--peer-repeat 1]
+        [--peers /tmp/peers/bin/python] [--peer-repeat 1] [--sections read,order,cache,write]
+        [--skip-moto]
 
 CORPUS is an ImageFolder tree of JPEGs (bench/make_corpus.py). The script packs it (JPEG
 passthrough, shards of 1/20 of the archive) into a temporary folder next to it, serves that
