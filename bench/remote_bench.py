@@ -7,7 +7,8 @@ in one run; the peers (MosaicML Streaming, LitData) beside it with --peers.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/remote_bench.py CORPUS [--build build]
         [--workers 2] [--batch-size 64] [--repeat 3] [--windows 1,2,4,8]
-        [--peers /tmp/peers/bin/python] [--peer-repeat 1]
+        [--peers /tmp/peers/bin/python] [--peer-repeat 1] [--sections read,order,cache,write]
+        [--skip-moto]
 
 CORPUS is an ImageFolder tree of JPEGs (bench/make_corpus.py). The script packs it (JPEG
 passthrough, shards of 1/20 of the archive) into a temporary folder next to it, serves that
@@ -23,6 +24,7 @@ Bytes and shards fetched are counted by the server (nginx's access log), not by 
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -190,6 +192,8 @@ def measure(a):
                 shuffle=a.shuffle if a.shuffle == "block" else True, seed=0)
     if a.window:
         opts["shuffle_window"] = a.window
+    if a.prefetch:
+        opts["prefetch"] = a.prefetch
     offset = log_bytes(a.log)[2] if a.log else 0
     out = {"epochs": []}
     t0 = time.perf_counter()
@@ -215,11 +219,12 @@ def measure(a):
     return 0
 
 
-def run_child(args, location, cache, env=None, shuffle="global", window=0, log=None, epochs=2):
+def run_child(args, location, cache, env=None, shuffle="global", window=0, log=None, epochs=2,
+              prefetch=0):
     e = dict(os.environ, SHARDFEED_CACHE_DIR=cache, **(env or {}))
     cmd = [sys.executable, os.path.abspath(__file__), "--measure", location, "--workers",
            str(args.workers), "--batch-size", str(args.batch_size), "--epochs", str(epochs),
-           "--shuffle", shuffle, "--window", str(window)]
+           "--shuffle", shuffle, "--window", str(window), "--prefetch", str(prefetch)]
     if log:
         cmd += ["--log", log]
     out = subprocess.run(cmd, env=e, capture_output=True, text=True)
@@ -306,6 +311,9 @@ def main():
     ap.add_argument("--shuffle", default="global", help=argparse.SUPPRESS)
     ap.add_argument("--window", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--log", help=argparse.SUPPRESS)
+    ap.add_argument("--prefetch", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--sections", default="read,order,cache,write",
+                    help="which parts to run (comma-separated)")
     args = ap.parse_args()
     if args.measure:
         return measure(args)
@@ -346,68 +354,109 @@ def report(args, sf, tmp, servers):
     if not args.skip_moto:
         moto = Moto()
         servers.append(moto)
+        t = time.perf_counter()
         s3 = moto.upload(archive, "bench", "jpeg")
+        boto_s = time.perf_counter() - t
 
     print("corpus: %s (%d JPEGs, %.1f MB); archive: %d shards, %.1f MB; %d CPU(s); batch %d, "
           "%d workers, JPEG centre crop 224, global shuffle; median of %d runs"
           % (args.corpus, manifest["sample_count"], src_bytes / 1e6, n_shards, archive_bytes / 1e6,
              os.cpu_count(), args.batch_size, args.workers, args.repeat))
-    run_child(args, archive, os.path.join(tmp, "warm"), epochs=1)  # page cache, first imports
-    targets = [("shardfeed, local disk", archive, None),
-               ("shardfeed, http:// (nginx, loopback)", http, None)]
-    if moto:
-        targets.append(("shardfeed, s3:// (moto_server, loopback)", s3, moto.env()))
-    figures = timed(args, tmp, targets)
-    local = figures[targets[0][0]]
-    rows = [(name, figures[name], None if i == 0 else local) for i, (name, _, _) in enumerate(targets)]
-    if args.peers:
-        rows += peer_rows(args, tmp, moto, local)
-    print("%-46s %14s %14s  %s" % ("reader", "epoch 1 img/s", "epoch 2 img/s",
-                                    "vs local (goals: >= 0.7x, >= 0.97x)"))
-    for name, fig, base in rows:
-        if isinstance(fig, str):
-            print("%-46s %s" % (name, fig))
-            continue
-        ratio = "%.2fx, %.2fx" % (fig[0] / base[0], fig[1] / base[1]) if base else ""
-        print("%-46s %14.0f %14.0f  %s" % (name, fig[0], fig[1], ratio))
+    if "read" in args.sections:
+        run_child(args, archive, os.path.join(tmp, "warm"), epochs=1)  # page cache, first imports
+        targets = [("shardfeed, local disk", archive, None),
+                   ("shardfeed, http:// (nginx, loopback)", http, None)]
+        if moto:
+            targets.append(("shardfeed, s3:// (moto_server, loopback)", s3, moto.env()))
+        figures = timed(args, tmp, targets)
+        local = figures[targets[0][0]]
+        rows = [(name, figures[name], None if i == 0 else local) for i, (name, _, _) in enumerate(targets)]
+        if args.peers:
+            rows += peer_rows(args, tmp, moto, local)
+        print("%-46s %14s %14s  %s" % ("reader", "epoch 1 img/s", "epoch 2 img/s",
+                                        "vs local (goals: >= 0.7x, >= 0.97x)"))
+        for name, fig, base in rows:
+            if isinstance(fig, str):
+                print("%-46s %s" % (name, fig))
+                continue
+            ratio = "%.2fx, %.2fx" % (fig[0] / base[0], fig[1] / base[1]) if base else ""
+            print("%-46s %14.0f %14.0f  %s" % (name, fig[0], fig[1], ratio))
 
-    # Block shuffle against the global one: the order each of 2 ranks reads.
-    capacity = max(1, n_shards // 4)
-    windows = [int(w) for w in args.windows.split(",") if w]
-    first_k = (1, 4, 16)
-    print("\nshuffle order, 2 ranks, epoch 0 (%d shards of %.1f MB, %d classes): shards read per "
-          "rank, shard fetches per rank through an LRU cache of %d shards (1/4 of the archive), "
-          "distinct classes in the first 1/4/16 batches of %d"
-          % (n_shards, archive_bytes / n_shards / 1e6, len(manifest["class_names"]), capacity,
-             args.batch_size))
-    print("%-22s %14s %22s %26s" % ("shuffle", "shards read", "fetches (LRU 1/4)",
-                                    "classes in first 1/4/16"))
-    configs = [("global", 0)] + [("block", w) for w in windows]
-    for shuffle, w in configs:
-        rows = order_figures(archive, manifest, args.batch_size, shuffle, w, 2, capacity, first_k)
-        name = "global" if shuffle == "global" else "block, window %d" % w
-        print("%-22s %14s %22s %26s" % (
-            name, " / ".join(str(r["shards"]) for r in rows),
-            " / ".join(str(r["fetches"]) for r in rows),
-            "  ".join("/".join(str(m) for m in r["mix"]) for r in rows)))
+    if "order" in args.sections:
+        # Block shuffle against the global one: the order each of 2 ranks reads.
+        capacity = max(1, n_shards // 4)
+        windows = [int(w) for w in args.windows.split(",") if w]
+        first_k = (1, 4, 16)
+        print("\nshuffle order, 2 ranks, epoch 0 (%d shards of %.1f MB, %d classes): shards read per "
+              "rank, shard fetches per rank through an LRU cache of %d shards (1/4 of the archive), "
+              "distinct classes in the first 1/4/16 batches of %d"
+              % (n_shards, archive_bytes / n_shards / 1e6, len(manifest["class_names"]), capacity,
+                 args.batch_size))
+        print("%-22s %14s %22s %26s" % ("shuffle", "shards read", "fetches (LRU 1/4)",
+                                        "classes in first 1/4/16"))
+        configs = [("global", 0)] + [("block", w) for w in windows]
+        for shuffle, w in configs:
+            rows = order_figures(archive, manifest, args.batch_size, shuffle, w, 2, capacity, first_k)
+            name = "global" if shuffle == "global" else "block, window %d" % w
+            print("%-22s %14s %22s %26s" % (
+                name, " / ".join(str(r["shards"]) for r in rows),
+                " / ".join(str(r["fetches"]) for r in rows),
+                "  ".join("/".join(str(m) for m in r["mix"]) for r in rows)))
 
-    # Bytes fetched per epoch with a cache of 1/4 of the archive, block shuffle (measured at
-    # the server).
+        # Bytes fetched per epoch with a cache of 1/4 of the archive, block shuffle (measured at
+        # the server).
+    if "cache" in args.sections:
+        cache_figures(args, tmp, nginx, http, archive_bytes)
+    if moto and "write" in args.sections:
+        writing(args, sf, tmp, moto, archive_bytes, boto_s)
+
+
+def cache_figures(args, tmp, nginx, http, archive_bytes):
+    """Bytes fetched per epoch through a cache of a quarter of the archive, block shuffle, the
+    default window: with the default prefetch, then (when that is refused) with prefetch=2."""
     limit = archive_bytes // 4
     print("\nhttp:// with SHARDFEED_CACHE_LIMIT=%d (1/4 of the archive), shuffle=block, default "
           "window: bytes fetched per epoch (nginx's access log; goal <= 1.1x the archive)" % limit)
-    cache = tempfile.mkdtemp(prefix="cache-", dir=tmp)
-    res = run_child(args, http, cache, {"SHARDFEED_CACHE_LIMIT": str(limit)}, shuffle="block",
-                    log=nginx.log)
-    if "error" in res:
+    tries = [(0, limit), (2, limit), (2, None)]  # None: the minimum the refusal names
+    for prefetch, cap in tries:
+        if cap is None:
+            found = re.search(r"at least (\d+)", res["error"])
+            if not found:
+                break
+            cap = int(found.group(1))
+        cache = tempfile.mkdtemp(prefix="cache-", dir=tmp)
+        res = run_child(args, http, cache, {"SHARDFEED_CACHE_LIMIT": str(cap)}, shuffle="block",
+                        log=nginx.log, prefetch=prefetch)
+        shutil.rmtree(cache, ignore_errors=True)
+        print(" prefetch=%s, cache_limit %d (%.2f of the archive):"
+              % (prefetch or "auto (default)", cap, cap / archive_bytes))
+        if "error" not in res:
+            break
         print("  refused at open: %s" % res["error"])
-    else:
+    if "error" not in res:
         for i, e in enumerate(res["epochs"]):
             print("  epoch %d: %d shard GETs, %.1f MB = %.2fx the archive, %.0f images/s"
                   % (i + 1, e["shard_gets"], e["bytes"] / 1e6, e["bytes"] / archive_bytes,
                      e["images"] / e["seconds"]))
         if res.get("stats"):
             print("  loader stats: %s" % json.dumps(res["stats"]))
+
+
+def writing(args, sf, tmp, moto, archive_bytes, boto_s):
+    """pack to local disk against pack to s3:// (staging, then the upload), and boto3's
+    upload_file of the same shards (a fresh interpreter: its start is in the figure)."""
+    def pack(out, *extra):
+        t = time.perf_counter()
+        subprocess.run([sf, "pack", args.corpus, out, "-q", "--shard-size",
+                        str(archive_bytes // 20), *extra], check=True, stdout=subprocess.DEVNULL,
+                       env=dict(os.environ, **moto.env()))
+        return time.perf_counter() - t
+    local = pack(os.path.join(tmp, "packed"))
+    remote = pack("s3://bench/packed", "--staging", os.path.join(tmp, "staging"))
+    print("\nwriting (pack of the corpus, %.1f MB): to local disk %.1f s; to s3:// (moto, built "
+          "in --staging then uploaded, manifest last) %.1f s, %.2fx; boto3 upload_file of the "
+          "same shards alone (one file at a time, a fresh interpreter) %.1f s"
+          % (archive_bytes / 1e6, local, remote, remote / local, boto_s))
 
 
 def peer_rows(args, tmp, moto, local):
