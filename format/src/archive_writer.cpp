@@ -1,5 +1,7 @@
 // ArchiveWriter: shards into "<path>.partial/", then an atomic swap into place. The safety rules
 // are in archive.h; each is tested in tests/format/writer_safety_test.cpp.
+// long file: one state machine (create, recover, append, close shards, commit, swap in) whose
+// safety rules read best in one place; its helpers are the file-system steps it alone uses.
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/file.h>
@@ -580,6 +582,18 @@ Status ArchiveWriter::CloseShard() {
   return Status::OK();
 }
 
+Status ArchiveWriter::MeasureShardFiles(Manifest* manifest) {
+  for (ShardInfo& info : manifest->shards) {
+    const std::string file = (fs::path(partial_path_) / info.file).string();
+    std::error_code ec;
+    const uint64_t bytes = fs::file_size(file, ec);
+    if (ec) return Status::IOError(file, ": cannot read its size: ", ec.message());
+    info.file_bytes = bytes;
+  }
+  shards_ = manifest->shards;
+  return Status::OK();
+}
+
 // long: the commit sequence (shard, manifest, sync, swap in) reads in the order it happens.
 Status ArchiveWriter::Finish(Manifest manifest) {
   if (finished_) return Status::InvalidArgument("Finish called twice");
@@ -609,13 +623,18 @@ Status ArchiveWriter::Finish(Manifest manifest) {
     return Status::InvalidArgument("a record has label ", class_counts_.size() - 1, " but only ",
                                    manifest.class_names.size(), " class names were given");
   }
-  const std::string manifest_text = manifest.ToJson();
+  std::string manifest_text = manifest.ToJson();
   if (options_.backend == Backend::kHdf5) {
     for (size_t s = 0; s < shards_.size(); ++s) {
       if (linked_[s]) continue;  // shared with its part (hard link): keeps the part's manifest
       SF_RETURN_IF_ERROR(
           AnnotateHdf5Shard((fs::path(partial_path_) / shards_[s].file).string(), manifest_text));
     }
+    // The attribute grew each file: manifest.json gives the sizes as they are now (a remote read
+    // fetches exactly file_bytes). The copy inside each shard keeps the sizes from before its
+    // own annotation (FORMAT.md, "HDF5 shards").
+    SF_RETURN_IF_ERROR(MeasureShardFiles(&manifest));
+    manifest_text = manifest.ToJson();
   }
   std::string manifest_file = (fs::path(partial_path_) / kManifestFileName).string();
   {

@@ -75,6 +75,12 @@ TEST_CASE("LMDB and HDF5 archives of one folder give the same samples through th
     auto lmdb = PackAs(dir / ("l" + tag), Backend::kLmdb, c.enc, c.size, c.crop);
     auto hdf5 = PackAs(dir / ("h" + tag), Backend::kHdf5, c.enc, c.size, c.crop, 300000);
     CHECK(hdf5->manifest().backend == Backend::kHdf5);
+    // file_bytes is the shard as written, manifest attribute included (a remote read fetches
+    // exactly that many bytes; it was the size before the attribute).
+    for (const ShardInfo& info : hdf5->manifest().shards) {
+      CHECK(std::filesystem::file_size(std::filesystem::path(dir / ("h" + tag)) / info.file) ==
+            info.file_bytes);
+    }
     REQUIRE(lmdb->size() == hdf5->size());
     for (uint64_t i = 0; i < lmdb->size(); ++i) {
       auto a = lmdb->At(i).ValueOrDie(), b = hdf5->At(i).ValueOrDie();
@@ -106,8 +112,10 @@ TEST_CASE("convert round-trips between backends without changing a record") {
     CHECK(hdf5->manifest().shards[s].sample_count == original->manifest().shards[s].sample_count);
   }
   for (uint64_t i = 0; i < original->size(); ++i) {
-    REQUIRE(hdf5->At(i).ValueOrDie().entry->checksum == original->At(i).ValueOrDie().entry->checksum);
-    REQUIRE(lmdb->At(i).ValueOrDie().entry->checksum == original->At(i).ValueOrDie().entry->checksum);
+    REQUIRE(hdf5->At(i).ValueOrDie().entry->checksum ==
+            original->At(i).ValueOrDie().entry->checksum);
+    REQUIRE(lmdb->At(i).ValueOrDie().entry->checksum ==
+            original->At(i).ValueOrDie().entry->checksum);
   }
   CHECK(lmdb->manifest().class_names == original->manifest().class_names);
 

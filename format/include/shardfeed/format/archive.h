@@ -237,6 +237,7 @@ class ArchiveWriter {
   Status OpenShard();
   Status FlushChunk();
   Status CloseShard();
+  Status MeasureShardFiles(Manifest* manifest);  // file_bytes of every shard as it is now
   Status CheckRecord(const IndexEntry& entry, size_t size) const;
   // Places `size` record bytes and then `blob_` (when `with_blob`) in the chunk stream.
   Status Place(IndexEntry& entry, const uint8_t* data, size_t size, bool with_blob);
