@@ -13,6 +13,7 @@
 #include "shardfeed/base/status.h"
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/reader/loader.h"
+#include "shardfeed/storage/remote.h"
 
 namespace shardfeed::cli {
 
@@ -30,7 +31,7 @@ std::string FormatDuration(double seconds);
 int CmdBench(int argc, char** argv);
 int CmdTune(int argc, char** argv);
 int CmdStats(int argc, char** argv);  // stats_cmd.cpp
-double CpuSeconds();  // user + system CPU of this process so far
+double CpuSeconds();                  // user + system CPU of this process so far
 // Parses a subcommand's options (adding --help). Returns -1 to go on, else the exit code: 0
 // after printing help, 2 after printing the error and `usage`.
 int ParseArgs(int argc, char** argv, boost::program_options::options_description& desc,
@@ -70,6 +71,20 @@ Status ApplyOptionTable(const boost::program_options::variables_map& vm,
       SF_RETURN_IF_ERROR(o.set(options, vm[flag].as<std::string>()));
     }
   }
+  return Status::OK();
+}
+
+// --cache-dir and --cache-limit (storage::CacheOptionTable) for a command that opens archives,
+// which may be remote; ApplyCacheOptions sets what the command line gave as the process's
+// defaults (storage::SetCacheOptions), so every archive the command opens reads through them.
+inline void AddCacheOptions(boost::program_options::options_description& desc,
+                            std::vector<std::string>* helps) {
+  AddOptionTable(desc, storage::CacheOptionTable(), storage::CacheOptions(), helps);
+}
+inline Status ApplyCacheOptions(const boost::program_options::variables_map& vm) {
+  storage::CacheOptions cache;
+  SF_RETURN_IF_ERROR(ApplyOptionTable(vm, storage::CacheOptionTable(), &cache));
+  storage::SetCacheOptions(cache);
   return Status::OK();
 }
 
