@@ -15,4 +15,11 @@ $SUDO apt-get install -y -q libopencv-dev libturbojpeg0-dev pkg-config python3-v
 "$VENV/bin/pip" uninstall -y -q opencv-python 2>/dev/null || true
 # MosaicML Streaming (MDSWriter, bench/writer_bench.py): uses Debian's torch and numpy as they are.
 "$VENV/bin/pip" install -q mosaicml-streaming
+# LitData 0.2.40 and boto3 (bench/remote_bench.py --peers: both peers read from moto's s3:// and
+# bench/peers_remote.py uploads their shards with boto3).
+"$VENV/bin/pip" install -q "litdata==0.2.40" boto3
+# CleanVision and fastdup (bench/stats_bench.py, beside `shardfeed stats`): pandas and OpenCV
+# pinned as above (their newest releases need numpy 2).
+"$VENV/bin/pip" install -q cleanvision fastdup "pandas<2.1" "opencv-python-headless==4.8.1.78" \
+  "numpy==$(/usr/bin/python3 -c 'import numpy; print(numpy.__version__)')"
 "$VENV/bin/python" -c "import ffcv, torch, numpy; print('peers ready: ffcv', ffcv.__version__ if hasattr(ffcv, '__version__') else '1.0.2', 'torch', torch.__version__, 'numpy', numpy.__version__)"

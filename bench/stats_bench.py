@@ -11,8 +11,11 @@ CORPUS is an image folder (bench/make_corpus.py). Prints:
   crops of 11 photographs, so same-source pairs may be real overlaps) or not (false pairs);
 - recall and precision on planted near duplicates: the first --planted photos plus, for each,
   a copy re-encoded at quality 50, resized by 10%, shifted by 2 px and by 4 px, and 8% brighter.
-fastdup and CleanVision are compared when importable (neither is installed by
-scripts/install-deps.sh; the script says so).
+- CleanVision and fastdup (PyPI; bench/install-peers.sh puts them in the peers' venv, given by
+  --peers-python) on the corpus's image files with the same workers: seconds for their
+  duplicate / near-duplicate / quality pass, and what they found beside what `stats` found
+  (exact and near groups, near pairs across source photographs, dark and blurry counts). A peer
+  that does not import or run is reported with its error.
 """
 import argparse
 import io
@@ -76,12 +79,87 @@ def files_of(corpus):
     return out
 
 
+def cross_pairs(groups, labels):
+    """Pairs inside `groups` (lists of indices into `labels`) whose labels differ."""
+    return sum(1 for g in groups for i in range(len(g)) for j in range(i + 1, len(g))
+               if labels[g[i]] != labels[g[j]])
+
+
+# Each peer runs in the peers' venv, on the image files, and prints one JSON line: seconds for
+# its pass, and its groups as lists of paths relative to the corpus.
+CLEANVISION = r"""
+import json, os, sys, time
+from cleanvision import Imagelab
+corpus, workers = sys.argv[1], int(sys.argv[2])
+t = time.perf_counter()
+lab = Imagelab(data_path=corpus)
+lab.find_issues({"exact_duplicates": {}, "near_duplicates": {}, "dark": {}, "blurry": {},
+                 "low_information": {}}, n_jobs=workers, verbose=False)
+seconds = time.perf_counter() - t
+rel = lambda p: os.path.relpath(p, corpus)
+issues = lab.issues
+print(json.dumps({
+    "seconds": seconds,
+    "exact": [[rel(p) for p in g] for g in lab.info["exact_duplicates"]["sets"]],
+    "near": [[rel(p) for p in g] for g in lab.info["near_duplicates"]["sets"]],
+    "dark": int(issues["is_dark_issue"].sum()), "blurry": int(issues["is_blurry_issue"].sum()),
+    "uniform": int(issues["is_low_information_issue"].sum())}))
+"""
+
+FASTDUP = r"""
+import json, os, sys, tempfile, time
+import fastdup
+corpus, workers = sys.argv[1], int(sys.argv[2])
+work = tempfile.mkdtemp(prefix="fastdup-")
+t = time.perf_counter()
+fd = fastdup.create(work_dir=work, input_dir=corpus)
+fd.run(num_threads=workers, overwrite=True, verbose=False)
+seconds = time.perf_counter() - t
+rel = lambda p: os.path.relpath(p, corpus)
+cc, _ = fd.connected_components()
+near = [[rel(p) for p in g["filename"]] for _, g in cc.groupby("component_id") if len(g) > 1]
+stats = fd.img_stats()
+print(json.dumps({"seconds": seconds, "exact": [], "near": near,
+                  "dark": int((stats["mean"] < 25).sum()) if "mean" in stats else None,
+                  "blurry": int((stats["blur"] < 50).sum()) if "blur" in stats else None,
+                  "uniform": None}))
+"""
+
+PEERS = {"cleanvision": CLEANVISION, "fastdup": FASTDUP}
+
+
+def peer(tool, args, labels, n):
+    """Runs `tool` on the corpus's images in the peers' venv and prints what it found, or why
+    it could not."""
+    if not os.path.exists(args.peers_python):
+        print("%s: not run: no %s (bash bench/install-peers.sh)" % (tool, args.peers_python))
+        return
+    p = subprocess.run([args.peers_python, "-c", PEERS[tool], os.path.abspath(args.corpus),
+                        str(args.workers)], capture_output=True, text=True, timeout=3600,
+                       env=dict(os.environ, SENTRY_OPT_OUT="1"))  # fastdup: no telemetry
+    lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
+    if p.returncode != 0 or not lines:
+        err = (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]
+        print("%s: did not run: %s" % (tool, err))
+        return
+    r = json.loads(lines[-1])
+    index = {path: i for i, (_, path) in enumerate(
+        (c, os.path.relpath(f, args.corpus)) for c, f in files_of(args.corpus))}
+    near = [[index[p] for p in g if p in index] for g in r["near"]]
+    print("%-11s %6.2f s  %7.0f img/s on the image files: %d exact groups, %d near groups "
+          "(%d pairs across source photographs), dark %s, blurry %s, low information %s"
+          % (tool, r["seconds"], n / r["seconds"], len(r["exact"]), len(near),
+             cross_pairs(near, labels), r["dark"], r["blurry"], r["uniform"]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("corpus")
     ap.add_argument("--build", default="build")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--planted", type=int, default=200)
+    ap.add_argument("--peers-python", default="/tmp/peers/bin/python",
+                    help="the interpreter of bench/install-peers.sh's venv")
     args = ap.parse_args()
     cli = os.path.join(args.build, "shardfeed")
     work = tempfile.mkdtemp(prefix="stats-bench-")
@@ -105,6 +183,11 @@ def main():
         print("stats            %6.2f s  %7.0f img/s  (%.2fx of verify --decode)"
               % (stats_s, n / stats_s, verify_s / stats_s))
         labels = [c for c, _ in files_of(args.corpus)]
+        print("stats findings: %d exact groups, %d near groups (%d pairs across source "
+              "photographs), %d dark, %d blurry, %d uniform"
+              % (len(s["duplicates"]), len(s["near_duplicates"]),
+                 cross_pairs(s["near_duplicates"], labels), len(s["flags"]["dark"]),
+                 len(s["flags"]["blurry"]), len(s["flags"]["uniform"])))
         same = cross = 0
         for g in s["near_duplicates"]:
             for i in range(len(g)):
@@ -155,12 +238,8 @@ def main():
                                                       len(originals)))
         print("  precision %.4f (%d of %d pairs in reported groups are planted)"
               % (true_pairs / max(1, found_pairs), true_pairs, found_pairs))
-        for tool in ("fastdup", "cleanvision"):
-            try:
-                __import__(tool)
-                print("%s is importable: not compared yet" % tool)
-            except ImportError:
-                print("%s: not installed (not in Debian; pip would need the network)" % tool)
+        for tool in PEERS:
+            peer(tool, args, labels, n)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

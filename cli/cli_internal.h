@@ -111,4 +111,23 @@ void AddLoaderOptions(boost::program_options::options_description& desc,
 std::vector<std::pair<std::string, std::string>> LoaderOptionValues(
     const reader::LoaderOptions& options);
 
+// An OUT of pack, merge or convert that may be s3://bucket/prefix (remote_out.cpp; docs/REMOTE.md,
+// "Writing"). For a local OUT, path() is OUT and Finish() passes the status through. For s3://:
+// Prepare refuses a destination that already has a manifest.json unless `overwrite` (before any
+// work), and the command builds into path(), <staging>/<last component of OUT> (staging: --staging
+// DIR, else a new folder under $TMPDIR or /tmp); Finish uploads it when the build succeeded
+// (shards, then the manifest last) and removes the local copy; on failure it keeps the copy and
+// says where.
+class StagedOut {
+ public:
+  static Result<StagedOut> Prepare(const std::string& out, const std::string& staging,
+                                   bool overwrite);
+  const std::string& path() const { return path_; }  // where the command writes
+  Status Finish(const Status& built) const;
+
+ private:
+  std::string out_, path_, root_;
+  bool overwrite_ = false, made_root_ = false;
+};
+
 }  // namespace shardfeed::cli

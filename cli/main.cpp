@@ -26,6 +26,7 @@
 #include "shardfeed/converter/options.h"
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/format/archive.h"
+#include "shardfeed/storage/remote.h"
 #include "shardfeed/validate/extract.h"
 #include "shardfeed/validate/inspect.h"
 #include "shardfeed/validate/verify.h"
@@ -115,6 +116,18 @@ namespace {
 using cli::Fail;
 using cli::ParseArgs;
 
+constexpr const char* kStagingHelp =
+    "with an s3:// OUT: build the archive in this folder, then upload it (default: a new folder "
+    "under $TMPDIR, removed after the upload; kept, with a message, when it fails)";
+
+bool IsMpiJob() {
+#ifdef SHARDFEED_WITH_MPI
+  return cli::MpiWorldSize() > 1;
+#else
+  return false;
+#endif
+}
+
 void PrintUsage() {
   std::printf(
       "usage: shardfeed <command> [options]\n\n"
@@ -179,11 +192,11 @@ int PackParquet(int argc, char** argv) {
   return Fail(Status::IOError("cannot run ", python, ": ", std::strerror(errno)));
 }
 
-// About 120 lines: the flags, the source (folder, list or an importer), the pack, the summary.
+// long: the flags, the source (folder, list or an importer), the pack, the summary.
 int CmdPack(int argc, char** argv) {
   // Every pack option comes from converter/options.h (shardfeed.pack takes the same ones).
   po::options_description desc("pack options (as shardfeed.pack takes them)");
-  std::string src, out, list, report, parts_dir, from, schema_file;
+  std::string src, out, list, report, parts_dir, from, schema_file, staging;
   converter::ImportOptions import;
   converter::PackOptions opt;
   std::vector<std::string> helps;  // kept alive: program_options stores the pointers
@@ -203,7 +216,7 @@ int CmdPack(int argc, char** argv) {
   cli::AddOptionTable(desc, converter::PackOptionTable(), opt, &helps);
   desc.add_options()("report", po::value(&report), "write a JSON report of skipped files here")(
       "parts-dir", po::value(&parts_dir), "where --part writes (default OUT.parts)")(
-      "quiet,q", "no progress line");
+      "staging", po::value(&staging), kStagingHelp)("quiet,q", "no progress line");
   po::positional_options_description pos;
   pos.add("src", 1).add("out", 1);
   po::variables_map vm;
@@ -211,6 +224,12 @@ int CmdPack(int argc, char** argv) {
   if (rc >= 0) return rc;
   if (from == "parquet" || (from.empty() && list.empty() && converter::DetectSourceKind(src).ok() &&
                             *converter::DetectSourceKind(src) == "parquet")) {
+    if (storage::IsRemote(out) || !staging.empty()) {
+      return Fail(Status::InvalidArgument(
+          out,
+          ": pack --from parquet writes a local OUT only (--staging and s3:// are not "
+          "supported there)"));
+    }
     return PackParquet(argc, argv);
   }
   if (Status s = cli::ApplyOptionTable(vm, converter::PackOptionTable(), &opt); !s.ok())
@@ -230,6 +249,16 @@ int CmdPack(int argc, char** argv) {
   import.list = list;
   import.skip_bad = opt.skip_bad;
   const std::string backend(format::BackendName(opt.writer.backend));
+  if (storage::IsRemote(out) && (opt.part_record || IsMpiJob())) {
+    return Fail(Status::InvalidArgument(
+        out,
+        ": pack --part and MPI packs write locally; merge the parts into s3:// (shardfeed "
+        "merge PARTS... s3://bucket/prefix)"));
+  }
+  const std::string remote_out = out;
+  auto staged = cli::StagedOut::Prepare(out, staging, opt.writer.overwrite);
+  if (!staged.ok()) return Fail(staged.status());
+  out = staged->path();
   const std::string archive_out = out;  // the final archive (what the scan must never pack)
   import.exclude = converter::OutputPaths(archive_out);
   if (opt.part_record) {
@@ -276,6 +305,8 @@ int CmdPack(int argc, char** argv) {
   converter::PackResult result;
   Status st = converter::Pack(*source, out, opt, &result, progress);
   if (tty) std::fprintf(stderr, "\n");
+  st = staged->Finish(st);  // an s3:// OUT: uploaded now, the manifest last
+  out = remote_out;
   if (!report.empty()) {
     std::ofstream r(report);
     r << converter::PackReportJson(result, src);
@@ -463,7 +494,7 @@ int CmdExtract(int argc, char** argv) {
 
 int CmdConvert(int argc, char** argv) {
   po::options_description desc("convert options");
-  std::string path, out, backend, jpeg_layout = "original";
+  std::string path, out, backend, jpeg_layout = "original", staging;
   bool overwrite = false;
   desc.add_options()("archive", po::value(&path)->required(), "archive to read")(
       "out", po::value(&out)->required(), "archive to write")(
@@ -473,7 +504,8 @@ int CmdConvert(int argc, char** argv) {
       "original (records as they are) | indexed (re-lay JPEG records as pack --jpeg-layout "
       "indexed does)")("overwrite", po::bool_switch(&overwrite),
                        "replace an existing archive at OUT")(
-      "quiet,q", "accepted; convert prints no progress");
+      "staging", po::value(&staging), kStagingHelp)("quiet,q",
+                                                    "accepted; convert prints no progress");
   po::positional_options_description pos;
   pos.add("archive", 1).add("out", 1);
   po::variables_map vm;
@@ -497,8 +529,10 @@ int CmdConvert(int argc, char** argv) {
     return Fail(Status::InvalidArgument("--jpeg-layout must be original or indexed, not '",
                                         jpeg_layout, "'"));
   }
-  auto n = converter::Convert(**archive, out, b, overwrite, jpeg_layout == "indexed");
-  if (!n.ok()) return Fail(n.status());
+  auto staged = cli::StagedOut::Prepare(out, staging, overwrite);
+  if (!staged.ok()) return Fail(staged.status());
+  auto n = converter::Convert(**archive, staged->path(), b, overwrite, jpeg_layout == "indexed");
+  if (Status st = staged->Finish(n.status()); !st.ok()) return Fail(st);
   std::printf("converted %llu records from %s (%s) to %s (%s)\n",
               static_cast<unsigned long long>(*n), path.c_str(),
               std::string(format::BackendName((*archive)->manifest().backend)).c_str(), out.c_str(),
@@ -511,12 +545,13 @@ int CmdConvert(int argc, char** argv) {
 int CmdMerge(int argc, char** argv) {
   po::options_description desc("merge options");
   std::vector<std::string> parts;
-  std::string out;
+  std::string out, staging;
   bool overwrite = false;
   desc.add_options()("parts", po::value(&parts)->multitoken()->required(),
                      "a directory of parts (OUT.parts) or the part archives, then OUT")(
       "overwrite", po::bool_switch(&overwrite), "replace an existing archive at OUT")(
-      "quiet,q", "accepted; merge prints no progress");
+      "staging", po::value(&staging), kStagingHelp)("quiet,q",
+                                                    "accepted; merge prints no progress");
   po::positional_options_description pos;
   pos.add("parts", -1);
   po::variables_map vm;
@@ -528,7 +563,9 @@ int CmdMerge(int argc, char** argv) {
   out = parts.back();
   parts.pop_back();
   converter::MergeResult r;
-  Status st = converter::Merge(parts, out, overwrite, &r);
+  auto staged = cli::StagedOut::Prepare(out, staging, overwrite);
+  if (!staged.ok()) return Fail(staged.status());
+  Status st = staged->Finish(converter::Merge(parts, staged->path(), overwrite, &r));
   if (!st.ok()) return Fail(st);
   std::printf("merged %llu parts (%llu shards, %llu samples) into %s%s\n",
               static_cast<unsigned long long>(r.parts), static_cast<unsigned long long>(r.shards),

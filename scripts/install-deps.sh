@@ -25,6 +25,7 @@ PKGS=(
   python3-pip python3-venv python3-setuptools python3-wheel  # pip install .
   libcurl4-openssl-dev              # s3:// and http(s):// archives (storage/)
   nginx-light                       # bench/remote_bench.py serves archives over http://
+  chromium                          # tests/cli/test_stats_html.py opens stats --html headless
 )
 # --bench: also the photographs the benchmark corpus is cut from (bench/make_corpus.py).
 if [ "${1:-}" = "--bench" ]; then PKGS+=(plasma-workspace-wallpapers); fi

@@ -1,6 +1,8 @@
 // COCO instances files: one sample per image (in the file's order), its annotations as boxes
 // with per-box labels and iscrowd, captions from a COCO captions file. Masks (segmentation
 // polygons/RLE) are not imported.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -47,11 +49,20 @@ struct PerImage {
 
 }  // namespace
 
-// About 120 lines: categories, images, annotations, captions, then the items, in one place so
-// each error can name the array element it comes from.
+// long: categories, images, annotations, captions, then the items, in one place so each error
+// can name the array element it comes from.
 Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& options) {
   if (options.images.empty()) {
     return Status::InvalidArgument(file, ": a COCO source needs --images DIR (the image folder)");
+  }
+  // A wrong --images is the command's mistake, not damage in the data: said once, up front
+  // (not as one unreadable image per sample).
+  struct stat st;
+  if (::stat(options.images.c_str(), &st) != 0) {
+    return Status::InvalidArgument("--images ", options.images, ": ", std::strerror(errno));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return Status::InvalidArgument("--images ", options.images, ": not a directory");
   }
   SF_ASSIGN_OR_RETURN(Json coco, ReadJson(file, "COCO annotations"));
   if (!coco.contains("images") || !coco["images"].is_array()) {
@@ -128,6 +139,12 @@ Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& opti
       }
       if (!ok) {
         SF_RETURN_IF_ERROR(bad(where, "field 'boxes': bbox is not 4 numbers [x, y, w, h]"));
+        continue;
+      }
+      if ((*bbox)[2].get<double>() < 0 || (*bbox)[3].get<double>() < 0) {
+        SF_RETURN_IF_ERROR(bad(where,
+                               "field 'boxes': bbox [x, y, w, h] has a negative width or "
+                               "height (an inverted box)"));
         continue;
       }
       int64_t crowd = 0;

@@ -11,6 +11,7 @@
 
 #include "shardfeed/converter/importers.h"
 #include "shardfeed/converter/sample_writer.h"
+#include "shardfeed/imaging/image.h"
 
 namespace shardfeed::converter {
 
@@ -65,6 +66,37 @@ bool ParseDouble(const std::string& s, double* v) {
   if (*end != 0 || errno != 0 || !std::isfinite(x)) return false;
   *v = x;
   return true;
+}
+
+// Digits with an optional sign: an integer however large (ParseInt says whether it fits).
+bool IntegerText(const std::string& s) {
+  const size_t start = !s.empty() && (s[0] == '-' || s[0] == '+');
+  return s.size() > start && s.find_first_not_of("0123456789", start) == std::string::npos;
+}
+
+// An integer of the source stays exact or is refused, never silently rounded or wrapped:
+// JSON integers above INT64_MAX (nlohmann keeps them as uint64) do not fit an int64 field...
+Status FitsInt64(const Json& v) {
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) {
+    return Status::InvalidArgument("integer ", v.dump(), " does not fit int64");
+  }
+  return Status::OK();
+}
+
+// ... and those a float field cannot hold exactly (beyond 2^53 for float64, 2^24 for float32:
+// a column of integers and non-integers is inferred float64, a list of them float32[*]) are
+// refused rather than rounded.
+template <typename Float>
+Status ExactAs(const Json& v, const char* type) {
+  if (!v.is_number_integer()) return Status::OK();
+  // Compared as long double (64-bit mantissa on x86-64; elsewhere at least double's 53 bits,
+  // where the float64 check is exact for |v| < 2^53 and conservative above).
+  const long double exact = v.is_number_unsigned() ? static_cast<long double>(v.get<uint64_t>())
+                                                   : static_cast<long double>(v.get<int64_t>());
+  if (static_cast<long double>(static_cast<Float>(exact)) == exact) return Status::OK();
+  return Status::InvalidArgument("integer ", v.dump(), " is not exact as ", type,
+                                 " (give the field as int64 in --schema, or write the value as a "
+                                 "string)");
 }
 
 bool IsJsonText(const std::string& s) {
@@ -261,16 +293,19 @@ Status ArrayValue(const FieldSpec& spec, const Json& v, OwnedValue* out) {
         Put(&bytes, static_cast<int32_t>(d));
         break;
       case ElemType::kInt64:
-        SF_RETURN_IF_ERROR(need_int(-9.3e18, 9.3e18));
+        SF_RETURN_IF_ERROR(FitsInt64(*leaf));
+        if (!leaf->is_number_integer()) SF_RETURN_IF_ERROR(need_int(-9.2e18, 9.2e18));
         Put(&bytes, leaf->is_number_integer() ? leaf->get<int64_t>() : static_cast<int64_t>(d));
         break;
       case ElemType::kFloat16:
         Put(&bytes, ToHalf(static_cast<float>(d)));
         break;
       case ElemType::kFloat32:
+        SF_RETURN_IF_ERROR(ExactAs<float>(*leaf, "float32"));
         Put(&bytes, static_cast<float>(d));
         break;
       case ElemType::kFloat64:
+        SF_RETURN_IF_ERROR(ExactAs<double>(*leaf, "float64"));
         Put(&bytes, d);
         break;
     }
@@ -327,6 +362,10 @@ Status ValueOf(const FieldSpec& spec, const Json& v, bool text, OwnedValue* out)
         int64_t i;
         double d;
         if (ParseInt(s, &i)) return ValueOf(spec, Json(i), false, out);
+        if (IntegerText(s)) {  // beyond int64: as a double it would be rounded
+          return Status::InvalidArgument("integer ", s,
+                                         " does not fit int64 (nor float64 exactly)");
+        }
         if (ParseDouble(s, &d)) return ValueOf(spec, Json(d), false, out);
         return Status::InvalidArgument("'", s, "' is not a number");
       }
@@ -338,6 +377,7 @@ Status ValueOf(const FieldSpec& spec, const Json& v, bool text, OwnedValue* out)
   switch (spec.kind) {
     case FieldKind::kInt64:
       if (v.is_boolean()) return *out = OwnedValue::Int64(v.get<bool>()), Status::OK();
+      SF_RETURN_IF_ERROR(FitsInt64(v));
       if (v.is_number_integer()) return *out = OwnedValue::Int64(v.get<int64_t>()), Status::OK();
       if (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()) &&
           std::fabs(v.get<double>()) < 9e18) {
@@ -347,6 +387,8 @@ Status ValueOf(const FieldSpec& spec, const Json& v, bool text, OwnedValue* out)
     case FieldKind::kFloat32:
     case FieldKind::kFloat64:
       if (!v.is_number()) return Status::InvalidArgument("expected a number, got ", v.dump());
+      SF_RETURN_IF_ERROR(spec.kind == FieldKind::kFloat64 ? ExactAs<double>(v, "float64")
+                                                          : ExactAs<float>(v, "float32"));
       *out = spec.kind == FieldKind::kFloat32 ? OwnedValue::Float32(v.get<float>())
                                               : OwnedValue::Float64(v.get<double>());
       return Status::OK();
@@ -376,6 +418,39 @@ Status ValueOf(const FieldSpec& spec, const Json& v, bool text, OwnedValue* out)
 std::string Join(const std::string& dir, const std::string& path) {
   if (dir.empty() || dir == "." || (!path.empty() && path[0] == '/')) return path;
   return dir.back() == '/' ? dir + path : dir + "/" + path;
+}
+
+// A mask field given as the path of a PNG file (what `extract` writes: DIR/masks/<field>/I.png),
+// read back bit for bit: an 8-bit grey image, one byte per pixel. A colour PNG is refused (its
+// pixels are not class ids).
+Status MaskFromPng(const std::string& file, OwnedValue* out) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return Status::InvalidArgument(file, ": cannot open the mask: ", std::strerror(errno));
+  const std::vector<uint8_t> data((std::istreambuf_iterator<char>(in)),
+                                  std::istreambuf_iterator<char>());
+  if (in.bad()) return Status::InvalidArgument(file, ": read failed");
+  if (imaging::SniffFormat(data.data(), data.size()) != imaging::ImageFormat::kPng) {
+    return Status::InvalidArgument(file, ": a mask is a PNG file (or nested lists of class ids)");
+  }
+  imaging::Decoder decoder;
+  imaging::Image rgb;
+  Status st = decoder.Decode(data.data(), data.size(), &rgb, imaging::Limits(), true);
+  if (!st.ok()) return Status::InvalidArgument(file, ": ", st.message());
+  const size_t pixels = size_t{rgb.width} * rgb.height, c = rgb.channels;
+  std::vector<uint8_t> mask(pixels);
+  for (size_t k = 0; k < pixels; ++k) {
+    const uint8_t* px = rgb.pixels.data() + c * k;  // a grey PNG decodes to R = G = B
+    if (c == 1) {
+      mask[k] = px[0];
+      continue;
+    }
+    if (px[1] != px[0] || px[2] != px[0]) {
+      return Status::InvalidArgument(file, ": a colour PNG; a mask is a grey one (class ids)");
+    }
+    mask[k] = px[0];
+  }
+  *out = OwnedValue::Array(mask.data(), mask.size(), {rgb.height, rgb.width});
+  return Status::OK();
 }
 
 // The inferred schema of `rows`: image, then every other column in order of first appearance
@@ -432,7 +507,7 @@ Status ValueFromText(const FieldSpec& spec, const std::string& text, OwnedValue*
   return ValueOf(spec, Json(text), true, out);
 }
 
-// About 110 lines: schema (given or inferred), class names, then one pass over the rows.
+// long: schema (given or inferred), class names, then one pass over the rows.
 Result<SourceList> ImportRows(const std::vector<Row>& rows, const std::vector<std::string>& columns,
                               bool text_cells, const std::string& base,
                               const ImportOptions& options) {
@@ -528,6 +603,9 @@ Result<SourceList> ImportRows(const std::vector<Row>& rows, const std::vector<st
         }
         item.label = static_cast<int32_t>(label);
         max_label = std::max(max_label, label);
+      } else if (spec.kind == FieldKind::kMask && it->is_string() &&
+                 !IsJsonText(it->get_ref<const std::string&>())) {
+        row_status = MaskFromPng(Join(base, it->get<std::string>()), &item.values[f]);
       } else {
         row_status = ValueOf(spec, *it, text_cells, &item.values[f]);
       }

@@ -176,7 +176,7 @@ Result<std::vector<std::string>> TarFiles(const std::string& src) {
 
 }  // namespace
 
-// About 110 lines: members -> samples -> schema -> items.
+// long: members -> samples -> schema -> items, each step a loop over the previous one's.
 Result<SourceList> ImportWebDataset(const std::string& src, const ImportOptions& options) {
   SF_ASSIGN_OR_RETURN(std::vector<std::string> tars, TarFiles(src));
   SourceList list;

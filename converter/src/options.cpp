@@ -33,6 +33,7 @@ PackOption Recorded(PackOption o) {
   return o;
 }
 
+// long: a table, not logic: one declaration per pack option, in the order help lists them.
 std::vector<PackOption> MakeTable() {
   return {
       Recorded({"encoding", OptionKind::kChoice, "auto|jpeg|raw|zstd",

@@ -1,3 +1,5 @@
+// long file: Archive is one class whose open, shard lifecycle (open on first use, ReleaseShard) and
+// accessors all work on the Shard slot defined here; splitting them would expose that slot.
 #include "shardfeed/format/archive.h"
 
 #include <fcntl.h>
@@ -529,7 +531,7 @@ Status Archive::VerifyRecord(uint64_t index, bool fields) const {
   }
   if (!fields || !manifest_.schema.has_var_fields()) return Status::OK();
   SF_ASSIGN_OR_RETURN(VarBlob blob, Blob(index));
-  return CheckBlob(index, blob, "");
+  return CheckBlob(index, blob);
 }
 
 Result<Archive::VarBlob> Archive::Blob(uint64_t index) const {
@@ -546,14 +548,23 @@ Result<Archive::VarBlob> Archive::Blob(uint64_t index) const {
   return VarBlob{VarBlobData(shard, v), v.size, v.checksum, &slot->file};
 }
 
-Status Archive::CheckBlob(uint64_t index, const VarBlob& blob, const std::string& field) const {
+Status Archive::CheckBlob(uint64_t index, const VarBlob& blob) const {
   const uint64_t got = RecordChecksum(blob.data, blob.size);
   SF_RETURN_IF_ERROR(CheckUnchanged(index));
   if (got != blob.checksum) {
-    return Status::ChecksumMismatch(*blob.file, ": sample ", index, field,
-                                    ": var blob (the sample's variable fields) checksum mismatch "
-                                    "(stored ",
-                                    HashToHex(blob.checksum), ", computed ", HashToHex(got), ")");
+    // Named by the damaged value where one no longer decodes, not by the field being read (the
+    // blob holds them all: the first a reader asks for is not the one that is damaged).
+    const Schema& schema = manifest_.schema;
+    const std::string damaged = DamagedVarField(schema, blob.data, blob.size);
+    std::string which = damaged.empty() ? "" : ": field '" + damaged + "'";
+    std::string held;
+    for (int f : schema.var_fields())
+      held += (held.empty() ? "'" : ", '") + schema.fields()[f].name + "'";
+    return Status::ChecksumMismatch(
+        *blob.file, ": sample ", index, which, ": var blob (the sample's variable fields ", held,
+        ") checksum mismatch (stored ", HashToHex(blob.checksum), ", computed ", HashToHex(got),
+        ")",
+        damaged.empty() ? "; every value still decodes, so which one is damaged is unknown" : "");
   }
   return Status::OK();
 }
@@ -593,7 +604,7 @@ Result<FieldView> Archive::Field(uint64_t index, size_t f, bool verify) const {
   auto found = Blob(index);
   if (!found.ok()) return found.status().WithContext("reading field '" + spec.name + "'");
   const VarBlob& blob = *found;
-  if (verify) SF_RETURN_IF_ERROR(CheckBlob(index, blob, field));
+  if (verify) SF_RETURN_IF_ERROR(CheckBlob(index, blob));
   auto view = VarField(schema, blob.data, blob.size, f);
   if (!view.ok()) {
     return view.status().WithContext(*blob.file + ": sample " + std::to_string(index));

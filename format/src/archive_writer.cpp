@@ -580,6 +580,7 @@ Status ArchiveWriter::CloseShard() {
   return Status::OK();
 }
 
+// long: the commit sequence (shard, manifest, sync, swap in) reads in the order it happens.
 Status ArchiveWriter::Finish(Manifest manifest) {
   if (finished_) return Status::InvalidArgument("Finish called twice");
   if (index_.empty() && !shards_.empty()) {

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "shardfeed/format/layout.h"
 
@@ -399,11 +400,21 @@ Status CheckValue(const FieldSpec& spec, const FieldValue& value, uint32_t heigh
                                 "' has " + std::to_string(box_rows) + " boxes");
   }
   if (spec.kind == FieldKind::kBoxes) {
-    for (uint64_t i = 0; i < uint64_t{value.dims[0]} * 4; ++i) {
-      float b;  // the caller's bytes need not be aligned for float (views of HDF5 chunks)
-      std::memcpy(&b, p + 4 * i, sizeof b);
-      if (!(b == b) || b > 1e30f || b < -1e30f) {
-        return FieldError(spec, "box " + std::to_string(i / 4) + " is not finite");
+    for (uint64_t i = 0; i < value.dims[0]; ++i) {
+      float b[4];  // the caller's bytes need not be aligned for float (views of HDF5 chunks)
+      std::memcpy(b, p + 16 * i, sizeof b);
+      for (float x : b) {
+        if (!(x == x) || x > 1e30f || x < -1e30f) {
+          return FieldError(spec, "box " + std::to_string(i) + " is not finite");
+        }
+      }
+      // An inverted box (COCO's negative width or height) would pass here and vanish later in
+      // the loader's geometry: refused where the value is written.
+      if (b[2] < b[0] || b[3] < b[1]) {
+        std::ostringstream box;
+        box << "[" << b[0] << ", " << b[1] << ", " << b[2] << ", " << b[3] << "]";
+        return FieldError(spec, "box " + std::to_string(i) + " " + box.str() +
+                                    " is inverted (x1 < x0 or y1 < y0; boxes are x0,y0,x1,y1)");
       }
     }
   }
@@ -511,6 +522,30 @@ Status DecodeMask(const FieldView& mask, uint8_t* out) {
                            ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short", ")");
   }
   return Status::OK();
+}
+
+std::string DamagedVarField(const Schema& schema, const uint8_t* blob, size_t size) {
+  for (int f : schema.var_fields()) {
+    const FieldSpec& spec = schema.fields()[f];
+    auto view = VarField(schema, blob, size, static_cast<size_t>(f));
+    if (!view.ok()) return spec.name;
+    if (spec.kind == FieldKind::kMask) {  // the frame's size first: damaged dims allocate nothing
+      const uint64_t want = uint64_t{view->dims[0]} * view->dims[1];
+      if (ZSTD_getFrameContentSize(view->data, view->size) != want) return spec.name;
+      std::vector<uint8_t> pixels(want);
+      if (!DecodeMask(*view, pixels.data()).ok()) return spec.name;
+      continue;
+    }
+    FieldValue value;
+    value.present = true;
+    value.data = view->data;
+    value.size = view->size;
+    value.ndim = view->ndim;
+    value.dims = view->dims;
+    const int64_t rows = spec.per.empty() || view->ndim == 0 ? -1 : view->dims[0];
+    if (!CheckValue(spec, value, 0, 0, rows).ok()) return spec.name;
+  }
+  return "";
 }
 
 }  // namespace shardfeed::format

@@ -406,6 +406,7 @@ Status AnnotateHdf5Shard(const std::string& file, const std::string& manifest_js
   return CloseAndSync(f, file);
 }
 
+// long: phase 1 (HDF5, under its lock) hands phase 2 (the map) a dozen addresses and sizes.
 Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file, const ShardInfo& info,
                                                   size_t number) {
   auto store = std::make_unique<Hdf5ShardStore>();

@@ -318,6 +318,8 @@ Status CheckLmdbPages(const std::string& file, uint64_t file_bytes) {
 
 }  // namespace
 
+// long: every check comes before the first access through the map, in the order that makes
+// each access safe; split, that order would be spread over helpers.
 Result<std::unique_ptr<ShardStore>> OpenLmdbShard(const std::string& file,
                                                   const ShardInfo& expected, size_t number) {
   auto store = std::make_unique<LmdbShardStore>();

@@ -239,6 +239,7 @@ struct Decoder::JpegState {
 Decoder::Decoder() : jpeg_(std::make_unique<JpegState>()) {}
 Decoder::~Decoder() = default;
 
+// long: libjpeg's error exit longjmps here; what it may jump over stays in this one frame.
 Status Decoder::DecodeJpegRegion(const uint8_t* data, size_t size, const JpegRegion& region,
                                  Image* out, const Limits& limits, int* scale_num, bool strict,
                                  RowLayout* layout) {

@@ -544,13 +544,24 @@ class Loader:
         self.close()
 
 
+def _local_out(out, command):
+    """out as a local path; an s3:// or http(s):// OUT is the CLI's (docs/REMOTE.md, "Writing"):
+    refused here rather than written to a local folder named 's3:'."""
+    out = os.fspath(out)
+    if isinstance(out, str) and out.startswith(("s3://", "http://", "https://")):
+        raise ValueError("%s: shardfeed.%s writes a local folder; write to s3:// with the CLI "
+                         "(shardfeed %s ... %s), or write locally and upload" %
+                         (out, command, command, out))
+    return out
+
+
 def pack(src, out, **options):
     """Packs an image folder (or list=FILE with paths relative to src) into an archive; returns
     the report dict (packed, skipped with reasons, ignored). Options as `shardfeed pack`:
     encoding, backend, size, crop, quality, level, workers, shuffle, seed, validate, strict,
     overwrite, shard_size, chunk_size, max_pixels; part='I/N' (and parts_dir) packs one part of
     a split pack into OUT.parts/part-I-of-N, to be joined by merge()."""
-    return _native.pack(os.fspath(src), os.fspath(out), **options)
+    return _native.pack(os.fspath(src), _local_out(out, "pack"), **options)
 
 
 def merge(parts, out, overwrite=False):
@@ -558,13 +569,13 @@ def merge(parts, out, overwrite=False):
     `parts`: a directory of parts (OUT.parts) or a list of part archives. Returns counts."""
     if isinstance(parts, (str, os.PathLike)):
         parts = [parts]
-    return _native.merge([os.fspath(p) for p in parts], os.fspath(out), overwrite)
+    return _native.merge([os.fspath(p) for p in parts], _local_out(out, "merge"), overwrite)
 
 
 def convert(path, out, backend, overwrite=False):
     """Rewrites an archive into another backend ('lmdb' or 'hdf5') without decoding; returns the
     number of records."""
-    return _native.convert(os.fspath(path), os.fspath(out), backend, overwrite)
+    return _native.convert(os.fspath(path), _local_out(out, "convert"), backend, overwrite)
 
 
 def verify(path, decode=False, workers=0, max_pixels=0):

@@ -181,6 +181,45 @@ void Append(std::vector<uint8_t>* v, const void* data, size_t bytes) {
   if (bytes) std::memcpy(v->data() + at, data, bytes);
 }
 
+// The views of a gathered batch: stacked regions in the slot, ragged ones in the buffers.
+void PointViews(const Schema& schema, const FieldPlan& plan, const SlotLayout& layout,
+                uint8_t* slot, uint32_t count, SlotFields* out) {
+  out->views.resize(plan.items.size());
+  size_t k = 0;
+  for (size_t x = 0; x < plan.items.size(); ++x) {
+    const FieldPlan::Item& item = plan.items[x];
+    const FieldSpec& spec = schema.fields()[item.field];
+    BatchField& v = out->views[x];
+    v.name = spec.name;
+    v.kind = spec.kind;
+    v.elem = ElemOf(spec);
+    v.shape.assign(1, count);
+    if (item.where != FieldPlan::Where::kRagged) {
+      v.data = slot + layout.region_offsets[item.region];
+      v.bytes = item.item_bytes * count;
+      v.offsets = nullptr, v.dims = nullptr, v.ndim = 0;
+      if (item.where == FieldPlan::Where::kMask) {
+        v.shape.push_back(plan.out_h);
+        v.shape.push_back(plan.out_w);
+      } else {
+        for (int64_t d : spec.dims) v.shape.push_back(d);
+      }
+      continue;
+    }
+    const SlotFields::Buffer& buf = out->buffers[k++];
+    const size_t unit = UnitBytes(spec);
+    v.data = buf.values.data();
+    v.bytes = buf.values.size();
+    v.offsets = buf.offsets.data();
+    v.ndim = static_cast<uint32_t>(spec.stored_dims());
+    v.dims = buf.dims.data();
+    v.shape.assign(1, static_cast<int64_t>(buf.values.size() / unit));
+    if (ByRows(spec)) {
+      for (size_t d = 1; d < spec.dims.size(); ++d) v.shape.push_back(spec.dims[d]);
+    }
+  }
+}
+
 }  // namespace
 
 Status GatherFields(const format::Archive& archive, const FieldPlan& plan, const SlotLayout& layout,
@@ -252,41 +291,7 @@ Status GatherFields(const format::Archive& archive, const FieldPlan& plan, const
                             static_cast<int64_t>((buf.values.size() - before) / unit));
     }
   }
-  // The views: stacked regions in the slot, ragged ones in the buffers.
-  out->views.resize(plan.items.size());
-  size_t k = 0;
-  for (size_t x = 0; x < plan.items.size(); ++x) {
-    const FieldPlan::Item& item = plan.items[x];
-    const FieldSpec& spec = schema.fields()[item.field];
-    BatchField& v = out->views[x];
-    v.name = spec.name;
-    v.kind = spec.kind;
-    v.elem = ElemOf(spec);
-    v.shape.assign(1, count);
-    if (item.where != FieldPlan::Where::kRagged) {
-      v.data = slot + layout.region_offsets[item.region];
-      v.bytes = item.item_bytes * count;
-      v.offsets = nullptr, v.dims = nullptr, v.ndim = 0;
-      if (item.where == FieldPlan::Where::kMask) {
-        v.shape.push_back(plan.out_h);
-        v.shape.push_back(plan.out_w);
-      } else {
-        for (int64_t d : spec.dims) v.shape.push_back(d);
-      }
-      continue;
-    }
-    const SlotFields::Buffer& buf = out->buffers[k++];
-    const size_t unit = UnitBytes(spec);
-    v.data = buf.values.data();
-    v.bytes = buf.values.size();
-    v.offsets = buf.offsets.data();
-    v.ndim = static_cast<uint32_t>(spec.stored_dims());
-    v.dims = buf.dims.data();
-    v.shape.assign(1, static_cast<int64_t>(buf.values.size() / unit));
-    if (ByRows(spec)) {
-      for (size_t d = 1; d < spec.dims.size(); ++d) v.shape.push_back(spec.dims[d]);
-    }
-  }
+  PointViews(schema, plan, layout, slot, count, out);
   return Status::OK();
 }
 

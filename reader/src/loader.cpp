@@ -373,6 +373,9 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
 EpochStats Loader::Stats() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   EpochStats s = impl_->stats;
+  for (size_t x = 0; x < impl_->slot_end; ++x) {
+    s.ready_batches += impl_->slots[x].state == SlotState::kReady;
+  }
   const storage::FetchStats now = storage::GetFetchStats(), &base = impl_->fetch_base;
   s.bytes_fetched = now.bytes_fetched - base.bytes_fetched;
   s.cache_hits = now.hits - base.hits;

@@ -154,7 +154,7 @@ std::string GetFields(const LoaderOptions& o) {
   return out;
 }
 
-// Over 100 lines by design: one declaration per option, in the order help lists them; split,
+// long: by design, one declaration per option, in the order help lists them; split,
 // the order and the one-place-per-option reading would scatter.
 std::vector<LoaderOption> MakeTable() {
   using O = LoaderOptions;

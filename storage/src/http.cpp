@@ -198,6 +198,7 @@ FetchRetry RetryFromEnv() {
 namespace {
 
 // Get and GetRange: `range_at` >= 0 asks for bytes [range_at, range_at + max_bytes) into fd.
+// long: one request-and-retry loop, each outcome (body, range, HTTP code, curl error) beside it.
 Status Transfer(const Endpoint& endpoint, const std::string& name, const FetchRetry& retry, int fd,
                 std::string* text, uint64_t max_bytes, int64_t range_at) {
   std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });

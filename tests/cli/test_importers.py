@@ -383,3 +383,97 @@ def test_extract_then_pack_round_trips_bytes_fields(tmp_path):
     (tmp_path / "c.jsonl").write_text(json.dumps(bad) + "\n")
     p = run("pack", tmp_path / "c.jsonl", tmp_path / "c.sf", "--schema", tmp_path / "s.json", "-q")
     assert p.returncode == 1 and "base64" in p.stderr and "'raw'" in p.stderr, p.stderr
+
+
+def test_inverted_boxes_are_refused_naming_the_sample_and_field(tmp_path):
+    # The hostile review of issue 21: a box with x1 < x0 (COCO: a negative width) was stored and
+    # later dropped silently by the loader's geometry. Refused at pack time, naming where.
+    instances, images = coco_source(tmp_path)
+    data = json.loads(instances.read_text())
+    data["annotations"][2]["bbox"] = [10, 10, -4, 5]
+    instances.write_text(json.dumps(data))
+    p = run("pack", instances, tmp_path / "a", "--images", images, "-q", check=1)
+    assert "annotations[2]" in p.stderr and "field 'boxes'" in p.stderr, p.stderr
+    assert "negative width or height" in p.stderr, p.stderr
+    assert not (tmp_path / "a").exists()
+    jpeg(str(tmp_path / "b.jpg"))
+    src = tmp_path / "d.jsonl"
+    src.write_text(json.dumps({"image": "b.jpg", "boxes": [[1, 1, 5, 5]]}) + "\n" +
+                   json.dumps({"image": "b.jpg", "boxes": [[1, 1, 5, 5], [1, 9, 5, 2]]}) + "\n")
+    p = run("pack", src, tmp_path / "c", "-q")
+    assert p.returncode == 1 and "d.jsonl:2" in p.stderr, (p.returncode, p.stderr)
+    assert "field 'boxes'" in p.stderr and "box 1 [1, 9, 5, 2] is inverted" in p.stderr, p.stderr
+    assert not (tmp_path / "c").exists()
+
+
+def test_coco_images_that_do_not_exist_are_a_usage_error_naming_the_path(tmp_path):
+    # Before: exit 1 (every image "damaged") for what is a wrong option.
+    instances, _ = coco_source(tmp_path)
+    for images in (tmp_path / "nonexistent", instances):  # missing; a file, not a folder
+        p = run("pack", "--from", "coco", instances, tmp_path / "a", "--images", images, "-q")
+        assert p.returncode == 2, (p.returncode, p.stderr)
+        assert "--images " + str(images) in p.stderr, p.stderr
+        assert not (tmp_path / "a").exists()
+
+
+def test_jsonl_integers_beyond_2_53_stay_exact_or_are_refused(tmp_path):
+    # An id beyond 2^53 was rounded (a float64 column) or wrapped (beyond int64) silently.
+    jpeg(str(tmp_path / "a.jpg"))
+    big = 2**53 + 1
+    src = tmp_path / "d.jsonl"
+    src.write_text(json.dumps({"image": "a.jpg", "id": big, "ids": [big, -big]}) + "\n")
+    run("pack", src, tmp_path / "a", "-q", check=0)
+    assert fields(tmp_path / "a")["id"] == "int64"
+    got = samples(tmp_path / "a", tmp_path)
+    assert got[0]["id"] == big and got[0]["ids"] == [big, -big], got
+    cases = [({"id": 0.5}, {"id": big}, "d.jsonl:2"),   # mixed: float64, which rounds big
+             ({"id": 1}, {"id": 2**63}, "d.jsonl:2"),    # beyond int64: would wrap
+             ({"id": [0.5]}, {"id": [1, big]}, "d.jsonl:2")]
+    for n, (first, second, where) in enumerate(cases):
+        src.write_text(json.dumps(dict(first, image="a.jpg")) + "\n" +
+                       json.dumps(dict(second, image="a.jpg")) + "\n")
+        out = tmp_path / ("b%d" % n)
+        p = run("pack", src, out, "-q")
+        assert p.returncode == 1, (first, second, p.returncode, p.stderr)
+        assert where in p.stderr and "field 'id'" in p.stderr and str(second["id"] if not
+               isinstance(second["id"], list) else big) in p.stderr, p.stderr
+        assert not out.exists()
+    csv = tmp_path / "d.csv"
+    csv.write_text("filename,id\na.jpg,1.5\na.jpg,%d\n" % 2**64)
+    p = run("pack", csv, tmp_path / "c", "-q")
+    assert p.returncode == 1 and "d.csv:3" in p.stderr and "does not fit int64" in p.stderr, \
+        p.stderr
+
+
+def test_extract_then_pack_round_trips_masks_bit_for_bit(tmp_path):
+    # extract writes a mask as a PNG file (DIR/masks/<field>/I.png) named in samples.jsonl; the
+    # JSONL importer reads that path back (before: a bad row, "expected ..." for a string).
+    rows = []
+    for i in range(3):
+        jpeg(str(tmp_path / ("%d.jpg" % i)), size=(40, 30))
+        mask = [[(x * 7 + y * 3 + i) % 5 if (x + y) % 9 else 255 for x in range(40)]
+                for y in range(30)]
+        rows.append({"image": "%d.jpg" % i, "mask": mask})
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "s.json").write_text(json.dumps({"image": "image", "mask": "mask"}))
+    run("pack", tmp_path / "m.jsonl", tmp_path / "a.sf", "--schema", tmp_path / "s.json", "-q",
+        check=0)
+    run("extract", tmp_path / "a.sf", tmp_path / "x", "-q", check=0)
+    lines = [json.loads(x) for x in (tmp_path / "x" / "samples.jsonl").read_text().splitlines()]
+    assert all(isinstance(x["mask"], str) and x["mask"].endswith(".png") for x in lines), lines
+    run("pack", tmp_path / "x" / "samples.jsonl", tmp_path / "b.sf", "--schema",
+        tmp_path / "x" / "schema.json", "-q", check=0)
+    run("extract", tmp_path / "b.sf", tmp_path / "y", "-q", check=0)
+    again = [json.loads(x) for x in (tmp_path / "y" / "samples.jsonl").read_text().splitlines()]
+    for i, (first, second) in enumerate(zip(lines, again)):
+        a = Image.open(tmp_path / "x" / first["mask"])
+        b = Image.open(tmp_path / "y" / second["mask"])
+        assert a.mode == b.mode == "L" and list(b.getdata()) == list(a.getdata())
+        assert list(a.getdata()) == [v for row in rows[i]["mask"] for v in row]
+    # A colour PNG is no mask: refused naming the line and the field.
+    Image.new("RGB", (40, 30), (1, 2, 3)).save(tmp_path / "colour.png")
+    (tmp_path / "c.jsonl").write_text(json.dumps({"image": "0.jpg", "mask": "colour.png"}) + "\n")
+    p = run("pack", tmp_path / "c.jsonl", tmp_path / "c.sf", "--schema", tmp_path / "s.json",
+            "-q")
+    assert p.returncode == 1 and "c.jsonl:1" in p.stderr and "field 'mask'" in p.stderr, p.stderr
+    assert "colour" in p.stderr, p.stderr

@@ -299,6 +299,30 @@ for path, kw in ((other, dict(opts)), (a, dict(opts, dtype="uint8"))):
     assert "float dtype" in uint8, uint8
 
 
+def test_stats_save_never_replaces_a_stats_json_it_did_not_write(corpus, tmp_path):
+    # A user's own ARCHIVE/stats.json (not our record: no "format": "shardfeed-stats") is left
+    # as it was and --save refused with exit 2, before the pass; a record of ours is replaced.
+    a = tmp_path / "a.sf"
+    shutil.copytree(corpus / "train.sf", a)
+    for mine in (b'{"my": "own notes"}\n', b"not json at all", b'{"format": "other"}'):
+        (a / "stats.json").write_bytes(mine)
+        p = run("stats", a, "--save", "-q")
+        assert p.returncode == 2, (mine, p.returncode, p.stdout, p.stderr)
+        assert "stats.json" in p.stderr and "not written by" in p.stderr, p.stderr
+        assert (a / "stats.json").read_bytes() == mine
+        assert not p.stdout  # refused before the pass: no report
+    (a / "stats.json").unlink()
+    (a / "stats.json").mkdir()  # not a file at all
+    assert run("stats", a, "--save", "-q").returncode == 2
+    (a / "stats.json").rmdir()
+    assert run("stats", a, "--save", "-q").returncode == 0
+    ours = json.loads((a / "stats.json").read_text())
+    ours["mean"] = [0.5, 0.5, 0.5]  # an older record of ours: replaced
+    (a / "stats.json").write_text(json.dumps(ours))
+    assert run("stats", a, "--save", "-q").returncode == 0
+    assert json.loads((a / "stats.json").read_text())["mean"] != [0.5, 0.5, 0.5]
+
+
 def test_stats_summarises_every_field_and_names_duplicates_by_path(tmp_path):
     # Issue 23 on version-4 archives: per field, what its values span (rows of boxes, element
     # ranges, text lengths); duplicate groups also by source path when the pack kept one.

@@ -213,6 +213,47 @@ TEST_CASE("a slot outside its blob or impossible dims are errors naming sample a
   }
 }
 
+// Regression (hostile review of issue 21): a blob whose checksum disagrees was reported under
+// the field being read (the loader's first selected field), whichever value was damaged. Now the
+// value that no longer decodes is named; when every value decodes, the error says so.
+TEST_CASE("a damaged var blob is named by the damaged field, not the one being read", "[fields]") {
+  const Backend backend = GENERATE(Backend::kLmdb, Backend::kHdf5);
+  INFO(BackendName(backend));
+  const int caption = Schema::FromJson(kDamageSchema)->Find("caption");
+  {
+    Damaged d(backend);
+    const auto blob = d.Blob(5);
+    auto crafted = blob;
+    uint32_t off;
+    std::memcpy(&off, crafted.data() + 16, 4);  // slot 2: the mask (caption, patch, mask)
+    crafted[off + 8] ^= 0xFF;                   // its zstd frame's magic, after the dims
+    d.Replace(blob, crafted);
+    auto a = d.Lazy();
+    auto bad = a->Field(5, caption, /*verify=*/true);
+    INFO(bad.status().ToString());
+    REQUIRE(!bad.ok());
+    CHECK(bad.status().code() == StatusCode::kChecksumMismatch);
+    CHECK(Says(bad.status(), {d.shard, "sample 5", "field 'mask'", "checksum mismatch"}));
+    CHECK(!Says(bad.status(), {"field 'caption'"}));
+    CHECK(Says(a->VerifyRecord(5), {"sample 5", "field 'mask'"}));
+    CHECK(a->Field(5, caption, /*verify=*/false).ok());  // the caption's bytes are intact
+  }
+  {
+    Damaged d(backend);
+    const auto blob = d.Blob(5);
+    auto crafted = blob;
+    uint32_t off;
+    std::memcpy(&off, crafted.data(), 4);  // slot 0: the caption's text, one letter changed
+    crafted[off + 1] = crafted[off + 1] == 'x' ? 'y' : 'x';
+    d.Replace(blob, crafted);
+    auto bad = d.Lazy()->Field(5, d.schema.Find("mask"), /*verify=*/true);
+    INFO(bad.status().ToString());
+    CHECK(bad.status().code() == StatusCode::kChecksumMismatch);
+    CHECK(Says(bad.status(), {"sample 5", "'caption', 'patch', 'mask'", "unknown"}));
+    CHECK(!Says(bad.status(), {"field '"}));
+  }
+}
+
 TEST_CASE("a fields table of the wrong size for the schema is refused at shard open", "[fields]") {
   const Backend backend = GENERATE(Backend::kLmdb, Backend::kHdf5);
   INFO(BackendName(backend));

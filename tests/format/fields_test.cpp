@@ -363,5 +363,47 @@ TEST_CASE("boxes at an unaligned address are checked", "[fields]") {
   CHECK(CheckValue(schema->fields()[1], v, 8, 8, -1).ok());
 }
 
+// Regression (hostile review of issue 21): an inverted box (x1 < x0 or y1 < y0, COCO's negative
+// width or height) was stored and later dropped silently by the loader's geometry. Refused at
+// write time, naming the field and the box; an empty box (x0 == x1) is a box.
+TEST_CASE("inverted boxes are refused where they are written", "[fields]") {
+  auto schema = Schema::FromJson(R"({"image": "image", "boxes": "boxes"})");
+  REQUIRE(schema.ok());
+  const std::vector<std::vector<float>> bad = {{1, 2, 3, 4, 5, 6, 4, 7}, {1, 2, 3, 4, 5, 6, 7, 5}};
+  auto boxes = [](const float* data, uint32_t rows) {
+    FieldValue v;
+    v.present = true;
+    v.data = data;
+    v.size = size_t{rows} * 16;
+    v.ndim = 2;
+    v.dims = {rows, 4};
+    return v;
+  };
+  for (const std::vector<float>& box : bad) {
+    FieldValue v = boxes(box.data(), 2);
+    Status st = CheckValue(schema->fields()[1], v, 8, 8, -1);
+    CHECK(st.code() == StatusCode::kInvalidArgument);
+    CHECK(st.message().find("field 'boxes'") != std::string::npos);
+    CHECK(st.message().find("box 1 [5, 6, ") != std::string::npos);
+    CHECK(st.message().find("is inverted") != std::string::npos);
+  }
+  const float empty[4] = {3, 3, 3, 9};
+  CHECK(CheckValue(schema->fields()[1], boxes(empty, 1), 8, 8, -1).ok());
+  // Through the writer: nothing of the sample is written.
+  TempDir dir;
+  WriterOptions wo;
+  wo.schema = *schema;
+  auto writer = ArchiveWriter::Create(dir / "a", wo);
+  REQUIRE(writer.ok());
+  IndexEntry e = EntryFor(0);
+  e.label = 0;
+  const auto payload = Payload(0);
+  FieldValues values(2);
+  values[1] = boxes(bad[0].data(), 2);
+  Status st = (*writer)->Append(e, payload.data(), payload.size(), values);
+  CHECK(st.code() == StatusCode::kInvalidArgument);
+  CHECK(st.message().find("is inverted") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace shardfeed::format

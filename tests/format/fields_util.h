@@ -2,6 +2,7 @@
 // field kind, deterministic values per sample, and a check that an archive reads them back.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -105,7 +106,12 @@ inline Sample MakeSample(const Schema& schema, uint64_t i) {
         break;
       case FieldKind::kBoxes: {
         std::vector<float> v;
-        for (uint32_t k = 0; k < boxes * 4; ++k) v.push_back(float(rng() % 1000) / 7.0f);
+        for (uint32_t k = 0; k < boxes; ++k) {  // valid boxes: x0 <= x1, y0 <= y1
+          float c[4];
+          for (float& x : c) x = float(rng() % 1000) / 7.0f;
+          v.insert(v.end(), {std::min(c[0], c[2]), std::min(c[1], c[3]), std::max(c[0], c[2]),
+                             std::max(c[1], c[3])});
+        }
         b = Bytes(v);
         d = {boxes, 4};
         break;

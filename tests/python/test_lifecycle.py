@@ -58,6 +58,12 @@ def fds():
 _archives = {}
 
 
+def state(pid):
+    """The state letter of process `pid` in /proc (R, S, T for stopped, Z...)."""
+    with open("/proc/%d/stat" % pid) as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
 def loader(path, mode, **kw):
     # One Archive per path, opened before any descriptor count: its mapping's descriptor is
     # the archive's, not the loader's.
@@ -188,6 +194,12 @@ def test_a_stopped_worker_times_out(archive_path):
     next(it)
     for pid in l.worker_pids:
         os.kill(pid, signal.SIGSTOP)
+    # Until each has stopped (polled, bounded): from then on no batch is made, so the two the
+    # ring holds at most are all that come before the timeout, whenever the signal landed.
+    deadline = time.monotonic() + 60
+    while not all(state(pid) == "T" for pid in l.worker_pids):
+        assert time.monotonic() < deadline, "SIGSTOP did not stop the workers"
+        time.sleep(0.001)  # a polling interval
     with pytest.raises(shardfeed.Timeout, match="worker"):
         for _ in it:
             pass
@@ -329,10 +341,10 @@ def test_workers_exit_when_the_parent_process_is_killed(archive_path):
     os.kill(r.pid, signal.SIGKILL)
     r.wait()
     r.stdin.close()
-    deadline = time.time() + 10
-    while time.time() < deadline and any(os.path.exists("/proc/%d" % p) and
-                                         "Z" not in open("/proc/%d/stat" % p).read().split()[2]
-                                         for p in pids):
+    deadline = time.monotonic() + 60  # polled with a bound; a loaded machine may take seconds
+    while time.monotonic() < deadline and any(os.path.exists("/proc/%d" % p) and
+                                              "Z" not in open("/proc/%d/stat" % p).read().split()[2]
+                                              for p in pids):
         time.sleep(0.05)
     alive = [p for p in pids if os.path.exists("/proc/%d" % p) and
              open("/proc/%d/stat" % p).read().split()[2] != "Z"]

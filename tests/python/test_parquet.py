@@ -28,6 +28,8 @@ def jpeg(i, h=12, w=10):
 def table(n=20):
     rng = np.random.default_rng(3)
     boxes = [rng.uniform(0, 9, (i % 3, 4)).astype(np.float32) for i in range(n)]
+    boxes = [np.concatenate([np.minimum(b[:, :2], b[:, 2:]), np.maximum(b[:, :2], b[:, 2:])],
+                            axis=1) for b in boxes]  # valid boxes: x0 <= x1, y0 <= y1
     return pa.table({
         "image": pa.array([{"bytes": jpeg(i), "path": "img%d.jpg" % i} for i in range(n)],
                           pa.struct([("bytes", pa.binary()), ("path", pa.string())])),

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <iterator>
 #include <set>
 #include <sstream>
 
@@ -33,6 +34,14 @@ constexpr uint32_t kSide = 24;
 
 std::shared_ptr<Archive> MakeArchive(const std::string& path, uint64_t n) {
   return testing::MakeConstantArchive(path, n, kSide);
+}
+
+// The state letter of process `pid` in /proc/PID/stat (R, S, T for stopped, Z...), or 0.
+char ProcessState(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');
+  return paren == std::string::npos || paren + 2 >= text.size() ? 0 : text[paren + 2];
 }
 
 LoaderOptions Options(WorkerMode mode) {
@@ -304,6 +313,15 @@ TEST_CASE("a stuck or stopped worker process times out naming it, and is killed 
       if (stopped) {
         REQUIRE((*loader)->Next().ok());
         for (int pid : (*loader)->worker_pids()) ::kill(pid, SIGSTOP);
+        // Until each has stopped (polled, bounded): from then on no batch is made, so the 3 the
+        // ring holds at most come before the timeout (6 remain), whenever the signal landed.
+        for (int pid : (*loader)->worker_pids()) {
+          int i = 0;
+          for (; i < 60000 && ProcessState(pid) != 'T'; ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a polling interval
+          }
+          REQUIRE(i < 60000);
+        }
       }
       Status seen;
       for (int i = 0; i < 10 && seen.ok(); ++i) {

@@ -188,18 +188,33 @@ TEST_CASE("prefetch=auto gives slots and their memory back once a slower consume
   held.clear();
   // A consumer slower than the workers: a ready batch is always to spare, so the ring gives
   // slots back, one per calm spell, down to 2 (and no further). Each calm spell is 4 tuning
-  // windows, so 4 slots take about 80 batches; the epochs repeat (the ring's depth carries
-  // over) so that a window lost to a scheduling delay only postpones the shrink.
+  // windows, so 4 slots take about 80 batches. "Slower" is made, not timed: before each Next
+  // the consumer waits (polling Stats, bounded) until every slot of the ring holds a ready
+  // batch (or the rest of the epoch does), so every delivery leaves one to spare, none waits,
+  // and the workers idle on a full ring. Its step also sleeps a millisecond: not
+  // synchronisation, a step long against Next's own few microseconds, so a window's wait stays
+  // within the loose target. The epochs repeat (the depth carries over) so that a window lost
+  // to a preemption inside Next only postpones the shrink.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  auto ring_full = [&](uint64_t left) {
+    for (;;) {
+      const EpochStats now = l.Stats();
+      if (now.ready_batches >= std::min<uint64_t>(uint64_t(now.prefetch), left)) return true;
+      if (std::chrono::steady_clock::now() > deadline) return false;  // the workers stopped
+      std::this_thread::sleep_for(std::chrono::microseconds(200));    // a polling interval
+    }
+  };
   EpochStats st = grown;
   for (uint64_t epoch = 0; epoch < 10 && st.prefetch > 2; ++epoch) {
     if (epoch > 0) REQUIRE(l.StartEpoch(epoch).ok());
-    for (;;) {
+    for (uint64_t delivered = 0;; ++delivered) {
+      REQUIRE(ring_full(l.batches_per_epoch() - delivered));
       auto b = l.Next();
       REQUIRE(b.ok());
       if (!*b) break;
       b->Release();
       REQUIRE(l.Stats().prefetch >= 2);
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the step (see above)
     }
     st = l.Stats();
     CHECK(st.ring_full_seconds > 0);  // the workers waited for the consumer, and it shows

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <random>
 
+#include "../../validate/src/pixel_measures.h"
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/validate/extract.h"
@@ -172,6 +173,57 @@ TEST_CASE("the perceptual hash of an image and of a uniform image") {
   for (auto& v : brighter.pixels) v = uint8_t(std::min(255, v + 10));
   CHECK(__builtin_popcountll(h ^ PerceptualHash(brighter.pixels.data(), 100, 80, 0)) <= 10);
   CHECK(__builtin_popcountll(h) > 8);  // not degenerate
+}
+
+TEST_CASE("stats' per-channel sums equal a plain loop at every length and alignment") {
+  std::mt19937 rng(7);
+  std::vector<uint8_t> pixels(3 * 5000 + 64);
+  for (auto& v : pixels) v = uint8_t(rng());
+  // Lengths around the SIMD kernel's 192-byte pairs and its 128-pair flush, odd offsets.
+  for (size_t count : {0, 1, 31, 32, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097, 5000}) {
+    for (size_t offset : {0, 1, 7}) {
+      if (offset + 3 * count > pixels.size()) continue;
+      const uint8_t* p = pixels.data() + offset;
+      uint64_t sum[3] = {}, squares[3] = {};
+      for (size_t i = 0; i < 3 * count; ++i) sum[i % 3] += p[i], squares[i % 3] += p[i] * p[i];
+      PixelSums s;
+      s.Add(p, count);
+      INFO("count " << count << " offset " << offset);
+      CHECK(s.pixels == count);
+      for (int c = 0; c < 3; ++c) {
+        CHECK(s.sum[c] == sum[c]);
+        CHECK(s.squares[c] == squares[c]);
+      }
+    }
+  }
+  // All 255: the largest values the 16- and 32-bit lanes hold before they are flushed.
+  std::vector<uint8_t> white(3 * 100000, 255);
+  PixelSums s;
+  s.Add(white.data(), 100000);
+  CHECK(s.sum[1] == 255ull * 100000);
+  CHECK(s.squares[2] == 255ull * 255 * 100000);
+}
+
+TEST_CASE("stats' luma measures of a flat, a gray and an edged image") {
+  PixelScratch scratch;
+  std::vector<uint8_t> flat(300 * 200 * 3, 90);  // 300 px: sampled every 2nd pixel
+  LumaMeasures m = MeasureLuma(flat.data(), 300, 200, &scratch);
+  CHECK(m.mean == 90.f);
+  CHECK(m.std == 0.f);
+  CHECK(m.laplacian == 0.f);
+  CHECK(m.gray);
+  // Left half black, right half white: a mean of 127.5, std 127.5, colour only where R != G.
+  std::vector<uint8_t> edge(64 * 64 * 3, 0);
+  for (uint32_t y = 0; y < 64; ++y) {
+    for (uint32_t x = 32; x < 64; ++x) std::fill_n(&edge[(y * 64 + x) * 3], 3, 255);
+  }
+  m = MeasureLuma(edge.data(), 64, 64, &scratch);
+  CHECK(m.mean == Approx(127.5));
+  CHECK(m.std == Approx(127.5));
+  CHECK(m.laplacian > 1000);
+  CHECK(m.gray);
+  edge[0] = 1;
+  CHECK(!MeasureLuma(edge.data(), 64, 64, &scratch).gray);
 }
 
 }  // namespace

@@ -1,24 +1,12 @@
 // The perceptual hash and the near-duplicate search of stats (validate/stats.h).
 #include <algorithm>
-#include <array>
-#include <cmath>
+#include <vector>
 
+#include "pixel_measures.h"
 #include "shardfeed/validate/stats.h"
 
 namespace shardfeed::validate {
 namespace {
-
-// cos((2x + 1) u pi / 64) for the 8 lowest frequencies u over 32 samples x.
-const std::array<std::array<double, 32>, 8>& CosTable() {
-  static const auto table = [] {
-    std::array<std::array<double, 32>, 8> t{};
-    for (int u = 0; u < 8; ++u) {
-      for (int x = 0; x < 32; ++x) t[u][x] = std::cos((2 * x + 1) * u * M_PI / 64.0);
-    }
-    return t;
-  }();
-  return table;
-}
 
 // The multi-index: for each of the four 16-bit chunks, the entries sorted by chunk value
 // (offsets[c][v] .. offsets[c][v + 1] index ids[c]).
@@ -84,68 +72,15 @@ struct ChunkIndex {
 
 uint64_t PerceptualHash(const uint8_t* rgb, uint32_t width, uint32_t height, size_t stride) {
   if (stride == 0) stride = size_t{width} * 3;
-  std::vector<float> luma(size_t{width} * height);
+  std::vector<uint16_t> luma(size_t{width} * height);
   for (uint32_t y = 0; y < height; ++y) {
     const uint8_t* row = rgb + y * stride;
     for (uint32_t x = 0; x < width; ++x) {
       luma[size_t{y} * width + x] =
-          0.299f * row[3 * x] + 0.587f * row[3 * x + 1] + 0.114f * row[3 * x + 2];
+          uint16_t(77u * row[3 * x] + 150u * row[3 * x + 1] + 29u * row[3 * x + 2]);
     }
   }
   return LumaHash(luma.data(), width, height);
-}
-
-uint64_t LumaHash(const float* image, uint32_t width, uint32_t height) {
-  // Area averages over 32 x 32 cells (a cell is at least one pixel: small images repeat).
-  double luma[32][32] = {};
-  if (width >= 32 && height >= 32) {
-    for (uint32_t y = 0; y < height; ++y) {
-      auto& cells = luma[uint64_t{y} * 32 / height];
-      const float* row = image + size_t{y} * width;
-      for (uint32_t x = 0; x < width; ++x) cells[uint64_t{x} * 32 / width] += row[x];
-    }
-    for (int cy = 0; cy < 32; ++cy) {
-      const uint64_t rows =
-          (uint64_t(cy + 1) * height + 31) / 32 - (uint64_t(cy) * height + 31) / 32;
-      for (int cx = 0; cx < 32; ++cx) {
-        const uint64_t cols =
-            (uint64_t(cx + 1) * width + 31) / 32 - (uint64_t(cx) * width + 31) / 32;
-        luma[cy][cx] /= double(std::max<uint64_t>(1, rows * cols));
-      }
-    }
-  } else {
-    for (int cy = 0; cy < 32; ++cy) {
-      for (int cx = 0; cx < 32; ++cx) {
-        luma[cy][cx] = image[size_t{cy * height / 32} * width + cx * width / 32];
-      }
-    }
-  }
-  const auto& c = CosTable();
-  double rows[32][8];  // each row's 8 lowest frequencies
-  for (int y = 0; y < 32; ++y) {
-    for (int u = 0; u < 8; ++u) {
-      double s = 0;
-      for (int x = 0; x < 32; ++x) s += luma[y][x] * c[u][x];
-      rows[y][u] = s;
-    }
-  }
-  double coef[64];
-  for (int v = 0; v < 8; ++v) {
-    for (int u = 0; u < 8; ++u) {
-      double s = 0;
-      for (int y = 0; y < 32; ++y) s += rows[y][u] * c[v][y];
-      coef[v * 8 + u] = s;
-    }
-  }
-  double ac[63];
-  std::copy(coef + 1, coef + 64, ac);
-  std::nth_element(ac, ac + 31, ac + 63);
-  const double median = ac[31];
-  uint64_t h = 0;
-  for (int i = 0; i < 64; ++i) {
-    if (coef[i] > median) h |= uint64_t{1} << i;
-  }
-  return h;
 }
 
 std::vector<std::pair<uint32_t, uint32_t>> NearPairs(const std::vector<uint64_t>& hashes,

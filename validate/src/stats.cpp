@@ -1,11 +1,11 @@
 #include "shardfeed/validate/stats.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "fields_io.h"
+#include "pixel_measures.h"
 #include "sample_context.h"
 #include "shardfeed/base/cpus.h"
 #include "shardfeed/codec/codec.h"
@@ -39,82 +40,10 @@ struct SampleStat {
   bool ok = false;
 };
 
-// Per-channel sums over the pixels of one image (or of its resized crop), exact in integers.
-struct Sums {
-  uint64_t pixels = 0;
-  uint64_t sum[3] = {0, 0, 0}, squares[3] = {0, 0, 0};
-  void Add(const uint8_t* p, uint32_t w, uint32_t h, size_t stride) {
-    // 48 lanes (16 pixels) of 32-bit sums the compiler vectorises, flushed to 64 bits every
-    // 4096 blocks (4096 * 255^2 < 2^32); lane k holds channel k % 3.
-    for (uint32_t y = 0; y < h; ++y) {
-      const uint8_t* row = p + y * stride;
-      const size_t bytes = size_t{w} * 3, blocks = bytes / 48;
-      for (size_t b0 = 0; b0 < blocks; b0 += 4096) {
-        uint32_t s[48] = {}, q[48] = {};
-        const size_t b1 = std::min(blocks, b0 + 4096);
-        for (size_t b = b0; b < b1; ++b) {
-          const uint8_t* v = row + b * 48;
-          for (int k = 0; k < 48; ++k) s[k] += v[k], q[k] += uint32_t(v[k]) * v[k];
-        }
-        for (int k = 0; k < 48; ++k) sum[k % 3] += s[k], squares[k % 3] += q[k];
-      }
-      for (size_t i = blocks * 48; i < bytes; ++i) {
-        sum[i % 3] += row[i], squares[i % 3] += uint32_t(row[i]) * row[i];
-      }
-    }
-    pixels += uint64_t{w} * h;
-  }
-  void Merge(const Sums& o) {
-    pixels += o.pixels;
-    for (int c = 0; c < 3; ++c) sum[c] += o.sum[c], squares[c] += o.squares[c];
-  }
-};
-
-// Luma measures on the image reduced by a whole factor f to at most 256 pixels a side (never
-// enlarged): every f-th pixel of every f-th row (the centre of each f x f block). Point
-// samples, not block averages: a box filter over every pixel cost more than the JPEG decode,
-// and the hash averages 32 x 32 cells of these samples anyway.
-void MeasureLuma(const imaging::Image& img, SampleStat* s) {
-  const uint32_t side = std::max(img.width, img.height);
-  const uint32_t f = (side + 255) / 256;
-  const uint32_t w = std::max<uint32_t>(1, img.width / f),
-                 h = std::max<uint32_t>(1, img.height / f);
-  std::vector<float> luma(size_t{w} * h);
-  uint32_t differ = 0;  // any bit set: some sampled pixel has R != G or G != B
-  for (uint32_t yo = 0; yo < h; ++yo) {
-    const uint32_t y = std::min(img.height - 1, yo * f + f / 2);
-    const uint8_t* row = img.pixels.data() + size_t{y} * img.width * 3;
-    float* out = luma.data() + size_t{yo} * w;
-    for (uint32_t xo = 0; xo < w; ++xo) {
-      const uint8_t* p = row + size_t{std::min(img.width - 1, xo * f + f / 2)} * 3;
-      out[xo] = 0.299f * p[0] + 0.587f * p[1] + 0.114f * p[2];
-      differ |= (p[0] ^ p[1]) | (p[1] ^ p[2]);
-    }
-  }
-  const bool gray = differ == 0;
-  s->phash = LumaHash(luma.data(), w, h);
-  double sum = 0, squares = 0;
-  for (float l : luma) sum += l, squares += double(l) * l;
-  const double n = double(luma.size());
-  s->luma_mean = float(sum / n);
-  s->luma_std = float(std::sqrt(std::max(0.0, squares / n - (sum / n) * (sum / n))));
-  double ls = 0, lq = 0;
-  uint64_t ln = 0;
-  for (uint32_t y = 1; y + 1 < h; ++y) {
-    for (uint32_t x = 1; x + 1 < w; ++x) {
-      const size_t i = size_t{y} * w + x;
-      const double l = luma[i - 1] + luma[i + 1] + luma[i - w] + luma[i + w] - 4 * luma[i];
-      ls += l, lq += l * l, ++ln;
-    }
-  }
-  s->laplacian = ln ? float(lq / ln - (ls / ln) * (ls / ln)) : 0.f;
-  if (gray) s->color |= kGrayPixels;
-}
-
 // One sample: decoded upright as a reader sees it, measured, hashed.
 Status MeasureSample(const format::Archive& archive, uint64_t i, const StatsOptions& o,
-                     codec::Context& ctx, imaging::Image& img, imaging::Image& scratch, Sums* sums,
-                     SampleStat* s) {
+                     codec::Context& ctx, imaging::Image& img, imaging::Image& scratch,
+                     PixelScratch* pixels, PixelSums* sums, SampleStat* s) {
   SF_ASSIGN_OR_RETURN(const format::RecordView r, archive.At(i));
   const format::IndexEntry& e = *r.entry;
   s->label = e.label;
@@ -137,12 +66,14 @@ Status MeasureSample(const format::Archive& archive, uint64_t i, const StatsOpti
   SF_RETURN_IF_ERROR(archive.CheckUnchanged(i));
   s->width = img.width;
   s->height = img.height;
-  const uint64_t seed = (uint64_t{img.width} << 32) | img.height;
-  s->hash = XXH3_64bits_withSeed(img.pixels.data(), img.pixels.size(), seed);
-  MeasureLuma(img, s);
-  if (o.size == 0) {
-    sums->Add(img.pixels.data(), img.width, img.height, size_t{img.width} * 3);
-  } else {
+  const PixelMeasures p =
+      MeasurePixels(img.pixels.data(), img.width, img.height, pixels, o.size == 0 ? sums : nullptr);
+  s->hash = p.hash;
+  const LumaMeasures& l = p.luma;
+  s->phash = l.phash;
+  s->luma_mean = l.mean, s->luma_std = l.std, s->laplacian = l.laplacian;
+  if (l.gray) s->color |= kGrayPixels;
+  if (o.size != 0) {
     // The loader's evaluation transform (crop="center"): the centre square of 224/256 of the
     // short side, resized to size x size.
     const uint32_t short_side = std::min(img.width, img.height);
@@ -151,7 +82,7 @@ Status MeasureSample(const format::Archive& archive, uint64_t i, const StatsOpti
     scratch.Resize(o.size, o.size, 3);
     imaging::ResizeInto(img.pixels.data() + (size_t{y0} * img.width + x0) * 3, crop, crop,
                         size_t{img.width} * 3, 3, scratch.pixels.data(), o.size, o.size);
-    sums->Add(scratch.pixels.data(), o.size, o.size, size_t{o.size} * 3);
+    sums->Add(scratch.pixels.data(), size_t{o.size} * o.size);
   }
   s->ok = true;
   return Status::OK();
@@ -159,7 +90,7 @@ Status MeasureSample(const format::Archive& archive, uint64_t i, const StatsOpti
 
 struct Measured {
   std::vector<SampleStat> samples;
-  Sums sums;
+  PixelSums sums;
   std::vector<std::pair<uint64_t, std::string>> errors;
 };
 
@@ -178,16 +109,18 @@ Measured MeasureArchive(const format::Archive& archive, const StatsOptions& o,
   auto work = [&]() {
     codec::Context ctx;
     imaging::Image img, scratch;
-    Sums sums;
+    PixelScratch pixels;
+    PixelSums sums;
     std::vector<std::pair<uint64_t, std::string>> errors;
-    const uint64_t block = 64;
+    // Small claims: the workers finish within a few samples of each other.
+    const uint64_t block = 8;
     for (;;) {
       const uint64_t begin = next.fetch_add(block);
       if (begin >= n) break;
       const uint64_t end = std::min(n, begin + block);
       for (uint64_t i = begin; i < end; ++i) {
         SampleStat& s = m.samples[i];
-        Status st = MeasureSample(archive, i, o, ctx, img, scratch, &sums, &s);
+        Status st = MeasureSample(archive, i, o, ctx, img, scratch, &pixels, &sums, &s);
         if (!st.ok()) {
           s.ok = false;
           errors.emplace_back(i, ForSample(archive.path(), i, st).message());
@@ -433,6 +366,33 @@ json HistogramJson(const Histogram& h) {
   return {{"min", h.min}, {"max", h.max}, {"mean", h.mean}, {"bins", bins}};
 }
 
+// --save replaces ARCHIVE/stats.json only when it is provably ours: a JSON object with our
+// marker ("format": "shardfeed-stats", format/stats_record.h), whatever state of the archive it
+// describes. A user's own stats.json, or anything else by that name, is left alone.
+Status CheckStatsFileIsOurs(const format::Archive& archive) {
+  if (archive.path().find("://") != std::string::npos) return Status::OK();  // Write refuses
+  const std::string path =
+      (std::filesystem::path(archive.path()) / format::kStatsFileName).string();
+  std::error_code ec;
+  const auto st = std::filesystem::symlink_status(path, ec);
+  if (ec || st.type() == std::filesystem::file_type::not_found) return Status::OK();
+  auto refuse = [&](const char* why) {
+    return Status::InvalidArgument(path, ": exists and was not written by shardfeed stats --save (",
+                                   why, "); not replacing it: move it away to save statistics");
+  };
+  if (st.type() != std::filesystem::file_type::regular) return refuse("not a regular file");
+  std::ifstream f(path, std::ios::binary);
+  std::string text(1 << 16, '\0');
+  f.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (!f.eof()) return refuse(f ? "larger than 64 KiB" : "unreadable");
+  text.resize(static_cast<size_t>(f.gcount()));
+  const json j = json::parse(text, nullptr, false);
+  if (!j.is_object() || !j.contains("format") || j["format"] != "shardfeed-stats") {
+    return refuse("no \"format\": \"shardfeed-stats\"");
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
@@ -441,6 +401,8 @@ Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
   if (archive.size() > std::numeric_limits<uint32_t>::max()) {
     return Status::InvalidArgument(archive.path(), ": stats handles up to 2^32 samples");
   }
+  // Before the pass: a refusal should not cost one.
+  if (o.save) SF_RETURN_IF_ERROR(CheckStatsFileIsOurs(archive));
   uint64_t total = archive.size();
   for (const auto& a : against) total += a.archive->size();
   StatsReport r;
@@ -487,6 +449,7 @@ Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
     rec.size = o.size;
     rec.samples = r.decoded;
     rec.fingerprint = format::ArchiveFingerprint(archive);
+    SF_RETURN_IF_ERROR(CheckStatsFileIsOurs(archive));  // again: it may have appeared since
     SF_RETURN_IF_ERROR(format::WriteStatsRecord(archive, rec));
   }
   return r;

@@ -158,6 +158,13 @@ Result<std::string> StatsHtml(const StatsReport& r, const format::Archive& archi
     }
     o << "</div>\n";
   }
+  // Once loaded, the page marks what the browser decoded: each <img> with data-decoded, the
+  // body with data-images="decoded/total" (what tests/cli/test_stats_html.py reads back from
+  // headless Chromium). Inline: the page still references nothing outside itself.
+  o << "<script>addEventListener('load',function(){var n=0,ok=0;"
+    << "for(var i of document.images){n++;if(i.complete&&i.naturalWidth>0){ok++;"
+    << "i.setAttribute('data-decoded','1')}}"
+    << "document.body.setAttribute('data-images',ok+'/'+n)})</script>\n";
   o << "</body></html>\n";
   return o.str();
 }

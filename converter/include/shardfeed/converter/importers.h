@@ -20,7 +20,10 @@
 // it becomes the `image` field and its text the `path` field. A column named `label` of whole
 // numbers is the class field (class names "0".."max"); of strings, the class field with the
 // sorted distinct strings as class names. Column names that are not identifiers are sanitised
-// ([^A-Za-z0-9_] -> '_', a leading digit gets '_').
+// ([^A-Za-z0-9_] -> '_', a leading digit gets '_'). A mask field's value may be the path of a
+// grey 8-bit PNG, relative to the manifest file (what `extract` writes). Integers stay exact:
+// one its field cannot hold exactly (beyond int64; beyond 2^53 for float64, 2^24 for float32)
+// is a bad row, never rounded.
 //
 // Thread-safety: pure functions of their arguments and the files they read.
 #pragma once

@@ -169,7 +169,7 @@ class Archive {
     const std::string* file;
   };
   Result<VarBlob> Blob(uint64_t index) const;
-  Status CheckBlob(uint64_t index, const VarBlob& blob, const std::string& field) const;
+  Status CheckBlob(uint64_t index, const VarBlob& blob) const;
 
   std::string path_;
   Manifest manifest_;

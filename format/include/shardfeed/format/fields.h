@@ -179,4 +179,10 @@ Result<FieldView> VarField(const Schema& schema, const uint8_t* blob, size_t siz
 // not decompress to exactly that size.
 Status DecodeMask(const FieldView& mask, uint8_t* out);
 
+// A blob whose checksum disagrees: the first variable field whose value no longer parses or
+// decodes (VarField, then the value's own checks: masks decompress, str/json text, finite and
+// upright boxes), or "" when every one does (the damage lies where no check of a value sees it).
+// Only on the error path: it decompresses every mask.
+std::string DamagedVarField(const Schema& schema, const uint8_t* blob, size_t size);
+
 }  // namespace shardfeed::format

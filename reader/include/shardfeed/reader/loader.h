@@ -197,6 +197,9 @@ struct EpochStats {
   // (wait_seconds) while fetch_wait_seconds grows is fetch wait: the network is the bottleneck.
   uint64_t bytes_fetched = 0, cache_hits = 0, cache_misses = 0;
   double fetch_wait_seconds = 0;
+  // Batches decoded and waiting in the ring at the moment Stats() was called (a gauge, not an
+  // epoch total): what a consumer that wants to run behind the workers can wait for.
+  uint32_t ready_batches = 0;
   // Fraction of the consumer's time spent waiting for data.
   double wait_fraction() const {
     double t = wait_seconds + consumer_seconds;

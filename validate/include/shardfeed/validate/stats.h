@@ -124,12 +124,11 @@ Result<std::string> StatsHtml(const StatsReport& report, const format::Archive& 
 
 // --- the perceptual hash and the near-duplicate search (exposed for tests) ---
 
-// 64-bit DCT hash of an RGB image: luma downscaled to 32x32, the 8x8 lowest frequencies of its
-// DCT-II, one bit per coefficient above their median (DC excluded from the median).
+// 64-bit DCT hash of an RGB image: luma (77 R + 150 G + 29 B, exact integers) averaged over
+// 32 x 32 cells, the 8 x 8 lowest frequencies of its DCT-II, one bit per coefficient above their
+// median (DC excluded from the median). stats hashes the same way the luma image it has already
+// reduced to at most 256 pixels a side.
 uint64_t PerceptualHash(const uint8_t* rgb, uint32_t width, uint32_t height, size_t stride);
-// The same from a luma image (0..255 floats, `width` per row): what stats hashes, its luma image
-// already downscaled by box averages to at most 256 pixels a side.
-uint64_t LumaHash(const float* luma, uint32_t width, uint32_t height);
 
 // Pairs (i < j) of `hashes` at most `threshold` bits apart, found by multi-index hashing (four
 // 16-bit chunks; a pair within `threshold` agrees within threshold/4 bits on one chunk), never

@@ -1,0 +1,131 @@
+// pack, merge and convert with an s3:// OUT: built in a local staging folder, then uploaded
+// (storage/upload.h: shards first, manifest last). See cli_internal.h, StagedOut.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <system_error>
+#include <vector>
+
+#include "cli_internal.h"
+#include "shardfeed/storage/remote.h"
+#include "shardfeed/storage/upload.h"
+
+namespace shardfeed::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The last component of s3://bucket/a/b ("b"; the bucket when there is no prefix).
+std::string LastComponent(std::string location) {
+  while (location.size() > 5 && location.back() == '/') location.pop_back();
+  const size_t slash = location.find_last_of('/');
+  std::string name = location.substr(slash + 1);
+  return name.empty() ? "archive" : name;
+}
+
+// The shard files the archive now at `location` names (none when it has no manifest).
+Status OldFiles(const std::string& location, std::vector<std::string>* files) {
+  SF_ASSIGN_OR_RETURN(auto remote, storage::Remote::Open(location));
+  Result<std::string> text = remote->ReadText("manifest.json", 1ull << 30);
+  if (!text.ok() && text.status().code() == StatusCode::kNotFound) return Status::OK();
+  if (!text.ok()) return text.status();
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+  if (j.is_discarded() || !j.contains("shards") || !j["shards"].is_array()) return Status::OK();
+  for (const auto& s : j["shards"]) {
+    if (!s.is_object() || !s.contains("file") || !s["file"].is_string()) continue;
+    const std::string f = s["file"];
+    if (!f.empty() && f.find('/') == std::string::npos && f != "manifest.json") files->push_back(f);
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<StagedOut> StagedOut::Prepare(const std::string& out, const std::string& staging,
+                                     bool overwrite) {
+  StagedOut s;
+  s.out_ = out;
+  if (!storage::IsRemote(out)) {
+    if (!staging.empty()) {
+      return Status::InvalidArgument("--staging goes with an s3:// OUT (", out, " is local)");
+    }
+    s.path_ = out;
+    return s;
+  }
+  SF_RETURN_IF_ERROR(storage::CheckWritable(out));
+  s.overwrite_ = overwrite;
+  // Refused before any work: a reader of OUT must never lose its archive by accident.
+  SF_ASSIGN_OR_RETURN(bool exists, storage::RemoteHas(out, "manifest.json"));
+  if (exists && !overwrite) {
+    return Status::InvalidArgument(out,
+                                   "/manifest.json: already exists (pass --overwrite to "
+                                   "replace it)");
+  }
+  std::string root = staging;
+  if (root.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/shardfeed-staging-XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      return Status::IOError(pattern, ": cannot make a staging folder (", std::strerror(errno),
+                             "); pass --staging DIR");
+    }
+    root = pattern;
+    s.made_root_ = true;
+  } else {
+    std::error_code ec;
+    fs::create_directories(root, ec);
+    if (ec) return Status::IOError(root, ": cannot make the staging folder: ", ec.message());
+  }
+  s.root_ = root;
+  s.path_ = (fs::path(root) / LastComponent(out)).string();
+  return s;
+}
+
+Status StagedOut::Finish(const Status& built) const {
+  if (root_.empty()) return built;  // a local OUT
+  Status st = built;
+  std::vector<std::string> old_files;  // the replaced archive's files (--overwrite)
+  if (st.ok() && overwrite_) st = OldFiles(out_, &old_files);
+  if (st.ok()) {
+    storage::UploadOptions o;
+    o.overwrite = overwrite_;
+    st = storage::UploadArchive(path_, out_, "manifest.json", o);
+  }
+  // The replaced archive's shards that the new one has not overwritten: provably its files (its
+  // manifest named them), no longer named by any manifest.
+  for (const std::string& f : st.ok() ? old_files : std::vector<std::string>()) {
+    std::error_code ec;
+    if (fs::exists(fs::path(path_) / f, ec)) continue;
+    if (Status d = storage::RemoteDelete(out_, f); !d.ok()) {
+      std::fprintf(stderr, "shardfeed: warning: cannot remove %s/%s of the replaced archive: %s\n",
+                   out_.c_str(), f.c_str(), d.message().c_str());
+    }
+  }
+  if (!st.ok()) {
+    std::error_code ec;
+    if (!fs::exists(path_, ec)) {  // nothing was built: nothing to keep
+      if (made_root_) fs::remove_all(root_, ec);
+      return st;
+    }
+    std::fprintf(stderr,
+                 "shardfeed: %s was not written (no manifest there); the local build is kept in "
+                 "%s\n",
+                 out_.c_str(), path_.c_str());
+    return st;
+  }
+  // Uploaded: the local copy is ours (made by this command) and no longer needed.
+  std::error_code ec;
+  fs::remove_all(made_root_ ? fs::path(root_) : fs::path(path_), ec);
+  if (ec) {
+    std::fprintf(stderr, "shardfeed: warning: cannot remove the staging copy %s: %s\n",
+                 path_.c_str(), ec.message().c_str());
+  }
+  return st;
+}
+
+}  // namespace shardfeed::cli

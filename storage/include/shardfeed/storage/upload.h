@@ -1,0 +1,51 @@
+// Writing an archive to object storage (s3://bucket/prefix): `pack`, `merge` and `convert` build
+// it in a local staging folder, then UploadArchive() sends its files (docs/REMOTE.md, "Writing").
+//
+// Order. Every file but the manifest goes first; the manifest goes last, once all the others are
+// complete objects, so a reader never finds a manifest whose shards are missing or partial. With
+// `overwrite`, an existing manifest at the destination is deleted before any other object is
+// replaced, so a reader never pairs the old manifest with new shards either (between the delete
+// and the new manifest, opening the location fails with kNotFound: no archive there).
+//
+// Requests. Credentials, region, endpoint and addressing as remote.h's Remote::Open reads them;
+// requests signed with SigV4 by libcurl (CURLOPT_AWS_SIGV4). A file above the part size goes by
+// S3 multipart upload (CreateMultipartUpload, UploadPart, CompleteMultipartUpload), smaller ones
+// by one PUT. Connection failures, timeouts, resets, HTTP 5xx and 429 are retried as reads are
+// (FetchRetry, SHARDFEED_FETCH_RETRIES, SHARDFEED_FETCH_MAX_DELAY); 401/403/404 fail at once with
+// the URL (never a secret). A multipart upload that fails is aborted (AbortMultipartUpload) so the
+// store keeps no orphaned parts. A failed UploadArchive leaves no new manifest at the destination.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "shardfeed/base/status.h"
+
+namespace shardfeed::storage {
+
+struct UploadOptions {
+  bool overwrite = false;  // replace an archive already at the destination
+  // Bytes per multipart part; 0: SHARDFEED_UPLOAD_PART_SIZE, else 64 MiB. At least 5 MiB (S3's
+  // smallest part but the last): a smaller value is raised to it.
+  uint64_t part_size = 0;
+  int connections = 4;  // files uploaded at once
+};
+
+// OK for an s3:// location; kInvalidArgument naming it otherwise (http(s):// is read-only).
+Status CheckWritable(const std::string& location);
+
+// Whether `location` holds the object `name` now (a HEAD request, retried as reads are).
+Result<bool> RemoteHas(const std::string& location, const std::string& name);
+
+// Deletes the object `name` of `location` (absent already: OK).
+Status RemoteDelete(const std::string& location, const std::string& name);
+
+// Uploads every regular file of the folder `dir` (not its subfolders) to <location>/<file name>,
+// the file named `last` (e.g. "manifest.json") after all the others are complete. Refuses, before
+// sending anything, when `last` is already at the destination and !options.overwrite
+// (kInvalidArgument: "already exists (pass --overwrite to replace it)"). Errors name the file and
+// the s3:// object. Blocking; thread-compatible (uses its own connections).
+Status UploadArchive(const std::string& dir, const std::string& location, const std::string& last,
+                     const UploadOptions& options);
+
+}  // namespace shardfeed::storage

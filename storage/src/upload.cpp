@@ -1,0 +1,456 @@
+// Uploading an archive folder to s3:// (upload.h): PUT or multipart upload per file, the
+// manifest last; requests signed by libcurl (CURLOPT_AWS_SIGV4), retried as GETs are (http.cpp).
+#include "shardfeed/storage/upload.h"
+
+#include <curl/curl.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "http.h"
+#include "shardfeed/storage/remote.h"
+
+namespace shardfeed::storage {
+namespace {
+
+constexpr uint64_t kMinPart = 5ull << 20;       // S3's smallest part (all but the last)
+constexpr uint64_t kDefaultPart = 64ull << 20;  // 16 parts for a 1 GB shard
+constexpr size_t kMaxReply = 1 << 20;           // S3 replies are small XML documents
+
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f) : fd(f) {}
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// What a request sends: nothing, `length` bytes of `fd` from `offset`, or `text`.
+struct Body {
+  int fd = -1;
+  uint64_t offset = 0, length = 0;
+  std::string text;
+  uint64_t sent = 0;
+  int read_errno = 0;
+};
+
+size_t OnRead(char* out, size_t size, size_t count, void* user) {
+  Body* b = static_cast<Body*>(user);
+  const uint64_t want = std::min<uint64_t>(size * count, b->length - b->sent);
+  if (want == 0) return 0;
+  if (b->fd < 0) {
+    std::memcpy(out, b->text.data() + b->sent, want);
+    b->sent += want;
+    return want;
+  }
+  ssize_t n;
+  do {
+    n = ::pread(b->fd, out, want, static_cast<off_t>(b->offset + b->sent));
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) {
+    b->read_errno = n < 0 ? errno : EIO;  // a file that shrank under us
+    return CURL_READFUNC_ABORT;
+  }
+  b->sent += static_cast<uint64_t>(n);
+  return static_cast<size_t>(n);
+}
+
+// libcurl rewinds the body to resend it (a reused connection found dead, a redirect).
+int OnSeek(void* user, curl_off_t offset, int origin) {
+  Body* b = static_cast<Body*>(user);
+  if (origin != SEEK_SET || offset < 0 || static_cast<uint64_t>(offset) > b->length) {
+    return CURL_SEEKFUNC_CANTSEEK;
+  }
+  b->sent = static_cast<uint64_t>(offset);
+  return CURL_SEEKFUNC_OK;
+}
+
+struct Reply {
+  long http = 0;
+  std::string body, etag;
+};
+
+size_t OnReplyBody(char* data, size_t size, size_t count, void* user) {
+  Reply* r = static_cast<Reply*>(user);
+  const size_t n = size * count;
+  if (r->body.size() < kMaxReply) r->body.append(data, std::min(n, kMaxReply - r->body.size()));
+  return n;
+}
+
+size_t OnHeader(char* data, size_t size, size_t count, void* user) {
+  const size_t n = size * count;
+  std::string line(data, n);
+  if (line.size() > 5 && strncasecmp(line.c_str(), "etag:", 5) == 0) {
+    std::string v = line.substr(5);
+    v.erase(0, v.find_first_not_of(" \t"));
+    v.erase(v.find_last_not_of(" \t\r\n") + 1);
+    static_cast<Reply*>(user)->etag = v;
+  }
+  return n;
+}
+
+// The text between <tag> and </tag> in an S3 XML reply, or "".
+std::string XmlField(const std::string& xml, const std::string& tag) {
+  const size_t a = xml.find("<" + tag + ">");
+  if (a == std::string::npos) return "";
+  const size_t from = a + tag.size() + 2, b = xml.find("</" + tag + ">", from);
+  return b == std::string::npos ? "" : xml.substr(from, b - from);
+}
+
+bool Transient(CURLcode code) {
+  switch (code) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_GOT_NOTHING:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_SEND_FAIL_REWIND:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// One connection to the store (its own curl handle): signed requests with retries.
+class Client {
+ public:
+  Client(const internal::Endpoint& e, const FetchRetry& r)
+      : e_(e), retry_(r), curl_(curl_easy_init(), curl_easy_cleanup) {}
+
+  std::string Shown(const std::string& name) const {
+    return e_.shown + (e_.shown.back() == '/' ? "" : "/") + name;
+  }
+
+  // `method` of <name>[?query] (query already in SigV4's canonical form: sorted, escaped) with
+  // `body`; retried while transient. OK with reply->http set for any final answer.
+  Status Send(const char* method, const std::string& name, const std::string& query, Body* body,
+              Reply* reply) {
+    if (!curl_) return Status::Internal("curl_easy_init failed");
+    const std::string url = e_.base + "/" + name + (query.empty() ? "" : "?" + query);
+    const std::string sigv4 = "aws:amz:" + e_.region + ":s3";
+    const std::string userpwd = e_.key_id + ":" + e_.secret;
+    struct curl_slist* headers = curl_slist_append(nullptr, "Expect:");
+    headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    if (!e_.token.empty()) {
+      headers = curl_slist_append(headers, ("x-amz-security-token: " + e_.token).c_str());
+    }
+    if (std::strcmp(method, "POST") == 0) {
+      headers = curl_slist_append(headers, "Content-Type: application/octet-stream");
+    }
+    std::unique_ptr<curl_slist, void (*)(curl_slist*)> free_headers(headers, curl_slist_free_all);
+    std::mt19937_64 jitter(std::random_device{}());
+    double delay = retry_.first_delay_s;
+    for (int attempt = 0;; ++attempt) {
+      *reply = Reply();
+      body->sent = 0;
+      CURL* c = curl_.get();
+      curl_easy_reset(c);
+      curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+      curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+      curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, retry_.connect_timeout_s);
+      curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+      curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, retry_.stall_timeout_s);
+      curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+      curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, OnReplyBody);
+      curl_easy_setopt(c, CURLOPT_WRITEDATA, reply);
+      curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, OnHeader);
+      curl_easy_setopt(c, CURLOPT_HEADERDATA, reply);
+      curl_easy_setopt(c, CURLOPT_READFUNCTION, OnRead);
+      curl_easy_setopt(c, CURLOPT_READDATA, body);
+      curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, OnSeek);
+      curl_easy_setopt(c, CURLOPT_SEEKDATA, body);
+      const curl_off_t length = static_cast<curl_off_t>(body->length);
+      if (std::strcmp(method, "PUT") == 0) {
+        curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, length);
+      } else if (std::strcmp(method, "POST") == 0) {
+        curl_easy_setopt(c, CURLOPT_POST, 1L);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, length);
+      } else if (std::strcmp(method, "HEAD") == 0) {
+        curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+      } else {
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+      }
+      if (!e_.key_id.empty()) {
+        curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4.c_str());
+        curl_easy_setopt(c, CURLOPT_USERPWD, userpwd.c_str());
+      }
+      const CURLcode code = curl_easy_perform(c);
+      curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &reply->http);
+      if (body->read_errno) {
+        return Status::IOError("reading the file for ", Shown(name), ": ",
+                               std::strerror(body->read_errno));
+      }
+      std::string last;
+      if (code == CURLE_OK) {
+        // CompleteMultipartUpload may answer 200 with an <Error> body: as a 500.
+        const bool error_body =
+            reply->http == 200 && reply->body.find("<Error>") != std::string::npos;
+        if (!error_body && reply->http != 429 && reply->http != 408 && reply->http < 500) {
+          return Status::OK();
+        }
+        last = "HTTP " + std::to_string(reply->http) + Detail(*reply);
+      } else if (Transient(code)) {
+        last = curl_easy_strerror(code);
+      } else {
+        return Status::IOError(Shown(name), ": ", method, " failed: ", curl_easy_strerror(code));
+      }
+      if (attempt >= retry_.retries) {
+        return Status::IOError(Shown(name), ": ", method, " failed: ", last,
+                               ", still failing after ", attempt + 1,
+                               " attempts (SHARDFEED_FETCH_RETRIES=", retry_.retries, ")");
+      }
+      std::uniform_real_distribution<double> pick(0, delay);
+      std::this_thread::sleep_for(std::chrono::duration<double>(pick(jitter)));
+      delay = std::min(delay * 2, retry_.max_delay_s);
+    }
+  }
+
+  // A final answer that is not 2xx as a Status naming the object.
+  Status Refused(const char* what, const std::string& name, const Reply& r) const {
+    const std::string url = e_.base + "/" + name;
+    if (r.http == 401 || r.http == 403) {
+      return Status::IOError(Shown(name), ": ", what, " denied (HTTP ", r.http, Detail(r), ", ",
+                             url, "): check the credentials (AWS_ACCESS_KEY_ID, AWS_PROFILE)");
+    }
+    if (r.http == 404) {
+      return Status::NotFound(Shown(name), ": ", what, ": not found (HTTP 404", Detail(r), ", ",
+                              url, ")");
+    }
+    return Status::IOError(Shown(name), ": ", what, " failed (HTTP ", r.http, Detail(r), ", ", url,
+                           ")");
+  }
+
+  Result<bool> Has(const std::string& name) {
+    Body none;
+    Reply r;
+    SF_RETURN_IF_ERROR(Send("HEAD", name, "", &none, &r));
+    if (r.http == 404) return false;
+    if (r.http / 100 == 2) return true;
+    return Refused("HEAD", name, r);
+  }
+
+  Status Delete(const std::string& name, const std::string& query = "") {
+    Body none;
+    Reply r;
+    SF_RETURN_IF_ERROR(Send("DELETE", name, query, &none, &r));
+    if (r.http / 100 == 2 || r.http == 404) return Status::OK();
+    return Refused("DELETE", name, r);
+  }
+
+  // The file at `path` (`size` bytes) as the object `name`.
+  Status PutFile(const std::string& path, uint64_t size, const std::string& name,
+                 uint64_t part_size) {
+    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.fd < 0) return Status::IOError(path, ": ", std::strerror(errno));
+    if (size <= part_size) {
+      Body b;
+      b.fd = fd.fd;
+      b.length = size;
+      Reply r;
+      SF_RETURN_IF_ERROR(Send("PUT", name, "", &b, &r));
+      return r.http / 100 == 2 ? Status::OK() : Refused("PUT", name, r);
+    }
+    return Multipart(fd.fd, size, name, part_size);
+  }
+
+ private:
+  static std::string Detail(const Reply& r) {
+    const std::string code = XmlField(r.body, "Code"), message = XmlField(r.body, "Message");
+    if (code.empty()) return "";
+    return ": " + code + (message.empty() ? "" : " (" + message + ")");
+  }
+
+  std::string Escape(const std::string& s) {
+    char* e = curl_easy_escape(curl_.get(), s.c_str(), static_cast<int>(s.size()));
+    std::string out = e ? e : "";
+    curl_free(e);
+    return out;
+  }
+
+  Status Multipart(int fd, uint64_t size, const std::string& name, uint64_t part_size) {
+    Body none;
+    Reply r;
+    SF_RETURN_IF_ERROR(Send("POST", name, "uploads=", &none, &r));
+    if (r.http / 100 != 2) return Refused("starting a multipart upload", name, r);
+    const std::string id = XmlField(r.body, "UploadId");
+    if (id.empty()) {
+      return Status::IOError(Shown(name),
+                             ": the store's answer to CreateMultipartUpload has no "
+                             "UploadId");
+    }
+    const std::string id_query = "uploadId=" + Escape(id);
+    Status st = Parts(fd, size, name, part_size, id_query);
+    if (!st.ok()) {
+      // Abort, so the store keeps no orphaned parts; the upload's own error is the one to report.
+      Status aborted = Delete(name, id_query);
+      if (!aborted.ok()) {
+        st = Status(st.code(), st.message() + " (aborting the multipart upload also failed: " +
+                                   aborted.message() + ")");
+      }
+    }
+    return st;
+  }
+
+  Status Parts(int fd, uint64_t size, const std::string& name, uint64_t part_size,
+               const std::string& id_query) {
+    std::string complete = "<CompleteMultipartUpload>";
+    const uint64_t parts = (size + part_size - 1) / part_size;
+    for (uint64_t p = 0; p < parts; ++p) {
+      Body b;
+      b.fd = fd;
+      b.offset = p * part_size;
+      b.length = std::min(part_size, size - b.offset);
+      Reply r;
+      const std::string number = std::to_string(p + 1);
+      SF_RETURN_IF_ERROR(Send("PUT", name, "partNumber=" + number + "&" + id_query, &b, &r)
+                             .WithContext("part " + number + " of " + std::to_string(parts)));
+      if (r.http / 100 != 2) return Refused(("part " + number).c_str(), name, r);
+      if (r.etag.empty()) {
+        return Status::IOError(Shown(name), ": part ", number, ": the store sent no ETag");
+      }
+      complete += "<Part><PartNumber>" + number + "</PartNumber><ETag>" + r.etag + "</ETag></Part>";
+    }
+    complete += "</CompleteMultipartUpload>";
+    Body b;
+    b.text = complete;
+    b.length = complete.size();
+    Reply r;
+    SF_RETURN_IF_ERROR(Send("POST", name, id_query, &b, &r));
+    return r.http / 100 == 2 ? Status::OK() : Refused("completing the multipart upload", name, r);
+  }
+
+  const internal::Endpoint& e_;
+  FetchRetry retry_;
+  std::unique_ptr<CURL, void (*)(CURL*)> curl_;
+};
+
+std::once_flag curl_once;
+
+Result<uint64_t> PartSize(const UploadOptions& o) {
+  uint64_t size = o.part_size;
+  if (size == 0) {
+    const char* v = std::getenv("SHARDFEED_UPLOAD_PART_SIZE");
+    if (v && *v) {
+      Result<uint64_t> parsed = ParseByteSize(v);
+      if (!parsed.ok()) return parsed.status().WithContext("SHARDFEED_UPLOAD_PART_SIZE");
+      size = *parsed;
+    } else {
+      size = kDefaultPart;
+    }
+  }
+  return std::max(size, kMinPart);
+}
+
+}  // namespace
+
+Status CheckWritable(const std::string& location) {
+  if (location.rfind("s3://", 0) == 0) return Status::OK();
+  if (IsRemote(location)) {
+    return Status::InvalidArgument(location,
+                                   ": cannot write an archive over http(s):// (read "
+                                   "only); write to s3://bucket/prefix or a local folder");
+  }
+  return Status::InvalidArgument(location, ": not an s3:// location");
+}
+
+Result<bool> RemoteHas(const std::string& location, const std::string& name) {
+  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
+  Client client(e, internal::RetryFromEnv());
+  return client.Has(name);
+}
+
+Status RemoteDelete(const std::string& location, const std::string& name) {
+  SF_RETURN_IF_ERROR(CheckWritable(location));
+  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
+  Client client(e, internal::RetryFromEnv());
+  return client.Delete(name);
+}
+
+Status UploadArchive(const std::string& dir, const std::string& location, const std::string& last,
+                     const UploadOptions& options) {
+  SF_RETURN_IF_ERROR(CheckWritable(location));
+  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
+  SF_ASSIGN_OR_RETURN(uint64_t part_size, PartSize(options));
+  const FetchRetry retry = internal::RetryFromEnv();
+
+  struct File {
+    std::string name;
+    uint64_t size;
+  };
+  std::vector<File> files;
+  bool has_last = false;
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
+  if (!d) return Status::IOError(dir, ": ", std::strerror(errno));
+  while (struct dirent* entry = ::readdir(d.get())) {
+    struct stat st;
+    const std::string path = dir + "/" + entry->d_name;
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (entry->d_name == last) {
+      has_last = true;
+    } else {
+      files.push_back({entry->d_name, static_cast<uint64_t>(st.st_size)});
+    }
+  }
+  if (!has_last) return Status::InvalidArgument(dir, ": no ", last, " to upload");
+  std::sort(files.begin(), files.end(),
+            [](const File& a, const File& b) { return a.name < b.name; });
+
+  Client main(e, retry);
+  SF_ASSIGN_OR_RETURN(bool exists, main.Has(last));
+  if (exists && !options.overwrite) {
+    return Status::InvalidArgument(main.Shown(last),
+                                   ": already exists (pass --overwrite to replace it)");
+  }
+  if (exists) SF_RETURN_IF_ERROR(main.Delete(last));  // no reader pairs it with new shards
+
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex error_mutex;
+  Status first_error;
+  auto work = [&] {
+    Client client(e, retry);
+    for (size_t i; !failed.load() && (i = next.fetch_add(1)) < files.size();) {
+      Status st =
+          client.PutFile(dir + "/" + files[i].name, files[i].size, files[i].name, part_size);
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!failed.exchange(true)) first_error = st;
+      }
+    }
+  };
+  const size_t n = std::min<size_t>(std::max(1, options.connections), files.size());
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < n; ++t) threads.emplace_back(work);
+  if (n > 0) work();
+  for (std::thread& t : threads) t.join();
+  if (failed.load()) return first_error;
+  struct stat st;
+  const std::string last_path = dir + "/" + last;
+  if (::stat(last_path.c_str(), &st) != 0)
+    return Status::IOError(last_path, ": ", std::strerror(errno));
+  return main.PutFile(last_path, static_cast<uint64_t>(st.st_size), last, part_size);
+}
+
+}  // namespace shardfeed::storage

@@ -1,0 +1,252 @@
+"""pack, merge and convert with an s3:// OUT (moto_server on loopback): built in a staging
+folder, shards uploaded (multipart above the part size), the manifest last; an existing
+manifest refused without --overwrite; a failed upload leaves no manifest at the destination.
+Faults come from an upload proxy run here, in a thread (the CLI runs as its own process)."""
+import http.client
+import http.server
+import os
+import signal
+import socket
+import subprocess
+import threading
+
+import pytest
+
+import shardfeed
+from conftest import BUCKET, GOOD, s3_client
+
+CLI = os.environ.get("SHARDFEED_CLI", "shardfeed")
+
+
+def cli(*args):
+    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=600)
+
+
+def make_bucket(url):
+    c = s3_client(url)
+    try:
+        c.create_bucket(Bucket=BUCKET)
+    except c.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    return c
+
+
+def records(path):
+    a = shardfeed.Archive(path)
+    return [bytes(a.record(i)) for i in range(len(a))], list(a.labels())
+
+
+def keys(client, prefix):
+    out = client.list_objects_v2(Bucket=BUCKET, Prefix=prefix + "/")
+    return sorted(o["Key"][len(prefix) + 1:] for o in out.get("Contents", []))
+
+
+@pytest.fixture
+def bucket(env, moto_url):
+    return make_bucket(moto_url)
+
+
+@pytest.mark.parametrize("name,opts", [
+    ("small", ["--shard-size", "30K"]),
+    # raw 512x512 records in shards of 12 MB: each goes up in 5 MiB parts (multipart upload)
+    ("multipart", ["--encoding", "raw", "--size", "512", "--shard-size", "12M"]),
+])
+def test_pack_to_s3_verifies_and_reads_as_the_local_pack(env, bucket, tmp_path, name, opts):
+    env.setenv("SHARDFEED_UPLOAD_PART_SIZE", "5MiB")
+    local = str(tmp_path / "local")
+    assert cli("pack", GOOD, local, "-q", *opts).returncode == 0
+    staging = tmp_path / "staging"
+    out = cli("pack", GOOD, f"s3://{BUCKET}/w-{name}", "-q", "--staging", str(staging), *opts)
+    assert out.returncode == 0, out.stderr
+    assert f"into s3://{BUCKET}/w-{name}" in out.stdout
+    assert not os.path.exists(staging / f"w-{name}")  # uploaded: the local build is removed
+    assert keys(bucket, f"w-{name}") == sorted(os.listdir(local))
+    out = cli("verify", f"s3://{BUCKET}/w-{name}")
+    assert out.returncode == 0, out.stderr
+    assert "0 bad samples" in out.stdout
+    assert records(f"s3://{BUCKET}/w-{name}") == records(local)
+
+
+def test_an_existing_manifest_is_refused_without_overwrite(env, bucket, tmp_path):
+    dest = f"s3://{BUCKET}/w-again"
+    assert cli("pack", GOOD, dest, "-q", "--shard-size", "30K").returncode == 0
+    before = bucket.get_object(Bucket=BUCKET, Key="w-again/manifest.json")["Body"].read()
+    out = cli("pack", GOOD, dest, "-q", "--shard-size", "60K")
+    assert out.returncode == 2
+    assert "w-again/manifest.json: already exists (pass --overwrite" in out.stderr
+    assert bucket.get_object(Bucket=BUCKET, Key="w-again/manifest.json")["Body"].read() == before
+    out = cli("pack", GOOD, dest, "-q", "--shard-size", "60K", "--overwrite")
+    assert out.returncode == 0, out.stderr
+    assert cli("verify", dest).returncode == 0
+    local = str(tmp_path / "local")
+    assert cli("pack", GOOD, local, "-q", "--shard-size", "60K").returncode == 0
+    assert keys(bucket, "w-again") == sorted(os.listdir(local))
+    assert records(dest) == records(local)
+
+
+def test_convert_and_merge_write_to_s3(env, bucket, tmp_path):
+    h5 = str(tmp_path / "h5")
+    assert cli("pack", GOOD, h5, "-q", "--backend", "hdf5", "--shard-size", "30K").returncode == 0
+    dest = f"s3://{BUCKET}/w-convert"
+    out = cli("convert", h5, dest, "--backend", "lmdb")
+    assert out.returncode == 0, out.stderr
+    out = cli("verify", dest)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert records(dest) == records(h5)
+    parts = str(tmp_path / "m.parts")
+    for i in range(2):
+        assert cli("pack", GOOD, str(tmp_path / "m"), "-q", "--part", f"{i}/2",
+                   "--shard-size", "30K").returncode == 0
+    local = str(tmp_path / "merged")
+    assert cli("merge", parts, local).returncode == 0
+    out = cli("merge", parts, f"s3://{BUCKET}/w-merge")
+    assert out.returncode == 0, out.stderr
+    assert records(f"s3://{BUCKET}/w-merge") == records(local)
+
+
+def test_http_and_part_outs_are_refused(env, tmp_path):
+    out = cli("pack", GOOD, "http://127.0.0.1:9/x", "-q")
+    assert out.returncode == 2 and "read only" in out.stderr
+    out = cli("pack", GOOD, f"s3://{BUCKET}/p", "-q", "--part", "0/2")
+    assert out.returncode == 2 and "merge the parts into s3://" in out.stderr
+    out = cli("pack", GOOD, str(tmp_path / "local"), "-q", "--staging", str(tmp_path / "s"))
+    assert out.returncode == 2 and "--staging goes with an s3:// OUT" in out.stderr
+
+
+def test_python_writers_refuse_a_remote_out_rather_than_write_a_local_s3_folder(tmp_path,
+                                                                              monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for call in (lambda: shardfeed.pack(GOOD, "s3://data/py"),
+                 lambda: shardfeed.merge(str(tmp_path), "s3://data/py"),
+                 lambda: shardfeed.convert(str(tmp_path), "https://host/py", "lmdb")):
+        with pytest.raises(ValueError, match="with the CLI"):
+            call()
+    assert os.listdir(tmp_path) == []  # no folder named "s3:" or "https:"
+
+
+class UploadProxy:
+    """A proxy in front of moto that logs every request (method, path), resets the connection
+    on requests whose path holds a fragment of `fail` (every time), and holds those matching
+    `stall` until release() (setting `stalled`)."""
+
+    def __init__(self, upstream):
+        self.log, self.fail, self.stall = [], [], []
+        self.stalled, self.released = threading.Event(), threading.Event()
+        host = upstream.split("//", 1)[1]
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def forward(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
+                outer.log.append((self.command, self.path))
+                if any(f in self.path for f in outer.stall):
+                    outer.stalled.set()
+                    outer.released.wait(120)  # bounded: the test releases it
+                if any(f in self.path for f in outer.fail):
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
+                    return
+                conn = http.client.HTTPConnection(host, timeout=60)
+                conn.request(self.command, self.path, body=body or None,
+                             headers=dict(self.headers.items()))
+                resp = conn.getresponse()
+                data = resp.read()
+                conn.close()
+                self.send_response(resp.status)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = forward
+
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request, client_address):
+                pass  # the client hung up on a reset: expected here
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def release(self):
+        self.released.set()
+
+    def close(self):
+        self.release()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def upload_proxy(env, moto_url):
+    p = UploadProxy(moto_url)
+    env.setenv("AWS_ENDPOINT_URL", p.url)
+    env.setenv("SHARDFEED_FETCH_RETRIES", "1")
+    env.setenv("SHARDFEED_UPLOAD_PART_SIZE", "5MiB")
+    yield p
+    p.close()
+
+
+RAW = ["--encoding", "raw", "--size", "512", "--shard-size", "12M"]
+
+
+def test_the_manifest_goes_up_last(bucket, upload_proxy):
+    out = cli("pack", GOOD, f"s3://{BUCKET}/w-order", "-q", *RAW)
+    assert out.returncode == 0, out.stderr
+    writes = [(m, p) for m, p in upload_proxy.log if m in ("PUT", "POST")]
+    assert writes[-1] == ("PUT", f"/{BUCKET}/w-order/manifest.json")
+    assert sum("manifest.json" in p for _, p in writes) == 1
+    assert any("partNumber=3" in p for _, p in writes)  # multipart was used
+
+
+def test_a_failed_part_leaves_no_manifest_and_keeps_the_build(bucket, upload_proxy, tmp_path, env,
+                                                             moto_url):
+    upload_proxy.fail = ["shard-00001.mdb?partNumber=2"]
+    staging = tmp_path / "staging"
+    out = cli("pack", GOOD, f"s3://{BUCKET}/w-broken", "-q", "--staging", str(staging), *RAW)
+    assert out.returncode == 3  # an I/O error
+    assert "shard-00001.mdb" in out.stderr and "part 2 of 3" in out.stderr
+    assert "still failing after 2 attempts" in out.stderr
+    assert f"s3://{BUCKET}/w-broken was not written (no manifest there)" in out.stderr
+    assert "test-secret-never-shown" not in out.stderr
+    assert os.path.exists(staging / "w-broken" / "manifest.json")  # kept, as the message says
+    assert str(staging / "w-broken") in out.stderr
+    assert "manifest.json" not in keys(bucket, "w-broken")
+    assert not any("manifest.json" in p for m, p in upload_proxy.log if m == "PUT")
+    uploads = bucket.list_multipart_uploads(Bucket=BUCKET, Prefix="w-broken/")
+    assert not uploads.get("Uploads")  # the failed one was aborted
+    env.setenv("AWS_ENDPOINT_URL", moto_url)  # the reader holds the GIL: not through the proxy
+    with pytest.raises(FileNotFoundError):
+        shardfeed.Archive(f"s3://{BUCKET}/w-broken")
+
+
+def test_ctrl_c_during_the_upload_leaves_no_manifest(bucket, upload_proxy, tmp_path):
+    upload_proxy.stall = ["shard-00002.mdb"]
+    proc = subprocess.Popen([CLI, "pack", GOOD, f"s3://{BUCKET}/w-interrupted", "-q", *RAW],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, TMPDIR=str(tmp_path)))
+    try:
+        assert upload_proxy.stalled.wait(120), "the upload never reached shard-00002"
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=60)
+        upload_proxy.release()
+    assert proc.returncode != 0
+    assert "manifest.json" not in keys(bucket, "w-interrupted")
+    assert not any("manifest.json" in p for m, p in upload_proxy.log if m == "PUT")
+    staged = [d for d in os.listdir(tmp_path) if d.startswith("shardfeed-staging-")]
+    assert len(staged) == 1  # killed: the default staging folder stays, as REMOTE.md says

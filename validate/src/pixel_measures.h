@@ -1,0 +1,63 @@
+// Internal to stats: what it measures on every decoded image, in as few passes over the pixels
+// as the answers allow (docs/BENCHMARKS.md, "stats", has the cost of each).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace shardfeed::validate {
+
+// Per-channel sums over RGB pixels, exact in integers (the mean/std of `stats`).
+struct PixelSums {
+  uint64_t pixels = 0;
+  uint64_t sum[3] = {0, 0, 0}, squares[3] = {0, 0, 0};
+  // Adds `count` RGB pixels stored contiguously (3 bytes each). One pass; AVX2 where the CPU
+  // has it, the same integers either way.
+  void Add(const uint8_t* rgb, size_t count);
+  void Merge(const PixelSums& other);
+};
+
+// Luma is 77 R + 150 G + 29 B (0..255 x 256 in a uint16: BT.601 weights in eighths of a
+// percent), exact in integers, so every CPU gets the same hash and flags.
+inline constexpr uint32_t kLumaScale = 256;
+
+// Measures of an image's luma reduced by a whole factor f to at most 256 pixels a side (never
+// enlarged): every f-th pixel of every f-th row (the centre of each f x f block).
+struct LumaMeasures {
+  uint64_t phash = 0;                      // LumaHash of the reduced image
+  float mean = 0, std = 0, laplacian = 0;  // 0..255 units; variance of the 4-neighbour Laplacian
+  bool gray = false;                       // every sampled pixel has R == G == B
+};
+// What one thread reuses between images.
+struct PixelScratch {
+  PixelScratch();
+  ~PixelScratch();
+  PixelScratch(const PixelScratch&) = delete;
+  PixelScratch& operator=(const PixelScratch&) = delete;
+  std::vector<uint16_t> luma;     // the reduced luma image
+  std::vector<uint32_t> columns;  // byte offset in a row of each sampled column
+  struct Hasher;                  // XXH3 streaming state
+  std::unique_ptr<Hasher> hasher;
+};
+LumaMeasures MeasureLuma(const uint8_t* rgb, uint32_t width, uint32_t height,
+                         PixelScratch* scratch);
+
+// The pass over one decoded image (width x height RGB, contiguous): XXH3-64 of its pixels seeded
+// with its size (what makes two images exact duplicates), its luma measures and, unless `sums`
+// is null, its per-channel sums, a band of rows at a time, so that the three read each band
+// from the L1/L2 cache rather than the image three times from memory.
+struct PixelMeasures {
+  uint64_t hash = 0;
+  LumaMeasures luma;
+};
+PixelMeasures MeasurePixels(const uint8_t* rgb, uint32_t width, uint32_t height,
+                            PixelScratch* scratch, PixelSums* sums);
+
+// 64-bit DCT hash of a luma image (kLumaScale units, `width` per row): area averages over 32 x 32
+// cells (a cell is at least one pixel: small images repeat), the 8 x 8 lowest frequencies of
+// their DCT-II, one bit per coefficient above their median (DC excluded from the median).
+uint64_t LumaHash(const uint16_t* luma, uint32_t width, uint32_t height);
+
+}  // namespace shardfeed::validate
