@@ -294,6 +294,10 @@ nlohmann::json EpochJson(uint32_t e, const Consumed& c, const reader::EpochStats
           {"tuning", st.tuning},
           {"wait_seconds", st.wait_seconds},
           {"consumer_seconds", st.consumer_seconds},
+          {"bytes_fetched", st.bytes_fetched},
+          {"cache_hits", st.cache_hits},
+          {"cache_misses", st.cache_misses},
+          {"fetch_wait_seconds", st.fetch_wait_seconds},
           {"stage_seconds",
            {{"read", st.read}, {"decode", st.decode}, {"collate", st.collate}, {"copy", st.copy}}}};
 }
@@ -325,6 +329,16 @@ int BenchEpochs(const std::string& path, const reader::LoaderOptions& opt, const
         e, static_cast<unsigned long long>(st.images), secs, st.images / secs,
         c->bytes / secs / 1e6, 100 * st.wait_fraction(), st.wait_seconds, st.consumer_seconds,
         st.read, st.decode, st.collate, st.copy);
+    if (st.bytes_fetched || st.cache_hits || st.cache_misses) {
+      std::printf(
+          "  remote: %.1f MB fetched, %llu shards from the cache, %llu downloaded; workers waited "
+          "%.2f s for downloads%s\n",
+          st.bytes_fetched / 1e6, static_cast<unsigned long long>(st.cache_hits),
+          static_cast<unsigned long long>(st.cache_misses), st.fetch_wait_seconds,
+          st.wait_seconds > 0 && st.fetch_wait_seconds > 0
+              ? " (the consumer's wait was, at least in part, fetch wait)"
+              : "");
+    }
   }
   const double ips = total_images / total_seconds;
   const std::string crop = reader::FindLoaderOption("crop")->get(opt);
@@ -387,6 +401,7 @@ int CmdBench(int argc, char** argv) {
   desc.add_options()("archive", po::value(&path)->required(), "archive to read");
   AddLoaderOptions(desc, opt, &helps);
   AddOptionTable(desc, BenchArgTable(), args, &helps);
+  AddCacheOptions(desc, &helps);
   desc.add_options()(
       "sweep", po::value(&sweep)->multitoken(),
       "NAME=V1,V2,... [NAME=...]: run every combination of these loader options (e.g. "
@@ -404,6 +419,7 @@ int CmdBench(int argc, char** argv) {
   if (rc >= 0) return rc;
   if (Status s = ApplyOptionTable(vm, reader::LoaderOptionTable(), &opt); !s.ok()) return Fail(s);
   if (Status s = ApplyOptionTable(vm, BenchArgTable(), &args); !s.ok()) return Fail(s);
+  if (Status s = ApplyCacheOptions(vm); !s.ok()) return Fail(s);
   if (Status s = reader::ValidateLoaderOptions(opt); !s.ok()) return Fail(s);
   // Outputs are new files only, checked before any work (the plot's JSON is created then).
   for (const std::string& file : {plot, plot + ".json"}) {

@@ -13,6 +13,7 @@
 #include "shardfeed/base/status.h"
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/reader/loader.h"
+#include "shardfeed/storage/remote.h"
 
 namespace shardfeed::cli {
 
@@ -70,6 +71,20 @@ Status ApplyOptionTable(const boost::program_options::variables_map& vm,
       SF_RETURN_IF_ERROR(o.set(options, vm[flag].as<std::string>()));
     }
   }
+  return Status::OK();
+}
+
+// --cache-dir and --cache-limit (storage::CacheOptionTable) for a command that opens archives,
+// which may be remote; ApplyCacheOptions sets what the command line gave as the process's
+// defaults (storage::SetCacheOptions), so every archive the command opens reads through them.
+inline void AddCacheOptions(boost::program_options::options_description& desc,
+                            std::vector<std::string>* helps) {
+  AddOptionTable(desc, storage::CacheOptionTable(), storage::CacheOptions(), helps);
+}
+inline Status ApplyCacheOptions(const boost::program_options::variables_map& vm) {
+  storage::CacheOptions cache;
+  SF_RETURN_IF_ERROR(ApplyOptionTable(vm, storage::CacheOptionTable(), &cache));
+  storage::SetCacheOptions(cache);
   return Status::OK();
 }
 

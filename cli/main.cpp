@@ -369,6 +369,7 @@ int CmdVerify(int argc, char** argv) {
   desc.add_options()("archive", po::value(&path)->required(), "archive to check")(
       "decode", po::bool_switch(&opt.decode), "also decode every record");
   cli::AddOptionTable(desc, table, opt, &helps);
+  cli::AddCacheOptions(desc, &helps);
   desc.add_options()("json", "print one JSON object")("quiet,q", "no progress line");
   po::positional_options_description pos;
   pos.add("archive", 1);
@@ -376,6 +377,7 @@ int CmdVerify(int argc, char** argv) {
   int rc = ParseArgs(argc, argv, desc, pos, vm, "shardfeed verify ARCHIVE [--decode] [--json]");
   if (rc >= 0) return rc;
   if (Status s = cli::ApplyOptionTable(vm, table, &opt); !s.ok()) return Fail(s);
+  if (Status s = cli::ApplyCacheOptions(vm); !s.ok()) return Fail(s);
   const bool json = vm.count("json") > 0;
   const bool tty = !json && !vm.count("quiet") && ::isatty(STDERR_FILENO);
   auto progress = [tty](uint64_t done, uint64_t total) {
@@ -430,6 +432,7 @@ int CmdInspect(int argc, char** argv) {
       "also write a contact sheet (PNG) here: a row per class, its first samples as thumbnails "
       "with their indices");
   cli::AddOptionTable(desc, table, sheet, &helps);
+  cli::AddCacheOptions(desc, &helps);
   desc.add_options()("quiet,q", "accepted; inspect prints no progress");
   po::positional_options_description pos;
   pos.add("archive", 1);
@@ -439,6 +442,7 @@ int CmdInspect(int argc, char** argv) {
                      "[--size S]]");
   if (rc >= 0) return rc;
   if (Status s = cli::ApplyOptionTable(vm, table, &sheet); !s.ok()) return Fail(s);
+  if (Status s = cli::ApplyCacheOptions(vm); !s.ok()) return Fail(s);
   auto archive = format::Archive::Open(path, format::IndexCheck::kFull);
   if (!archive.ok()) return Fail(archive.status());
   if (!grid.empty()) {
@@ -471,6 +475,7 @@ int CmdExtract(int argc, char** argv) {
   desc.add_options()("archive", po::value(&path)->required(), "archive")(
       "dir", po::value(&dir)->required(), "output folder (created; must be empty)");
   cli::AddOptionTable(desc, table, opt, &helps);
+  cli::AddCacheOptions(desc, &helps);
   desc.add_options()("quiet,q", "accepted; extract prints no progress");
   po::positional_options_description pos;
   pos.add("archive", 1).add("dir", 1);
@@ -478,6 +483,7 @@ int CmdExtract(int argc, char** argv) {
   int rc = ParseArgs(argc, argv, desc, pos, vm, "shardfeed extract ARCHIVE DIR");
   if (rc >= 0) return rc;
   if (Status s = cli::ApplyOptionTable(vm, table, &opt); !s.ok()) return Fail(s);
+  if (Status s = cli::ApplyCacheOptions(vm); !s.ok()) return Fail(s);
   auto archive = format::Archive::Open(path, format::IndexCheck::kFull);
   if (!archive.ok()) return Fail(archive.status());
   auto n = validate::Extract(**archive, dir, opt);

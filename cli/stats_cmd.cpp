@@ -91,6 +91,7 @@ int CmdStats(int argc, char** argv) {
   const auto& table = validate::StatsOptionTable();
   std::vector<std::string> helps;
   AddOptionTable(desc, table, o, &helps);
+  AddCacheOptions(desc, &helps);
   desc.add_options()("quiet,q", "no progress bar");
   po::positional_options_description pos;
   pos.add("archive", 1);
@@ -101,6 +102,7 @@ int CmdStats(int argc, char** argv) {
                      "[-q]");
   if (rc >= 0) return rc;
   if (Status s = ApplyOptionTable(vm, table, &o); !s.ok()) return Error(s);
+  if (Status s = ApplyCacheOptions(vm); !s.ok()) return Error(s);
   validate::FailOn fail_on;
   if (!fail_on_text.empty()) {
     auto f = validate::ParseFailOn(fail_on_text);

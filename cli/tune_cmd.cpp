@@ -244,6 +244,7 @@ int CmdTune(int argc, char** argv) {
   AddOptionTable(desc, TuneArgTable(), args, &helps);
   desc.add_options()("json", "print one JSON object")("quiet,q", "no progress lines");
   AddLoaderOptions(desc, opt, &helps, {"workers", "prefetch"});
+  AddCacheOptions(desc, &helps);
   po::positional_options_description pos;
   pos.add("archive", 1);
   po::variables_map vm;
@@ -252,6 +253,7 @@ int CmdTune(int argc, char** argv) {
   if (rc >= 0) return rc;
   if (Status s = ApplyOptionTable(vm, TuneArgTable(), &args); !s.ok()) return Fail(s);
   if (Status s = ApplyOptionTable(vm, reader::LoaderOptionTable(), &opt); !s.ok()) return Fail(s);
+  if (Status s = ApplyCacheOptions(vm); !s.ok()) return Fail(s);
   if (args.step_ms < 0) {
     return Fail(Status::InvalidArgument(
         "--step-ms is required: the consumer's time per batch in ms (0 asks for the ceiling)"));

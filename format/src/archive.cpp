@@ -1,3 +1,5 @@
+// long file: Archive is one class whose open, shard lifecycle (open on first use, ReleaseShard) and
+// accessors all work on the Shard slot defined here; splitting them would expose that slot.
 #include "shardfeed/format/archive.h"
 
 #include <fcntl.h>
@@ -202,13 +204,15 @@ bool IsArchiveDirectory(const std::string& path) {
 
 constexpr uint64_t kMaxLmdbPage = 64 * 1024;
 
-// A shard's slot: opened once (std::call_once), at Open() or, when lazy, on first use.
+// A shard's slot: opened at Open() or, when lazy, on first use (under `mu`); ReleaseShard
+// closes it again, and the next use reopens it.
 struct Archive::Shard {
   // Unguarded before `store` is destroyed (which unmaps the range).
   ~Shard() { internal::UnguardRange(guard); }
-  mutable std::once_flag once;
+  mutable std::mutex mu;  // opening and releasing
   mutable std::atomic<bool> ready{false};
-  mutable Status status;  // why it could not be opened (set once, inside `once`)
+  mutable bool failed = false;  // `status` says why it could not be opened (set once)
+  mutable Status status;
   // A remote archive's cached copy of the file, held while mapped (destroyed after `store`).
   mutable std::unique_ptr<storage::CachedFile> lease;
   mutable std::unique_ptr<ShardStore> store;
@@ -270,10 +274,11 @@ Result<std::unique_ptr<ShardStore>> OpenShardFile(Backend backend, const std::st
 }
 
 // The manifest's text, from a directory or a remote location (`remote` set for the latter).
-Result<std::string> ReadManifestText(const std::string& path, std::string* manifest_file,
+Result<std::string> ReadManifestText(const std::string& path, const storage::CacheOptions& cache,
+                                     std::string* manifest_file,
                                      std::shared_ptr<storage::Remote>* remote) {
   if (storage::IsRemote(path)) {
-    SF_ASSIGN_OR_RETURN(*remote, storage::Remote::Open(path));
+    SF_ASSIGN_OR_RETURN(*remote, storage::Remote::Open(path, cache));
     const std::string name(kManifestFileName);
     *manifest_file = (*remote)->UrlOf(name);
     return (*remote)->ReadText(name, kMaxManifestBytes);
@@ -299,22 +304,38 @@ Result<std::string> ReadManifestText(const std::string& path, std::string* manif
 }  // namespace
 
 Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path, IndexCheck check) {
+  OpenOptions options;
+  options.check = check;
+  return Open(path, options);
+}
+
+Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path,
+                                               const OpenOptions& options) {
+  IndexCheck check = options.check;
   std::string manifest_file;
   std::shared_ptr<storage::Remote> remote;
-  SF_ASSIGN_OR_RETURN(std::string text, ReadManifestText(path, &manifest_file, &remote));
+  SF_ASSIGN_OR_RETURN(std::string text,
+                      ReadManifestText(path, options.cache, &manifest_file, &remote));
   // A remote manifest is bounded by kMaxManifestBytes alone (no directory to count).
   if (!remote) SF_RETURN_IF_ERROR(CheckShardCount(path, text, manifest_file));
   SF_ASSIGN_OR_RETURN(Manifest manifest, Manifest::FromJson(text, manifest_file));
   if (remote) {
     uint64_t bytes = 0;
     for (const ShardInfo& info : manifest.shards) bytes += info.file_bytes;
-    SF_RETURN_IF_ERROR(remote->CheckLimit(
-        bytes, "of " + path + "'s shards (an open archive keeps every shard it has read)"));
+    // A cache below the whole archive: opened lazily, shards held only while read (kAuto).
+    if (check == IndexCheck::kAuto && remote->cache_limit() != 0 && remote->cache_limit() < bytes) {
+      check = IndexCheck::kLazy;
+    }
+    if (check == IndexCheck::kFull) {
+      SF_RETURN_IF_ERROR(remote->CheckLimit(
+          bytes, "of " + path + "'s shards (a fully checked archive holds every shard at once)"));
+    }
   }
 
   std::shared_ptr<Archive> archive(new Archive());
   archive->path_ = path;
   archive->remote_ = remote;
+  archive->open_options_ = options;
   archive->lazy_ = check == IndexCheck::kLazy ||
                    (check == IndexCheck::kAuto && manifest.sample_count > kLazyIndexAbove);
   for (const ShardInfo& info : manifest.shards) {
@@ -397,16 +418,40 @@ Status Archive::OpenShard(size_t s) const {
 const Archive::Shard* Archive::Ready(size_t s, Status* error) const {
   Shard& shard = *shards_[s];
   if (!shard.ready.load(std::memory_order_acquire)) {
-    std::call_once(shard.once, [&] {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    if (!shard.ready.load(std::memory_order_relaxed) && !shard.failed) {
       shard.status = OpenShard(s);
-      if (shard.status.ok()) shard.ready.store(true, std::memory_order_release);
-    });
-    if (!shard.status.ok()) {
+      shard.failed = !shard.status.ok();
+      if (!shard.failed) shard.ready.store(true, std::memory_order_release);
+    }
+    if (shard.failed) {
       *error = shard.status;
       return nullptr;
     }
   }
   return &shard;
+}
+
+Status Archive::OpenShardNow(size_t s) const {
+  if (s >= shards_.size()) return Status::InvalidArgument(path_, ": no shard ", s);
+  Status error;
+  return Ready(s, &error) ? Status::OK() : error;
+}
+
+bool Archive::ShardOpen(size_t s) const {
+  return s < shards_.size() && shards_[s]->ready.load(std::memory_order_acquire);
+}
+
+void Archive::ReleaseShard(size_t s) {
+  if (s >= shards_.size()) return;
+  Shard& shard = *shards_[s];
+  std::lock_guard<std::mutex> lock(shard.mu);
+  if (!shard.ready.load(std::memory_order_relaxed)) return;
+  shard.ready.store(false, std::memory_order_release);
+  internal::UnguardRange(shard.guard);  // before the range is unmapped
+  shard.guard = -1;
+  shard.store.reset();  // unmaps
+  shard.lease.reset();  // then the cached file goes back to the cache
 }
 
 void Archive::FetchAll() const {

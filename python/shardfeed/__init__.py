@@ -37,29 +37,41 @@ class Archive:
     """An opened archive. Opens its file mapping lazily in each process that uses it, so an
     Archive created before fork() (or pickled into DataLoader workers) works in the child."""
 
-    def __init__(self, path, index_check="auto"):
+    def __init__(self, path, index_check="auto", cache_dir=None, cache_limit=None):
         """index_check: 'full' checks every shard and index entry at open (O(samples)); 'lazy'
         opens a shard when first read and checks each index entry as it is read, so open and the
         first batch cost the same whatever the archive's size (for ranks of large jobs; verify()
-        still checks everything); 'auto' is full up to 4M samples, lazy above."""
+        still checks everything); 'auto' is full up to 4M samples, lazy above (and lazy for a
+        remote archive whose cache_limit is below its shard bytes).
+
+        Remote archives (s3://bucket/prefix, http(s)://host/path, docs/REMOTE.md): cache_dir is
+        the local cache folder (default $SHARDFEED_CACHE_DIR, else $XDG_CACHE_HOME/shardfeed),
+        cache_limit its size in bytes or as '20GB' / '512MiB' (default $SHARDFEED_CACHE_LIMIT,
+        else unlimited)."""
         self.path = os.fspath(path)
         self.index_check = index_check
+        self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
+        self.cache_limit = cache_limit
         self._native = None
         self._pid = None
         self._handle()  # fail early on a bad path
 
     def _handle(self):
         if self._native is None or self._pid != os.getpid():
-            self._native = _native.Archive(self.path, self.index_check)
+            self._native = _native.Archive(self.path, self.index_check, self.cache_dir,
+                                           self.cache_limit)
             self._pid = os.getpid()
         return self._native
 
     def __getstate__(self):
-        return {"path": self.path, "index_check": self.index_check}
+        return {"path": self.path, "index_check": self.index_check,
+                "cache_dir": self.cache_dir, "cache_limit": self.cache_limit}
 
     def __setstate__(self, state):
         self.path = state["path"]
         self.index_check = state.get("index_check", "auto")
+        self.cache_dir = state.get("cache_dir")
+        self.cache_limit = state.get("cache_limit")
         self._native = None
         self._pid = None
 
@@ -287,9 +299,12 @@ class _Pass:
 class Loader:
     """Shuffled, fixed-shape batches from an archive: uint8, or normalised floats.
 
-    Options: batch_size=64, shuffle=False, seed=0, drop_last=False, shuffle_block=0 and
-    shuffle_window=8 (a locality-friendly block shuffle for archives larger than RAM; 0 keeps
-    the true global shuffle), workers='auto' (tuned online from the consumer's wait: see
+    Options: batch_size=64, shuffle=False (or True, or 'block': shards in a seeded order,
+    samples mixed within windows of shuffle_window shards, for remote archives read through a
+    small cache), seed=0, drop_last=False, shuffle_block=0 and shuffle_window='auto' (8; with
+    shuffle='block' over a remote archive, the most up to 8 that cache_limit allows) (a
+    locality-friendly block shuffle for archives larger than RAM; 0 keeps the true global
+    shuffle), workers='auto' (tuned online from the consumer's wait: see
     max_workers=0, i.e. the CPUs this process may use, wait_target=0.02, and stats()'s
     'workers' and 'tuning'; a number fixes it; workers=0 is refused: DataLoader's
     num_workers=0 means something else, see shardfeed.torch.Loader), prefetch='auto' (ring
@@ -318,8 +333,10 @@ class Loader:
     `path`, which fields='*' or a list naming it adds; or a list of names: what each batch
     carries beside images and labels, see Batch; an unknown name raises ValueError naming the
     closest; fields=[] carries none), ragged='list'|'offsets' (variable-length fields as
-    lists of per-sample arrays, or as (values, offsets)). An unknown option raises TypeError
-    naming the closest one.
+    lists of per-sample arrays, or as (values, offsets)), and for a remote archive given by its
+    location (s3://, http(s)://) cache_dir and cache_limit as shardfeed.Archive takes them. An
+    unknown option raises TypeError naming the closest one. Over a remote archive, stats() also
+    has 'bytes_fetched', 'cache_hits', 'cache_misses' and 'fetch_wait_seconds'.
 
     Lifecycle: leaving an iteration early (break, an exception) and starting another is always
     safe: the next pass continues that epoch (README, "The training loop"); Ctrl-C while waiting raises KeyboardInterrupt; `close()` stops the workers (bounded
@@ -338,7 +355,14 @@ class Loader:
     """
 
     def __init__(self, archive, **options):
-        self.archive = archive if isinstance(archive, Archive) else Archive(archive)
+        cache = {k: options.pop(k) for k in ("cache_dir", "cache_limit") if k in options}
+        if isinstance(archive, Archive):
+            if cache:
+                raise TypeError("cache_dir and cache_limit go to shardfeed.Archive(...) when "
+                                "the Loader is given an Archive")
+            self.archive = archive
+        else:
+            self.archive = Archive(archive, **cache)
         self.options = _checked_options(options)
         self._epoch = 0             # the epoch the next pass runs (or the one in progress)
         self._resume = None         # a state to resume from (load_state_dict), else None

@@ -275,6 +275,10 @@ class WaitMeter:
     Time inside the iterator's next() is waiting; time between batches is the step. Every
     `every` steps, `log(first, last, wait_fraction, wait_s, step_s)` is called (default: print
     a line); `wait_fraction` is also kept for the whole run. `clock` is for tests.
+
+    Over a remote archive (a loader whose stats() has 'fetch_wait_seconds'), `fetch_wait_s`
+    is the workers' time spent waiting for shard downloads in the last window, and the printed
+    line says when the wait was fetch wait (the network, not decoding, is short).
     """
 
     def __init__(self, iterable, every=100, log=None, clock=None):
@@ -284,11 +288,24 @@ class WaitMeter:
         self.clock = clock or time.perf_counter
         self.steps = 0
         self.wait_s = self.step_s = 0.0
+        self.fetch_wait_s = 0.0
+        self._fetch_seen = 0.0
 
-    @staticmethod
-    def _print(first, last, fraction, wait_s, step_s):
-        print("steps %d-%d: waited %.1f%% of the time (%.1f ms/step waiting)"
-              % (first, last, 100 * fraction, 1000 * wait_s / max(1, last - first + 1)))
+    def _fetch_wait(self):
+        """The source's fetch wait so far this epoch (0 when it reports none)."""
+        stats = getattr(self.iterable, "stats", None)
+        try:
+            return float(stats().get("fetch_wait_seconds", 0.0)) if stats else 0.0
+        except Exception:  # a source without loader stats
+            return 0.0
+
+    def _print(self, first, last, fraction, wait_s, step_s):
+        line = ("steps %d-%d: waited %.1f%% of the time (%.1f ms/step waiting)"
+                % (first, last, 100 * fraction, 1000 * wait_s / max(1, last - first + 1)))
+        if wait_s > 0 and self.fetch_wait_s > 0:
+            line += ("; fetch wait: workers waited %.2f s for shard downloads"
+                     % self.fetch_wait_s)
+        print(line)
 
     @property
     def wait_fraction(self):
@@ -318,6 +335,10 @@ class WaitMeter:
             self.wait_s += got - asked
             self.steps += 1
             if self.steps - first + 1 == self.every:
+                fetched = self._fetch_wait()
+                if fetched < self._fetch_seen:  # a new epoch restarted the loader's counters
+                    self._fetch_seen = 0.0
+                self.fetch_wait_s, self._fetch_seen = fetched - self._fetch_seen, fetched
                 total = window_wait + window_step
                 self.log(first, self.steps, window_wait / total if total > 0 else 0.0,
                          window_wait, window_step)

@@ -46,8 +46,16 @@ py::tuple GetItem(const PyArchive& a, int64_t index) {
   return py::make_tuple(arr, a.archive->Label(i));
 }
 
-PyArchive Open(const std::string& path, const std::string& check) {
-  format::IndexCheck c = format::IndexCheck::kAuto;
+// cache_dir= and cache_limit= through storage::CacheOptionTable (None: the default).
+PyArchive Open(const std::string& path, const std::string& check, const py::object& cache_dir,
+               const py::object& cache_limit) {
+  format::OpenOptions options;
+  const auto& table = storage::CacheOptionTable();
+  if (!cache_dir.is_none()) Check(table.Set(&options.cache, "cache_dir", OptionText(cache_dir)));
+  if (!cache_limit.is_none()) {
+    Check(table.Set(&options.cache, "cache_limit", OptionText(cache_limit)));
+  }
+  format::IndexCheck& c = options.check;
   if (check == "full") {
     c = format::IndexCheck::kFull;
   } else if (check == "lazy") {
@@ -56,7 +64,7 @@ PyArchive Open(const std::string& path, const std::string& check) {
     throw py::value_error("index_check must be 'auto', 'full' or 'lazy'");
   }
   PyArchive a;
-  a.archive = Check(format::Archive::Open(path, c));
+  a.archive = Check(format::Archive::Open(path, options));
   a.pid = ::getpid();
   return a;
 }
@@ -207,7 +215,8 @@ std::shared_ptr<format::Archive> ArchiveOf(const py::handle& archive) {
 
 void BindArchive(py::module_& m) {
   py::class_<PyArchive>(m, "Archive")
-      .def(py::init(&Open), py::arg("path"), py::arg("index_check") = "auto")
+      .def(py::init(&Open), py::arg("path"), py::arg("index_check") = "auto",
+           py::arg("cache_dir") = py::none(), py::arg("cache_limit") = py::none())
       .def_property_readonly("lazy", [](const PyArchive& a) { return a.archive->lazy(); })
       .def("__len__", [](const PyArchive& a) { return a.archive->size(); })
       .def("__getitem__", &GetItem)

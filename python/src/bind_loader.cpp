@@ -254,6 +254,12 @@ py::dict StatsDict(const PyLoader& l) {
   d["ahead_kept"] = s.ahead_kept;
   d["tuning"] = s.tuning;
   d["kept_slots"] = s.kept_slots;  // slots beyond the ring for batches the consumer kept
+  // Remote archives (EpochStats): the process's shard downloads this epoch, and worker time
+  // spent waiting for them.
+  d["bytes_fetched"] = s.bytes_fetched;
+  d["cache_hits"] = s.cache_hits;
+  d["cache_misses"] = s.cache_misses;
+  d["fetch_wait_seconds"] = s.fetch_wait_seconds;
   d["images_per_second"] = s.seconds > 0 ? s.images / s.seconds : 0.0;
   py::dict stages;
   stages["read"] = s.read;

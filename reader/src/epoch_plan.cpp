@@ -71,6 +71,7 @@ bool Loader::Impl::ClaimFrom(EpochWork& from, uint64_t gen, size_t worker, Task*
   task->position = static_cast<uint32_t>(from.next_task % options.batch_size);
   task->count = n;
   task->k = from.next_task;
+  if (keeper) keeper->Claimed(from.plan, from.next_task, n);
   slots[s].in_flight += n;
   progress[worker] = WorkerProgress{true, claims++, gen};
   holding[worker].store(from.next_task, std::memory_order_relaxed);
@@ -85,6 +86,7 @@ bool Loader::Impl::RunAhead() {
     ahead.next_task = 0;
     std::fill(ahead.filling.begin(), ahead.filling.end(), -1);
     ahead.on = true;
+    if (keeper) ahead_span = keeper->Span(ahead.plan), ahead_plan_id = ++plan_id;
   }
   return true;
 }
@@ -136,10 +138,18 @@ void Loader::Impl::BeginEpoch(EpochPlan plan, uint64_t start_batch) {
     epoch_step = epoch_no == epoch ? 0 : 1;
   }
   current.plan = std::move(plan);
+  if (keeper) {  // what the new plan reads where; what the old one left open is given back
+    current_span = adopt ? std::move(ahead_span) : keeper->Span(current.plan);
+    ahead_span = ShardSpan();
+    current_plan_id = ++plan_id;
+    keeper->Sweep(current_span, current.next_task, nullptr, 0);
+  }
   epoch = epoch_no;
   next_deliver = start_batch;
   batches = current.plan.batches;
   stats = EpochStats();
+  fetch_base = storage::GetFetchStats();
+  fetch_wait_ns.store(0, std::memory_order_relaxed);
   ring_full_mark = Clock::now();  // idle time before this belonged to the old epoch
   stats.epoch = epoch;
   stats.workers = active_workers;

@@ -121,7 +121,7 @@ std::unique_ptr<Sampler> MakeSampler(const format::Archive& archive, const Loade
   so.world_size = o.world_size;
   so.batch_size = o.batch_size;
   so.shuffle_block = o.shuffle_block;
-  so.shuffle_window = o.shuffle_window;
+  so.shuffle_window = o.shuffle_window == LoaderOptions::kAutoWindow ? 8 : o.shuffle_window;
   if (o.shuffle_by_shard) {  // shuffle="block"
     for (const auto& shard : archive.manifest().shards)
       so.shard_starts.push_back(shard.first_sample);
@@ -181,6 +181,15 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
       LayOutSlot(impl->out_h, impl->out_w, DTypeSize(impl->options.transform.dtype),
                  options.batch_size, impl->fields.region_bytes, !impl->fields.empty()));
   SF_RETURN_IF_ERROR(impl->SizeRing(options));
+  if (impl->archive->remote()) {  // the cache it needs; shuffle="block": the shard keeper
+    std::shared_ptr<format::Archive> own;
+    SF_RETURN_IF_ERROR(impl->PlanCache(&impl->options, &own));
+    impl->sampler = MakeSampler(*impl->archive, impl->options);
+    if (own) {
+      impl->keeper =
+          std::make_unique<ShardKeeper>(own, impl->sampler.get(), options.world_size, options.rank);
+    }
+  }
   Tuner::Config tc;
   tc.auto_workers = impl->auto_workers;
   tc.auto_prefetch = impl->auto_prefetch;
@@ -200,6 +209,13 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
   impl->ring_base = impl->ring.data();
   SF_RETURN_IF_ERROR(impl->MaintainRing());
   if (options.mode == WorkerMode::kThreads) SF_RETURN_IF_ERROR(impl->StartThreads());
+  if (impl->keeper) {
+    std::lock_guard<std::mutex> lock(impl->mu);
+    for (uint32_t i = 0; i < kShardDownloadsAhead; ++i) {
+      ++impl->threads_running;
+      impl->threads.emplace_back([keep = impl->self.lock()] { keep->FetchAhead(); });
+    }
+  }
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }
 
@@ -356,11 +372,16 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
 
 EpochStats Loader::Stats() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  EpochStats st = impl_->stats;
+  EpochStats s = impl_->stats;
   for (size_t x = 0; x < impl_->slot_end; ++x) {
-    st.ready_batches += impl_->slots[x].state == SlotState::kReady;
+    s.ready_batches += impl_->slots[x].state == SlotState::kReady;
   }
-  return st;
+  const storage::FetchStats now = storage::GetFetchStats(), &base = impl_->fetch_base;
+  s.bytes_fetched = now.bytes_fetched - base.bytes_fetched;
+  s.cache_hits = now.hits - base.hits;
+  s.cache_misses = now.misses - base.misses;
+  s.fetch_wait_seconds = impl_->fetch_wait_ns.load(std::memory_order_relaxed) * 1e-9;
+  return s;
 }
 
 uint64_t Loader::batches_per_epoch() const { return impl_->sampler->batches_per_epoch(); }

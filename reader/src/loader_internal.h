@@ -21,7 +21,9 @@
 #include "batch_fields.h"
 #include "batch_ring.h"
 #include "epoch_plan.h"
+#include "shard_keeper.h"
 #include "shardfeed/reader/loader.h"
+#include "shardfeed/storage/remote.h"
 #include "tuner.h"
 #include "worker_pool.h"
 
@@ -99,6 +101,18 @@ struct Loader::Impl {
   Status StartProcesses();
   void StopWorkers();
   void DispatchTo(size_t child);
+
+  // ---- Remote archives (shard_keeper.h, loader.cpp) ----
+  // Create: the cache a remote archive needs (refused below it, giving the minimum); with
+  // shuffle="block" in thread mode, a private lazily opened copy of the archive whose shards the
+  // keeper releases, shuffle_window "auto" fitted to the cache, and the fetcher threads.
+  // `own_copy` gets that copy (the keeper's archive), else stays null.
+  Status PlanCache(LoaderOptions* options, std::shared_ptr<format::Archive>* own_copy);
+  void FetchAhead();  // a fetcher thread: opens the next shards of the plan (kShardDownloadsAhead)
+  void KeeperFinished(const Task& run);  // mu held: FinishRun's part
+  // A worker about to read sample `index`: waits for its shard's download here, timed as fetch
+  // wait (no lock held).
+  void AwaitShard(uint64_t index);
 
   // ---- The consumer's side (loader.cpp) ----
   // mu held by `lock` (released while it sleeps or calls `hook`): waits until batch `b` is
@@ -186,6 +200,13 @@ struct Loader::Impl {
   int active_workers = 0;
   Tuner tuner;
   Clock::time_point epoch_start, last_return;
+
+  // Remote archives with shuffle="block" (threads): null otherwise. Spans and plan ids under mu.
+  std::unique_ptr<ShardKeeper> keeper;
+  ShardSpan current_span, ahead_span;
+  uint64_t plan_id = 0, current_plan_id = 0, ahead_plan_id = 0;
+  storage::FetchStats fetch_base;          // the process's counters at the epoch's start
+  std::atomic<uint64_t> fetch_wait_ns{0};  // workers' time waiting for downloads, this epoch
 };
 
 }  // namespace shardfeed::reader

@@ -181,9 +181,22 @@ std::vector<LoaderOption> MakeTable() {
                      "locality-friendly shuffle for archives larger than RAM: blocks of this "
                      "many consecutive samples (0: a true global shuffle)",
                      &O::shuffle_block),
-      CountOption<O>("shuffle_window", 1, kAny,
-                     "with shuffle_block: samples are mixed within windows of this many blocks",
-                     &O::shuffle_window),
+      {"shuffle_window", OptionKind::kText, nullptr,
+       "with shuffle_block or shuffle=block: samples are mixed within windows of this many "
+       "blocks or shards; auto: 8, or for a remote archive with shuffle=block the most up to 8 "
+       "that cache_limit allows",
+       [](O* o, V t) -> Status {
+         uint64_t v = 0;
+         if (t == "auto") return o->shuffle_window = LoaderOptions::kAutoWindow, Status::OK();
+         SF_RETURN_IF_ERROR(SetBoundedCount("shuffle_window", t, 1, UINT32_MAX, ", or auto", &v));
+         o->shuffle_window = static_cast<uint32_t>(v);
+         return Status::OK();
+       },
+       [](const O& o) {
+         return o.shuffle_window == LoaderOptions::kAutoWindow ? std::string("auto")
+                                                               : std::to_string(o.shuffle_window);
+       },
+       CountRange(1, UINT32_MAX) + ", or auto"},
       CountOption<O>("rank", 0, kAny,
                      "this process's rank (distributed training; below world_size)", &O::rank),
       CountOption<O>("world_size", 1, kAny, "the number of ranks", &O::world_size),

@@ -203,8 +203,33 @@ Result<int> HighCopy(int fd) {
   return copy;
 }
 
-// Starts the worker program with `sock` as its descriptor 3 and `ring` as 4.
-Result<pid_t> Spawn(const std::string& program, int sock, int ring) {
+// This process's environment, with a remote archive's cache options (cache_dir, cache_limit as
+// the loader's archive resolved them) as SHARDFEED_CACHE_DIR / SHARDFEED_CACHE_LIMIT, so the
+// worker processes read through the same cache.
+std::vector<std::string> WorkerEnvironment(const format::Archive& archive) {
+  std::vector<std::string> env;
+  const storage::Remote* remote = archive.remote();
+  for (char** e = environ; *e; ++e) {
+    const std::string_view v(*e);
+    if (remote &&
+        (v.rfind("SHARDFEED_CACHE_DIR=", 0) == 0 || v.rfind("SHARDFEED_CACHE_LIMIT=", 0) == 0)) {
+      continue;
+    }
+    env.emplace_back(v);
+  }
+  if (remote) {
+    env.push_back("SHARDFEED_CACHE_DIR=" + remote->cache_dir());
+    if (remote->cache_limit()) {
+      env.push_back("SHARDFEED_CACHE_LIMIT=" + std::to_string(remote->cache_limit()));
+    }
+  }
+  return env;
+}
+
+// Starts the worker program with `sock` as its descriptor 3 and `ring` as 4, in environment
+// `env`.
+Result<pid_t> Spawn(const std::string& program, int sock, int ring,
+                    const std::vector<std::string>& env) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, sock, kSocketFd);
@@ -219,8 +244,11 @@ Result<pid_t> Spawn(const std::string& program, int sock, int ring) {
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
   char arg0[] = "shardfeed-worker";
   char* argv[] = {arg0, nullptr};
+  std::vector<char*> envp;
+  for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
   pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, program.c_str(), &actions, &attr, argv, environ);
+  int rc = ::posix_spawn(&pid, program.c_str(), &actions, &attr, argv, envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) return Status::IOError("posix_spawn ", program, ": ", std::strerror(rc));
@@ -253,6 +281,7 @@ Status Loader::Impl::StartProcesses() {
   const std::string build = BuildString();
   const std::string& path = archive->path();
   const uint64_t manifest_hash = ManifestHash(*archive);
+  const std::vector<std::string> env = WorkerEnvironment(*archive);
   for (int w = 0; w < options.workers; ++w) {
     int sv[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
@@ -262,7 +291,7 @@ Status Loader::Impl::StartProcesses() {
     children.push_back(Child{-1, sv[0]});
     SF_ASSIGN_OR_RETURN(int sock_copy, HighCopy(sv[1]));
     FdCloser sock_copy_closer{sock_copy};
-    SF_ASSIGN_OR_RETURN(pid_t pid, Spawn(program, sock_copy, ring_copy));
+    SF_ASSIGN_OR_RETURN(pid_t pid, Spawn(program, sock_copy, ring_copy, env));
     children.back().pid = pid;
 
     WireConfig cfg{kWireMagic,

@@ -59,6 +59,7 @@ void Loader::Impl::FinishRun(size_t worker, const Task& run, const RunTally& tal
   bool last;
   {
     std::lock_guard<std::mutex> lock(mu);
+    if (keeper) KeeperFinished(run);
     progress[worker].busy = false;
     completions += run.count;
     stats.decode += times.decode;
@@ -102,6 +103,10 @@ void Loader::Impl::FinishRun(size_t worker, const Task& run, const RunTally& tal
 
 void Loader::Impl::IssuePrefetch(Task* task, StageTimes* times) {
   if (task->prefetch_begin >= task->prefetch_end) return;
+  if (keeper) {  // the next batch may read shards not claimed yet, which the keeper may release
+    task->prefetch_begin = task->prefetch_end = 0;
+    return;
+  }
   auto t = Clock::now();
   for (uint64_t k = task->prefetch_begin; k < task->prefetch_end; ++k) {
     archive->WillNeed(sampler->At(task->plan, k));
@@ -176,6 +181,7 @@ Status Loader::Impl::ThreadWorkerLoop(size_t worker, SampleDecoder* decoder) {
       StageTimes times;
       try {
         Resolve(&t);
+        if (keeper) AwaitShard(t.index);
         uint8_t* dst = SlotImages(t.slot) + size_t{t.position} * layout.sample_bytes;
         SampleGeometry geometry;
         s = decoder->DecodeInto(t.index, t.seed, dst, &times, writer ? &geometry : nullptr);

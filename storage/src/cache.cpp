@@ -152,12 +152,44 @@ Result<uint64_t> ParseByteSize(const std::string& text) {
   return v;
 }
 
-Result<CacheOptions> ResolveCacheOptions() {
+const OptionTable<CacheOptions>& CacheOptionTable() {
+  using O = CacheOptions;
+  static const OptionTable<O> table(
+      "cache option",
+      {{"cache_dir", OptionKind::kText, nullptr,
+        "remote archives (s3://, http(s)://): the local cache folder (default "
+        "$SHARDFEED_CACHE_DIR, else $XDG_CACHE_HOME/shardfeed, else ~/.cache/shardfeed)",
+        [](O* o, std::string_view t) {
+          o->dir = std::string(t);
+          return Status::OK();
+        },
+        [](const O& o) { return o.dir; }},
+       {"cache_limit", OptionKind::kBytes, nullptr,
+        "remote archives: the most bytes of shard files the cache holds, e.g. 20GB or 512MiB "
+        "(default $SHARDFEED_CACHE_LIMIT, else unlimited); too small for what a reader holds "
+        "at once is refused at open, giving the minimum",
+        [](O* o, std::string_view t) -> Status {
+          if (t.empty()) return o->limit = 0, Status::OK();
+          uint64_t v = 0;
+          if (!shardfeed::ParseByteSize(t, &v)) {
+            return BadOption("cache_limit", "a size in bytes such as 20GB, 512MiB or 1000000", t);
+          }
+          o->limit = v;
+          return Status::OK();
+        },
+        [](const O& o) { return o.limit ? std::to_string(o.limit) : std::string(); },
+        "bytes, or a size such as 20GB or 512MiB"}});
+  return table;
+}
+
+Result<CacheOptions> ResolveCacheOptions(const CacheOptions& given) {
   CacheOptions options;
   {
     std::lock_guard<std::mutex> lock(g_options_mutex);
     options = g_options;
   }
+  if (!given.dir.empty()) options.dir = given.dir;
+  if (given.limit != 0) options.limit = given.limit;
   if (options.dir.empty()) {
     const char* dir = std::getenv("SHARDFEED_CACHE_DIR");
     const char* xdg = std::getenv("XDG_CACHE_HOME");
@@ -193,9 +225,10 @@ struct Remote::Impl {
 
 Remote::~Remote() = default;
 
-Result<std::shared_ptr<Remote>> Remote::Open(const std::string& location) {
+Result<std::shared_ptr<Remote>> Remote::Open(const std::string& location,
+                                             const CacheOptions& given) {
   SF_ASSIGN_OR_RETURN(internal::Endpoint endpoint, internal::ParseEndpoint(location));
-  SF_ASSIGN_OR_RETURN(CacheOptions cache, ResolveCacheOptions());
+  SF_ASSIGN_OR_RETURN(CacheOptions cache, ResolveCacheOptions(given));
   std::shared_ptr<Remote> remote(new Remote());
   remote->location_ = location;
   remote->cache_ = cache;
@@ -277,6 +310,49 @@ Result<int> Reserve(const std::string& cache_dir, uint64_t limit, const std::str
   return fd;
 }
 
+// Bytes of one ranged GET of a big shard: SHARDFEED_FETCH_PART_BYTES (a size), default 32 MiB.
+uint64_t PartBytes() {
+  uint64_t v = 0;
+  const char* env = std::getenv("SHARDFEED_FETCH_PART_BYTES");
+  if (env && shardfeed::ParseByteSize(env, &v) && v > 0) return v;
+  return uint64_t{32} << 20;
+}
+
+// The body of `name` into `fd` (reserved to `size` bytes): whole, or, above 2 parts, as ranged
+// GETs of PartBytes() each, kRangedConnections at a time, each retried on its own (a server
+// that ignores ranges: fetched whole instead).
+Status Download(const internal::Endpoint& endpoint, const FetchRetry& retry,
+                const std::string& name, uint64_t size, int fd) {
+  const uint64_t part = PartBytes();
+  if (size <= 2 * part) return internal::Get(endpoint, name, retry, fd, nullptr, 0);
+  const uint64_t parts = (size + part - 1) / part;
+  std::atomic<uint64_t> next{0};
+  std::mutex mu;
+  Status first;
+  auto work = [&] {
+    for (uint64_t p; (p = next.fetch_add(1)) < parts;) {
+      const uint64_t offset = p * part;
+      Status s =
+          internal::GetRange(endpoint, name, retry, fd, offset, std::min(part, size - offset));
+      if (!s.ok()) {
+        next.store(parts);  // the others stop after their current part
+        std::lock_guard<std::mutex> lock(mu);
+        if (first.ok()) first = s;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (uint64_t t = 1; t < std::min<uint64_t>(kRangedConnections, parts); ++t) {
+    threads.emplace_back(work);
+  }
+  work();
+  for (auto& t : threads) t.join();
+  if (first.code() == StatusCode::kUnsupported) {  // no ranges here: the whole object
+    return internal::Get(endpoint, name, retry, fd, nullptr, 0);
+  }
+  return first;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<CachedFile>> Remote::Fetch(const std::string& name, uint64_t size,
@@ -314,7 +390,7 @@ Result<std::unique_ptr<CachedFile>> Remote::Fetch(const std::string& name, uint6
   for (int attempt = 0;; ++attempt) {
     SF_ASSIGN_OR_RETURN(int raw, Reserve(cache_.dir, cache_.limit, part, size, shown));
     Fd fd(raw);
-    Status got = internal::Get(impl_->endpoint, name, impl_->retry, fd.fd, nullptr, 0);
+    Status got = Download(impl_->endpoint, impl_->retry, name, size, fd.fd);
     struct stat st {};
     if (got.ok() && ::fstat(fd.fd, &st) == 0 && uint64_t(st.st_size) != size) {
       got = Status::ChecksumMismatch(shown, ": ", st.st_size, " bytes received, the manifest says ",

@@ -74,6 +74,7 @@ bool Transient(CURLcode code) {
 
 struct Sink {
   int fd = -1;
+  int64_t at = -1;  // a range: pwrite at this file offset (+ received); else write()
   std::string* text = nullptr;
   uint64_t max_bytes = 0;
   uint64_t received = 0;
@@ -95,8 +96,15 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
     return n;
   }
   size_t done = 0;
+  const uint64_t before = sink->received - n;
+  if (sink->at >= 0 && before + n > sink->max_bytes) {  // a range longer than asked for
+    sink->too_big = true;
+    return 0;
+  }
   while (done < n) {
-    ssize_t w = ::write(sink->fd, data + done, n - done);
+    ssize_t w = sink->at >= 0 ? ::pwrite(sink->fd, data + done, n - done,
+                                         static_cast<off_t>(sink->at + before + done))
+                              : ::write(sink->fd, data + done, n - done);
     if (w < 0 && errno == EINTR) continue;
     if (w < 0) {
       sink->write_errno = errno;
@@ -187,8 +195,12 @@ FetchRetry RetryFromEnv() {
   return r;
 }
 
-Status Get(const Endpoint& endpoint, const std::string& name, const FetchRetry& retry, int fd,
-           std::string* text, uint64_t max_bytes) {
+namespace {
+
+// Get and GetRange: `range_at` >= 0 asks for bytes [range_at, range_at + max_bytes) into fd.
+// long: one request-and-retry loop, each outcome (body, range, HTTP code, curl error) beside it.
+Status Transfer(const Endpoint& endpoint, const std::string& name, const FetchRetry& retry, int fd,
+                std::string* text, uint64_t max_bytes, int64_t range_at) {
   std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   const std::string url = endpoint.base + "/" + name;
   const std::string shown = endpoint.shown + (endpoint.shown.back() == '/' ? "" : "/") + name;
@@ -201,6 +213,11 @@ Status Get(const Endpoint& endpoint, const std::string& name, const FetchRetry& 
   if (endpoint.s3 && !endpoint.token.empty()) {
     headers = curl_slist_append(headers, ("x-amz-security-token: " + endpoint.token).c_str());
   }
+  if (range_at >= 0) {
+    const std::string range = "Range: bytes=" + std::to_string(range_at) + "-" +
+                              std::to_string(uint64_t(range_at) + max_bytes - 1);
+    headers = curl_slist_append(headers, range.c_str());
+  }
   std::unique_ptr<curl_slist, void (*)(curl_slist*)> free_headers(headers, curl_slist_free_all);
   std::mt19937_64 jitter(std::random_device{}());
   double delay = retry.first_delay_s;
@@ -210,7 +227,10 @@ Status Get(const Endpoint& endpoint, const std::string& name, const FetchRetry& 
     sink.fd = fd;
     sink.text = text;
     sink.max_bytes = max_bytes;
-    if (fd >= 0) {  // overwritten from the start; the reserved size stays until success
+    sink.at = range_at;
+    if (range_at >= 0) {
+      // pwrite at the range's offset: nothing to rewind
+    } else if (fd >= 0) {  // overwritten from the start; the reserved size stays until success
       if (::lseek(fd, 0, SEEK_SET) != 0) {
         return Status::IOError("cache file for ", shown, ": ", std::strerror(errno));
       }
@@ -240,10 +260,20 @@ Status Get(const Endpoint& endpoint, const std::string& name, const FetchRetry& 
       return Status::IOError("writing ", shown,
                              " into the cache: ", std::strerror(sink.write_errno));
     }
+    if (sink.too_big && range_at >= 0) {
+      return Status::Unsupported(shown, ": the server sent more than the range asked for");
+    }
     if (sink.too_big) {
       return Status::Corrupt(shown, ": more than the ", max_bytes, " bytes it may hold");
     }
     bool transient;
+    if (range_at >= 0 && code == CURLE_OK && http >= 200 && http < 300) {
+      if (http != 206 || sink.received != max_bytes) {
+        return Status::Unsupported(shown, ": HTTP ", http, " with ", sink.received,
+                                   " bytes for a range of ", max_bytes);
+      }
+      return Status::OK();
+    }
     if (code == CURLE_OK && http >= 200 && http < 300) {
       if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(sink.received)) != 0) {
         return Status::IOError("cache file for ", shown, ": ", std::strerror(errno));
@@ -274,6 +304,19 @@ Status Get(const Endpoint& endpoint, const std::string& name, const FetchRetry& 
     std::this_thread::sleep_for(std::chrono::duration<double>(pick(jitter)));
     delay = std::min(delay * 2, retry.max_delay_s);
   }
+}
+
+}  // namespace
+
+Status Get(const Endpoint& endpoint, const std::string& name, const FetchRetry& retry, int fd,
+           std::string* text, uint64_t max_bytes) {
+  return Transfer(endpoint, name, retry, fd, text, max_bytes, -1);
+}
+
+Status GetRange(const Endpoint& endpoint, const std::string& name, const FetchRetry& retry, int fd,
+                uint64_t offset, uint64_t length) {
+  if (length == 0) return Status::OK();
+  return Transfer(endpoint, name, retry, fd, nullptr, length, static_cast<int64_t>(offset));
 }
 
 }  // namespace shardfeed::storage::internal

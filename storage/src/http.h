@@ -28,6 +28,13 @@ FetchRetry RetryFromEnv();
 Status Get(const Endpoint& endpoint, const std::string& name, const FetchRetry& retry, int fd,
            std::string* text, uint64_t max_bytes);
 
+// GETs bytes [offset, offset + length) of base/name (an HTTP Range request) into `fd` at that
+// offset (pwrite: several ranges of one file may be fetched at once, each by its own call), with
+// Get's retries and failures. A body of another length, or a server that ignores the range
+// (200 with the whole object), is kUnsupported: the caller fetches the object whole instead.
+Status GetRange(const Endpoint& endpoint, const std::string& name, const FetchRetry& retry, int fd,
+                uint64_t offset, uint64_t length);
+
 void CountStat(uint64_t FetchStats::*field, uint64_t amount);
 
 }  // namespace shardfeed::storage::internal

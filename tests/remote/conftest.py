@@ -168,3 +168,31 @@ def http_url(local_archive):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def many_shards(tmp_path_factory, moto_url):
+    """(local path, s3:// location, shard bytes): 3200 random 8x8 images of 20 classes packed
+    raw, 160 to a shard: 20 shards of equal size (an archive in shards of 1/20 of it)."""
+    from PIL import Image
+    import numpy as np
+    root = tmp_path_factory.mktemp("many")
+    rng = np.random.default_rng(5)
+    for c in range(20):
+        folder = root / "src" / f"class{c:02d}"
+        folder.mkdir(parents=True)
+        for i in range(160):
+            pixels = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(folder / f"{i:03d}.png")
+    probe = str(root / "probe")  # every record the same size: that size x 160 a shard
+    shardfeed.pack(str(root / "src"), probe, encoding="raw")
+    with open(os.path.join(probe, "manifest.json")) as f:
+        record = json.load(f)["shards"][0]["payload_bytes"] / 3200
+    out = str(root / "archive")
+    report = shardfeed.pack(str(root / "src"), out, encoding="raw", shard_size=int(160.5 * record))
+    assert report["packed"] == 3200
+    with open(os.path.join(out, "manifest.json")) as f:
+        shards = json.load(f)["shards"]
+    assert len(shards) == 20 and {s["sample_count"] for s in shards} == {160}
+    total = sum(os.path.getsize(os.path.join(out, s["file"])) for s in shards)
+    return out, upload(moto_url, out, "many"), total

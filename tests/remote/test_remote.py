@@ -1,8 +1,10 @@
 """Archives read over s3:// (moto_server) and http:// (http.server) through the local cache,
 against the same archive read from disk, and the faults a network brings (conftest.FaultProxy)."""
 import gc
+import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -251,3 +253,184 @@ def test_block_shuffle_is_the_same_over_s3_and_locally_and_reads_shards_in_windo
     assert shards >= 6
     assert len(windows) == (shards + 1) // 2
     assert sorted(s for w in windows for s in w) == list(range(shards))
+
+
+# ---- A cache smaller than the archive: shuffle="block" releases shards as it goes ----------
+
+BLOCK = dict(batch_size=8, shuffle="block", seed=3, crop="none", workers=2)
+
+
+def watched_epoch(loader, root, limit, e=0):
+    """An epoch of `loader`, the cache folder measured on disk after every batch and by a
+    watcher thread meanwhile: (batches, the largest size seen, the loader's stats)."""
+    peak, done = [0], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            peak[0] = max(peak[0], cache_bytes(root))
+            done.wait(0.002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    out = []
+    try:
+        loader.set_epoch(e)
+        for b in loader:
+            out.append((b.images.copy(), b.labels.copy(), b.indices.copy()))
+            peak[0] = max(peak[0], cache_bytes(root))
+        stats = loader.stats()
+    finally:
+        done.set()
+        watcher.join()
+    return out, peak[0], stats
+
+
+def test_a_quarter_of_the_archive_in_cache_reads_an_epoch_as_a_local_read(env, many_shards,
+                                                                          tmp_path):
+    local, url, total = many_shards
+    limit = total // 4
+    cache = tmp_path / "quarter"
+    # No option but the cache: the default window fits it (1 shard here), and the epoch is the
+    # local read's with that window, for the same seed.
+    remote = shardfeed.Loader(url, cache_dir=str(cache), cache_limit=limit, **BLOCK)
+    got, peak, stats = watched_epoch(remote, str(cache), limit)
+    same(got, epoch(shardfeed.Loader(local, shuffle_window=1, **BLOCK)))
+    assert sorted(np.concatenate([x for _, _, x in got])) == list(range(3200))
+    assert 0 < peak <= limit
+    assert stats["cache_misses"] >= 20 and stats["fetch_wait_seconds"] >= 0
+    # Bytes fetched per epoch: about the archive once. An epoch's figure also counts the first
+    # shards of the next epoch, which run-ahead fetches before it ends: over three epochs.
+    fetched = stats["bytes_fetched"]
+    for e in (1, 2):
+        got, peak, stats = watched_epoch(remote, str(cache), limit, e=e)
+        assert len(got) == 400 and 0 < peak <= limit
+        fetched += stats["bytes_fetched"]
+    # At least what the cache could not carry over from one epoch to the next.
+    assert 3 * total - 2 * limit <= fetched <= 3 * 1.1 * total
+    assert not os.path.exists(os.environ["SHARDFEED_CACHE_DIR"] + "/remote")  # cache_dir= won
+
+
+def test_a_cache_below_the_minimum_is_refused_at_open_giving_it(env, many_shards, tmp_path):
+    local, url, total = many_shards
+    with pytest.raises(shardfeed.Error, match=r"at least (\d+)") as e:
+        shardfeed.Loader(url, cache_dir=str(tmp_path / "c"), cache_limit=total // 20, **BLOCK)
+    minimum = int(re.search(r"at least (\d+)", str(e.value)).group(1))
+    assert total // 20 < minimum <= total // 4
+    assert "shuffle_window" in str(e.value)
+    with pytest.raises(shardfeed.Error, match=f"at least {minimum}"):
+        shardfeed.Loader(url, cache_dir=str(tmp_path / "c"), cache_limit=minimum - 1, **BLOCK)
+    loader = shardfeed.Loader(url, cache_dir=str(tmp_path / "c"), cache_limit=minimum, **BLOCK)
+    got, peak, _ = watched_epoch(loader, str(tmp_path / "c"), minimum)
+    assert len(got) == 400 and peak <= minimum
+    # A global shuffle holds every shard it has read: refused, pointing at shuffle="block".
+    with pytest.raises(shardfeed.Error) as e:
+        shardfeed.Loader(url, cache_limit=total // 4, **dict(BLOCK, shuffle=True))
+    assert 'shuffle="block"' in str(e.value) and f"at least {total}" in str(e.value)
+
+
+def test_cache_options_through_the_cli(env, many_shards, tmp_path):
+    local, url, total = many_shards
+    cache = tmp_path / "cli-cache"
+    out = subprocess.run([CLI, "bench", url, "--cache-dir", str(cache), "--cache-limit",
+                          str(total // 4), "--shuffle", "block", "--crop", "none",
+                          "--batch-size", "8", "--workers", "2", "--json"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["options"]["shuffle_window"] == "1"
+    assert 0 < report["epochs"][0]["bytes_fetched"] <= 1.1 * total
+    assert report["epochs"][0]["cache_misses"] >= 20
+    assert [f for f in shard_files(str(cache))]
+    assert cache_bytes(str(cache)) <= total // 4
+    assert not os.path.exists(os.environ["SHARDFEED_CACHE_DIR"] + "/remote")
+    out = subprocess.run([CLI, "bench", url, "--cache-dir", str(cache), "--cache-limit", "1KB",
+                          "--shuffle", "block"], capture_output=True, text=True)
+    assert out.returncode != 0 and "at least" in out.stderr
+    out = subprocess.run([CLI, "bench", url, "--cache-limit", "lots"], capture_output=True,
+                         text=True)
+    assert out.returncode == 2 and "cache_limit (--cache-limit)" in out.stderr
+    for command in (["inspect", url], ["verify", url], ["extract", url, str(tmp_path / "x")]):
+        d = tmp_path / ("c-" + command[0])
+        out = subprocess.run([CLI, *command, "--cache-dir", str(d), "--cache-limit", "20MB"],
+                             capture_output=True, text=True)
+        assert out.returncode == 0, (command, out.stderr)
+        assert len(shard_files(str(d))) == 20, command
+        if command[0] == "extract":
+            continue
+        out = subprocess.run([CLI, *command, "--cache-dir", str(d), "--cache-limit",
+                              str(total // 4)], capture_output=True, text=True)
+        assert out.returncode != 0 and f"at least {total}" in out.stderr, command
+
+
+def test_cache_options_in_python(env, s3_archive, local_archive, tmp_path):
+    d = tmp_path / "py-cache"
+    a = shardfeed.Archive(s3_archive, cache_dir=d, cache_limit="20MB")
+    assert list(a.labels()) == list(shardfeed.Archive(local_archive).labels())
+    assert len(shard_files(str(d))) == shard_count(local_archive)
+    assert not os.path.exists(os.environ["SHARDFEED_CACHE_DIR"] + "/remote")
+    with pytest.raises(ValueError, match="cache_limit"):
+        shardfeed.Archive(s3_archive, cache_dir=d, cache_limit="much")
+    with pytest.raises(TypeError, match="shardfeed.Archive"):
+        shardfeed.Loader(a, cache_dir=d)
+    import shardfeed.torch as sft
+    loader = sft.Loader(s3_archive, cache_dir=str(tmp_path / "torch-cache"), batch_size=8,
+                        size=32)
+    assert sum(len(b[1]) for b in loader) == 36
+    assert len(shard_files(str(tmp_path / "torch-cache"))) == shard_count(local_archive)
+
+
+def test_a_server_down_mid_epoch_and_back_completes_the_epoch(proxy, env, many_shards, tmp_path):
+    local, url, total = many_shards
+    env.setenv("SHARDFEED_FETCH_RETRIES", "60")  # ~12 s of retries at most: far more than needed
+    loader = shardfeed.Loader(url, cache_dir=str(tmp_path / "c"), cache_limit=total // 4, **BLOCK)
+    loader.set_epoch(0)
+    it = iter(loader)
+    got = [(b.images.copy(), b.labels.copy(), b.indices.copy()) for b in itertools.islice(it, 50)]
+    before = sum(proxy.shard_gets().values())
+    proxy.all_reset(True)  # the server is down
+
+    def back_up():  # once a shard request has met the down server: up again
+        for _ in range(6000):  # bounded: 60 s
+            if sum(proxy.shard_gets().values()) > before:
+                break
+            threading.Event().wait(0.01)
+        proxy.all_reset(False)
+
+    helper = threading.Thread(target=back_up)
+    helper.start()
+    try:
+        got += [(b.images.copy(), b.labels.copy(), b.indices.copy()) for b in it]
+    finally:
+        helper.join()
+    assert sum(proxy.shard_gets().values()) > before + 1  # refused, then fetched again
+    same(got, epoch(shardfeed.Loader(local, shuffle_window=1, **BLOCK)))
+
+
+def test_a_server_down_mid_epoch_for_good_fails_with_a_clear_error(proxy, env, many_shards,
+                                                                    tmp_path):
+    local, url, total = many_shards
+    env.setenv("SHARDFEED_FETCH_RETRIES", "2")
+    loader = shardfeed.Loader(url, cache_dir=str(tmp_path / "c"), cache_limit=total // 4, **BLOCK)
+    loader.set_epoch(0)
+    it = iter(loader)
+    assert len(list(itertools.islice(it, 50))) == 50
+    proxy.all_reset(True)
+    with pytest.raises(shardfeed.Error, match="after 3 attempts") as e:
+        for _ in it:
+            pass
+    assert "shard-" in str(e.value) and "test-secret-never-shown" not in str(e.value)
+
+
+def test_big_shards_come_as_parallel_ranged_gets_each_retried(proxy, env, s3_archive,
+                                                              local_archive):
+    part = 8192  # shards above 2 parts (16 KiB) come as ranged GETs of 8 KiB
+    env.setenv("SHARDFEED_FETCH_PART_BYTES", str(part))
+    proxy.rules({"shard-00003": ["reset", "half"]})  # two of its parts fail once each
+    same(epoch(shardfeed.Loader(s3_archive, **OPTS)), epoch(shardfeed.Loader(local_archive, **OPTS)))
+    with open(os.path.join(local_archive, "manifest.json")) as f:
+        sizes = {s["file"]: s["file_bytes"] for s in json.load(f)["shards"]}
+    parts = {f: (n + part - 1) // part if n > 2 * part else 1 for f, n in sizes.items()}
+    assert max(parts.values()) >= 3
+    gets = {p.rsplit("/", 1)[1]: n for p, n in proxy.shard_gets().items()}
+    assert gets.pop("shard-00003.mdb") == parts.pop("shard-00003.mdb") + 2
+    assert gets == parts

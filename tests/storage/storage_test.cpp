@@ -5,7 +5,10 @@
 #include <fstream>
 
 #include "../../storage/src/http.h"
+#include "shardfeed/converter/pack.h"
+#include "shardfeed/format/archive.h"
 #include "shardfeed/storage/remote.h"
+#include "test_util.h"
 
 using namespace shardfeed;
 using namespace shardfeed::storage;
@@ -137,4 +140,60 @@ TEST_CASE("a refused request names the URL and never a secret; 404 is kNotFound 
   CHECK(text.status().message().find("after 2 attempts") != std::string::npos);
   CHECK(text.status().message().find("S3KR1T") == std::string::npos);
   CHECK((*remote)->CheckLimit(1, "x").ok());
+}
+
+TEST_CASE("cache options: declared once; given options come before SetCacheOptions", "[storage]") {
+  const auto& table = CacheOptionTable();
+  CacheOptions o;
+  REQUIRE(table.Set(&o, "cache_limit", "512MiB").ok());
+  CHECK(o.limit == 512ull << 20);
+  REQUIRE(table.Set(&o, "cache-limit", "20GB").ok());
+  CHECK(o.limit == 20000000000ull);
+  REQUIRE(table.Set(&o, "cache_dir", "/d").ok());
+  CHECK(o.dir == "/d");
+  const Status bad = table.Set(&o, "cache_limit", "lots");
+  CHECK(bad.code() == StatusCode::kInvalidArgument);
+  CHECK(bad.message().find("cache_limit (--cache-limit)") != std::string::npos);
+  CHECK(table.Unknown("cache_dri").message().find("cache_dir") != std::string::npos);
+  Env env{{"SHARDFEED_CACHE_DIR", "/env"}, {"SHARDFEED_CACHE_LIMIT", "1000"}};
+  SetCacheOptions({"/process", 7});
+  CHECK(ResolveCacheOptions({"/given", 9})->dir == "/given");
+  CHECK(ResolveCacheOptions({"/given", 9})->limit == 9);
+  CHECK(ResolveCacheOptions({"", 9})->dir == "/process");
+  CHECK(ResolveCacheOptions({"/given", 0})->limit == 7);
+  SetCacheOptions({});
+  CHECK(ResolveCacheOptions({"/given", 0})->limit == 1000);
+}
+
+TEST_CASE("ReleaseShard unmaps a shard; its next access opens it again, same bytes",
+          "[storage][release]") {
+  testing::TempDir dir;
+  auto src = converter::ScanImageFolder(testing::SampleDir());
+  REQUIRE(src.ok());
+  converter::PackOptions po;
+  po.writer.shard_bytes = 30000;
+  converter::PackResult result;
+  REQUIRE(converter::Pack(*src, dir / "a", po, &result).ok());
+  auto opened = format::Archive::Open(dir / "a", format::IndexCheck::kLazy);
+  REQUIRE(opened.ok());
+  format::Archive& a = **opened;
+  REQUIRE(a.shard_count() >= 3);
+  const uint64_t last = a.size() - 1;
+  const size_t s = a.ShardOf(last);
+  auto before = a.At(last);
+  REQUIRE(before.ok());
+  const std::vector<uint8_t> bytes(before->data, before->data + before->size);
+  CHECK(a.ShardOpen(s));
+  CHECK(a.OpenedShards() == 1);
+  a.ReleaseShard(s);
+  CHECK_FALSE(a.ShardOpen(s));
+  CHECK(a.OpenedShards() == 0);
+  a.ReleaseShard(s);  // not open: nothing to do
+  auto again = a.At(last);
+  REQUIRE(again.ok());
+  CHECK(std::vector<uint8_t>(again->data, again->data + again->size) == bytes);
+  CHECK(a.VerifyRecord(last).ok());
+  REQUIRE(a.OpenShardNow(0).ok());
+  CHECK(a.ShardOpen(0));
+  CHECK(a.OpenShardNow(a.shard_count()).code() == StatusCode::kInvalidArgument);
 }

@@ -16,10 +16,7 @@
 #include "shardfeed/base/status.h"
 #include "shardfeed/format/layout.h"
 #include "shardfeed/format/manifest.h"
-
-namespace shardfeed::storage {
-class Remote;  // an s3:// or http(s):// location and its local cache (storage/remote.h)
-}
+#include "shardfeed/storage/remote.h"
 
 namespace shardfeed::format {
 
@@ -49,6 +46,13 @@ enum class IndexCheck {
 };
 inline constexpr uint64_t kLazyIndexAbove = uint64_t{1} << 22;
 
+struct OpenOptions {
+  IndexCheck check = IndexCheck::kAuto;
+  // A remote location's cache (storage::CacheOptionTable: cache_dir, cache_limit); unset fields
+  // come from storage::SetCacheOptions, then SHARDFEED_CACHE_DIR / SHARDFEED_CACHE_LIMIT.
+  storage::CacheOptions cache;
+};
+
 class Archive {
  public:
   // Opens `path` (an archive directory): reads and checks the manifest, then the shards as
@@ -56,10 +60,15 @@ class Archive {
   // checksums are checked by VerifyRecord(). `path` may also be s3://bucket/prefix or
   // http(s)://host/path (storage/remote.h): each shard is then downloaded whole into the local
   // cache and checked against the manifest's content hash when first opened, and held in the
-  // cache until the Archive is destroyed, so the cache limit must cover every shard
-  // (kResourceExhausted at Open otherwise).
+  // cache until the Archive is destroyed or ReleaseShard() gives it back. With kFull, every
+  // shard is held at once, so the cache limit must cover them all (kResourceExhausted at Open,
+  // giving the minimum); with kAuto and a cache limit below the archive's shard bytes, the
+  // archive is opened lazily instead, and a read that needs more shards held than the cache
+  // allows fails with kResourceExhausted (never a hang): read such an archive through a
+  // Loader with shuffle="block", which releases shards as it goes.
   static Result<std::shared_ptr<Archive>> Open(const std::string& path,
                                                IndexCheck check = IndexCheck::kAuto);
+  static Result<std::shared_ptr<Archive>> Open(const std::string& path, const OpenOptions& options);
   ~Archive();
 
   const std::string& path() const { return path_; }
@@ -122,8 +131,28 @@ class Archive {
   void WillNeed(uint64_t index) const;
   // Bytes of all shard files (the manifest's figure for shards not opened yet).
   uint64_t FileBytes() const;
-  // Shards opened so far (all of them unless lazy).
+  // Shards opened so far (all of them unless lazy); shards released since do not count.
   size_t OpenedShards() const;
+
+  // Remote archives: the cache this archive reads through (nullptr for a local archive).
+  const storage::Remote* remote() const { return remote_.get(); }
+  const OpenOptions& open_options() const { return open_options_; }
+  // Unmaps shard `s` and gives its cached file back to the cache (its shared flock is released,
+  // so eviction may remove it); the next access to one of its records opens it again (for a
+  // remote archive: from the cache, or downloaded again if evicted). Every RecordView,
+  // FieldView and other pointer into that shard dies here. The caller guarantees that no
+  // thread is inside an access to shard `s` (At, Field, VerifyRecord, WillNeed, Label, ...)
+  // and that no view of it is used afterwards: the loader calls it only on an archive of its
+  // own, for a shard none of whose samples is being decoded. Accesses to other shards may run
+  // concurrently. A shard that failed to open keeps its error. No-op if `s` is not open.
+  void ReleaseShard(size_t s);
+  // Opens shard `s` now (for a remote archive: downloads it into the cache if absent), so that
+  // the first access does not wait; its error, if any, is also what accesses will report.
+  // Thread-safe. True when the shard is open (mapped) now.
+  Status OpenShardNow(size_t s) const;
+  bool ShardOpen(size_t s) const;
+  size_t shard_count() const { return shards_.size(); }
+  size_t ShardOf(uint64_t index) const { return FindShard(index); }  // index < size()
 
  private:
   struct Shard;  // a shard's slot: opened once, on first use when lazy
@@ -148,6 +177,7 @@ class Archive {
   std::vector<std::unique_ptr<Shard>> shards_;
   std::vector<uint64_t> shard_starts_;       // first_sample per shard, ascending
   std::shared_ptr<storage::Remote> remote_;  // set for a remote location
+  OpenOptions open_options_;                 // as given to Open
   size_t FindShard(uint64_t index) const;
 };
 

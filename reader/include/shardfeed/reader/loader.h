@@ -82,7 +82,11 @@ struct LoaderOptions {
   uint64_t seed = 0;
   bool drop_last = false;
   uint32_t shuffle_block = 0;  // see SamplerOptions: 0 = true global shuffle
-  uint32_t shuffle_window = 8;
+  // Samples are mixed within windows of this many blocks (shuffle_block) or shards
+  // (shuffle="block"). kAutoWindow ("auto", the default): 8, except for a remote archive read with
+  // shuffle="block", where it is the most, up to 8, that the cache_limit allows (Loader::Create).
+  static constexpr uint32_t kAutoWindow = 0;
+  uint32_t shuffle_window = kAutoWindow;
   bool shuffle_by_shard = false;  // shuffle="block": SamplerOptions::shard_starts from the archive
   uint32_t rank = 0, world_size = 1;
   // Decode workers. 0: the CPUs this process may use (affinity and cgroup quota, base/cpus.h).
@@ -186,6 +190,13 @@ struct EpochStats {
   // Slots committed beyond the ring for batches the consumer kept (the most at once, this
   // epoch; LoaderOptions::kept_mb).
   uint64_t kept_slots = 0;
+  // Remote archives (s3://, http(s)://, docs/REMOTE.md), this epoch: shard bytes received, shards
+  // found in the cache and shards downloaded, counted for the whole process (every remote archive
+  // it reads; storage::GetFetchStats; worker processes' own fetches are not in them), and the
+  // worker time spent waiting for a shard's download (thread mode). A consumer wait
+  // (wait_seconds) while fetch_wait_seconds grows is fetch wait: the network is the bottleneck.
+  uint64_t bytes_fetched = 0, cache_hits = 0, cache_misses = 0;
+  double fetch_wait_seconds = 0;
   // Batches decoded and waiting in the ring at the moment Stats() was called (a gauge, not an
   // epoch total): what a consumer that wants to run behind the workers can wait for.
   uint32_t ready_batches = 0;

@@ -26,6 +26,11 @@
 // 0.25 s doubling to at most 8 s (about 30 s in all); a transfer that moves under 1 byte/s for
 // 30 s counts as a timeout. HTTP 403 and 404 fail at once with the URL (never a secret). A body
 // that fails verification is discarded and fetched once more, then kChecksumMismatch.
+//
+// Big shards. A shard above 2 parts of SHARDFEED_FETCH_PART_BYTES (default 32 MiB, so above
+// 64 MiB) is fetched as ranged GETs of one part each, kRangedConnections at a time, written into
+// the ".part" file at their offsets; each part is retried on its own, and the whole file is
+// verified as above before it is renamed. A server that ignores ranges: fetched whole.
 #pragma once
 
 #include <atomic>
@@ -34,6 +39,7 @@
 #include <memory>
 #include <string>
 
+#include "shardfeed/base/option_table.h"
 #include "shardfeed/base/status.h"
 
 namespace shardfeed::storage {
@@ -46,14 +52,22 @@ struct CacheOptions {
                        // ~/.cache/shardfeed
   uint64_t limit = 0;  // bytes of shard files; 0: SHARDFEED_CACHE_LIMIT, else unlimited
 };
-// Process-wide defaults for archives opened later (the CLI's --cache-dir/--cache-limit, the
-// loader's cache_dir/cache_limit options). Thread-safe; archives already open keep theirs.
+// The cache options, declared once (base/option_table.h): `cache_dir` and `cache_limit` (bytes,
+// or a size such as 20GB or 512MiB; ParseByteSize). The CLI's --cache-dir/--cache-limit (inspect,
+// verify, bench, tune, extract, stats), Python's cache_dir=/cache_limit= (shardfeed.Archive,
+// shardfeed.Loader, shardfeed.torch.Loader) and C++ callers (format::OpenOptions::cache) all set
+// a CacheOptions through it. An empty text leaves the field at its default.
+const OptionTable<CacheOptions>& CacheOptionTable();
+// Process-wide defaults for archives opened later without options of their own (the CLI sets
+// its --cache-dir/--cache-limit here). Thread-safe; archives already open keep theirs.
 void SetCacheOptions(const CacheOptions& options);
-// The options an Open() now would use: SetCacheOptions's, then the environment, then defaults.
-// kInvalidArgument for an unreadable SHARDFEED_CACHE_LIMIT.
-Result<CacheOptions> ResolveCacheOptions();
+// The options an Open() now would use: `given`'s fields that are set, then SetCacheOptions's,
+// then the environment, then defaults. kInvalidArgument for an unreadable SHARDFEED_CACHE_LIMIT.
+Result<CacheOptions> ResolveCacheOptions(const CacheOptions& given = {});
 // "20GB", "512MiB", "1000000": bytes (k/M/G/T are powers of 1000, Ki/Mi/Gi/Ti of 1024).
 Result<uint64_t> ParseByteSize(const std::string& text);
+
+inline constexpr int kRangedConnections = 4;  // ranged GETs at once for one big shard
 
 struct FetchRetry {
   int retries = 6;  // attempts after the first; SHARDFEED_FETCH_RETRIES overrides
@@ -99,9 +113,11 @@ using VerifyFn = std::function<Status(const std::string& local_path)>;
 // the same files; one downloads, the others wait).
 class Remote {
  public:
-  // Parses `location` and reads credentials and cache options; no request is made.
-  // kInvalidArgument for a location that is not s3:// or http(s):// or lacks a bucket or host.
-  static Result<std::shared_ptr<Remote>> Open(const std::string& location);
+  // Parses `location` and reads credentials and cache options (ResolveCacheOptions(cache)); no
+  // request is made. kInvalidArgument for a location that is not s3:// or http(s):// or lacks a
+  // bucket or host.
+  static Result<std::shared_ptr<Remote>> Open(const std::string& location,
+                                              const CacheOptions& cache = {});
   ~Remote();
 
   const std::string& location() const { return location_; }

@@ -1,0 +1,115 @@
+// The loader over a remote archive (s3://, http(s)://; docs/REMOTE.md): the cache it needs at
+// Create, and with shuffle="block" the shard keeper (shard_keeper.h) and its fetcher threads.
+#include <algorithm>
+#include <string>
+
+#include "loader_internal.h"
+
+namespace shardfeed::reader {
+namespace {
+
+std::string Shards(uint64_t n) { return std::to_string(n) + (n == 1 ? " shard" : " shards"); }
+
+}  // namespace
+
+Status Loader::Impl::PlanCache(LoaderOptions* o, std::shared_ptr<format::Archive>* own_copy) {
+  const storage::Remote& remote = *archive->remote();
+  const uint64_t limit = remote.cache_limit();  // 0: unlimited
+  uint64_t whole = 0;
+  for (const auto& info : archive->manifest().shards) whole += info.file_bytes;
+  const bool by_shard = o->shuffle && o->shuffle_by_shard;
+  const uint64_t in_flight = uint64_t{ring_cap} * o->batch_size;
+  auto need = [&](uint32_t window, uint64_t* shards) {
+    return ShardKeeper::Need(*archive, window, in_flight, o->world_size, o->run_ahead, shards);
+  };
+  if (!by_shard || o->mode != WorkerMode::kThreads) {
+    // Every shard stays held until the archive is closed: the cache must hold them all.
+    uint64_t shards = 0;
+    const uint64_t block = need(1, &shards);
+    std::string why = "of " + archive->path() + "'s shards (";
+    why += by_shard ? "worker processes hold every shard they read; mode=\"threads\" with "
+                      "shuffle=\"block\" releases them and needs " +
+                          std::to_string(block) + " bytes"
+                    : "global shuffle holds every shard it has read; shuffle=\"block\" reads "
+                      "a window of shards at a time and needs only " +
+                          std::to_string(block) + " bytes";
+    SF_RETURN_IF_ERROR(remote.CheckLimit(whole, why + ")"));
+    if (o->shuffle_window == LoaderOptions::kAutoWindow) o->shuffle_window = 8;
+    return Status::OK();
+  }
+  // shuffle="block": the window fits the cache (auto: the most up to 8 that does).
+  uint64_t shards = 0;
+  if (o->shuffle_window == LoaderOptions::kAutoWindow) {
+    uint32_t w = 8;
+    while (w > 1 && limit != 0 && need(w, &shards) > limit) --w;
+    o->shuffle_window = w;
+  }
+  const uint64_t bytes = need(o->shuffle_window, &shards);
+  SF_RETURN_IF_ERROR(remote.CheckLimit(
+      bytes, "a loader of " + archive->path() + " holds at once with shuffle=\"block\" (" +
+                 Shards(shards) +
+                 ": the windows of shuffle_window=" + std::to_string(o->shuffle_window) +
+                 " shards that " + std::to_string(in_flight) + " samples in flight span, and " +
+                 std::to_string(kShardDownloadsAhead) + " downloaded ahead, at the largest " +
+                 "shards' sizes; a smaller shuffle_window, batch_size or prefetch needs less)"));
+  // A copy of the archive of the loader's own: only the keeper releases its shards, and no
+  // view of it is ever handed to anyone else. Lazy: a shard is fetched when the plan needs it.
+  format::OpenOptions open = archive->open_options();
+  open.check = format::IndexCheck::kLazy;
+  open.cache.dir = remote.cache_dir();
+  open.cache.limit = limit;
+  SF_ASSIGN_OR_RETURN(std::shared_ptr<format::Archive> own,
+                      format::Archive::Open(archive->path(), open));
+  const auto& a = archive->manifest().shards;
+  const auto& b = own->manifest().shards;
+  bool same = own->size() == archive->size() && a.size() == b.size();
+  for (size_t s = 0; same && s < a.size(); ++s) same = a[s].content_hash == b[s].content_hash;
+  if (!same) {
+    return Status::Corrupt(archive->path(), ": its manifest changed while the loader opened it");
+  }
+  archive = own;
+  *own_copy = std::move(own);
+  return Status::OK();
+}
+
+void Loader::Impl::KeeperFinished(const Task& run) {
+  keeper->Finished(run.plan, run.k, run.count, current_span, current.next_task,
+                   ahead.on ? &ahead_span : nullptr, ahead.next_task);
+}
+
+void Loader::Impl::AwaitShard(uint64_t index) {
+  format::Archive& own = keeper->archive();
+  const size_t s = own.ShardOf(index);
+  if (own.ShardOpen(s)) return;
+  const auto start = Clock::now();
+  (void)own.OpenShardNow(s);  // an error is the sample's, reported by its read
+  fetch_wait_ns.fetch_add(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count(),
+      std::memory_order_relaxed);
+}
+
+void Loader::Impl::FetchAhead() {
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!stopping && fatal.ok()) {
+      int64_t s = -1;
+      if (started && current.next_task < current.plan.samples) {
+        s = keeper->NextDownload(current_span, current.next_task, current_plan_id);
+      } else if (started && ahead.on) {
+        s = keeper->NextDownload(ahead_span, ahead.next_task, ahead_plan_id);
+      }
+      if (s < 0) {
+        // Bounded: wakes for a new claim position (no notification is sent for it).
+        cv_work.wait_for(lock, std::chrono::milliseconds(20));
+        continue;
+      }
+      lock.unlock();
+      (void)keeper->archive().OpenShardNow(static_cast<size_t>(s));  // errors: at the read
+      lock.lock();
+    }
+    --threads_running;
+  }
+  cv_exit.notify_all();
+}
+
+}  // namespace shardfeed::reader

@@ -1,0 +1,118 @@
+// Which shards a loader holds in the cache of a remote archive (shard_keeper.h).
+#include "shard_keeper.h"
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+
+namespace shardfeed::reader {
+
+ShardKeeper::ShardKeeper(std::shared_ptr<format::Archive> archive, const Sampler* sampler,
+                         uint32_t world_size, uint32_t rank)
+    : archive_(std::move(archive)),
+      sampler_(sampler),
+      world_size_(world_size),
+      rank_(rank),
+      busy_(archive_->shard_count(), 0),
+      fetched_for_(archive_->shard_count(), 0) {}
+
+uint64_t ShardKeeper::Need(const format::Archive& archive, uint32_t window, uint64_t in_flight,
+                           uint32_t world_size, bool run_ahead, uint64_t* shards) {
+  const auto& infos = archive.manifest().shards;
+  const uint64_t n = infos.size();
+  uint64_t fewest = std::numeric_limits<uint64_t>::max();
+  std::vector<uint64_t> sizes;
+  for (const auto& info : infos) {
+    if (info.sample_count > 0) fewest = std::min(fewest, info.sample_count);
+    sizes.push_back(info.file_bytes);
+  }
+  if (fewest == std::numeric_limits<uint64_t>::max()) fewest = 1;
+  const uint64_t w = std::max<uint32_t>(1, window);
+  // Samples in flight are consecutive positions of this rank: world_size times as many
+  // consecutive global positions, which span this many windows of at least w x fewest samples
+  // (one more where run-ahead crosses into the next epoch past a short last window).
+  const uint64_t global = in_flight * world_size;
+  uint64_t windows = (global + w * fewest - 1) / (w * fewest) + 1;
+  if (run_ahead && n % w != 0) ++windows;
+  uint64_t count = std::min<uint64_t>(n, windows * w + kShardDownloadsAhead);
+  std::sort(sizes.begin(), sizes.end(), std::greater<uint64_t>());
+  uint64_t bytes = 0;
+  for (uint64_t i = 0; i < count; ++i) bytes += sizes[i];
+  if (shards) *shards = count;
+  return bytes;
+}
+
+ShardSpan ShardKeeper::Span(const EpochPlan& plan) const {
+  const size_t n = archive_->shard_count();
+  ShardSpan span;
+  span.first.assign(n, std::numeric_limits<uint64_t>::max());
+  span.last.assign(n, 0);
+  // Padding (positions past the plan's samples on this rank, which repeat from its start) does
+  // not keep a shard held all epoch: it reopens the shard when it comes.
+  const uint64_t remaining = sampler_->size() - std::min(sampler_->size(), plan.start);
+  for (uint64_t k = 0; k < plan.samples; ++k) {
+    if (k * world_size_ + rank_ >= remaining) break;
+    const size_t s = archive_->ShardOf(sampler_->At(plan, k));
+    if (span.first[s] == std::numeric_limits<uint64_t>::max()) {
+      span.first[s] = k;
+      span.order.push_back(static_cast<uint32_t>(s));
+    }
+    span.last[s] = k;
+  }
+  return span;
+}
+
+void ShardKeeper::Touch(const EpochPlan& plan, uint64_t k, uint32_t n,
+                        std::vector<uint32_t>* shards) const {
+  shards->clear();
+  for (uint64_t i = k; i < k + n; ++i) {
+    const auto s = static_cast<uint32_t>(archive_->ShardOf(sampler_->At(plan, i)));
+    if (std::find(shards->begin(), shards->end(), s) == shards->end()) shards->push_back(s);
+  }
+}
+
+void ShardKeeper::Claimed(const EpochPlan& plan, uint64_t k, uint32_t n) {
+  Touch(plan, k, n, &scratch_);
+  for (uint32_t s : scratch_) ++busy_[s];
+}
+
+bool ShardKeeper::Pending(uint32_t s, const ShardSpan& current, uint64_t current_next,
+                          const ShardSpan* ahead, uint64_t ahead_next) const {
+  if (busy_[s] > 0) return true;
+  if (current.first[s] != std::numeric_limits<uint64_t>::max() && current.last[s] >= current_next) {
+    return true;  // still to be handed out (or fetched ahead for it)
+  }
+  // Begun by the epoch run ahead and not finished there.
+  return ahead && ahead->first[s] < ahead_next && ahead->last[s] >= ahead_next;
+}
+
+void ShardKeeper::Finished(const EpochPlan& plan, uint64_t k, uint32_t n, const ShardSpan& current,
+                           uint64_t current_next, const ShardSpan* ahead, uint64_t ahead_next) {
+  Touch(plan, k, n, &scratch_);
+  for (uint32_t s : scratch_) {
+    if (busy_[s] > 0) --busy_[s];
+    if (!Pending(s, current, current_next, ahead, ahead_next)) archive_->ReleaseShard(s);
+  }
+}
+
+void ShardKeeper::Sweep(const ShardSpan& current, uint64_t current_next, const ShardSpan* ahead,
+                        uint64_t ahead_next) {
+  for (uint32_t s = 0; s < busy_.size(); ++s) {
+    if (!Pending(s, current, current_next, ahead, ahead_next)) archive_->ReleaseShard(s);
+  }
+}
+
+int64_t ShardKeeper::NextDownload(const ShardSpan& span, uint64_t next, uint64_t plan_id) {
+  // The first shards the plan has not begun to read, in the order it reads them.
+  auto it = std::partition_point(span.order.begin(), span.order.end(),
+                                 [&](uint32_t s) { return span.first[s] < next; });
+  for (uint32_t i = 0; i < kShardDownloadsAhead && it != span.order.end(); ++i, ++it) {
+    if (fetched_for_[*it] != plan_id + 1) {
+      fetched_for_[*it] = plan_id + 1;
+      return *it;
+    }
+  }
+  return -1;
+}
+
+}  // namespace shardfeed::reader

@@ -1,0 +1,82 @@
+// Remote archives read with shuffle="block" (internal to the loader): which shards the loader
+// holds in the local cache, so that a cache smaller than the archive works.
+//
+// A shard is held (mapped, its cached file flocked: storage/remote.h) from its first use until
+// every sample of it in the epoch's plan has been decoded into a batch slot; then the keeper
+// releases it (format::Archive::ReleaseShard) and the cache may evict it. Meanwhile `downloads`
+// fetcher threads open the next shards of the plan, in the order the plan first reads them, at
+// most `downloads` shards ahead of the workers, so workers seldom wait for a download.
+//
+// What a reader holds at once is then bounded (Need): the shards of the samples in flight (at
+// most the ring's capacity of batches, spanning a few windows of `shuffle_window` shards) plus
+// those fetched ahead. Loader::Create refuses a cache_limit below it, giving the minimum.
+//
+// Thread-safety: every method but Need, ShardsOf and the archive's own calls runs with the
+// loader's lock (Impl::mu) held; ReleaseShard runs there too, so no worker can claim a run of a
+// shard while it is being released. A shard is released only when no claimed run touches it
+// (busy == 0) and no position of it is left unclaimed in the plan being handed out (nor,
+// started, in the epoch run ahead): no worker holds a view of it then.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "shardfeed/base/status.h"
+#include "shardfeed/format/archive.h"
+#include "shardfeed/reader/sampler.h"
+
+namespace shardfeed::reader {
+
+// Shards downloaded ahead of the workers (fetcher threads).
+inline constexpr uint32_t kShardDownloadsAhead = 2;
+
+// Where one plan (an epoch on this rank) first and last reads each shard.
+struct ShardSpan {
+  std::vector<uint64_t> first, last;  // per shard: positions; first = UINT64_MAX when unread
+  std::vector<uint32_t> order;        // shards read, by first position
+};
+
+class ShardKeeper {
+ public:
+  ShardKeeper(std::shared_ptr<format::Archive> archive, const Sampler* sampler, uint32_t world_size,
+              uint32_t rank);
+
+  // Bytes a reader holds at most with `window` shards per window, `in_flight` samples of this
+  // rank being decoded at once (ring capacity x batch size), `world_size` ranks, run-ahead on or
+  // off: the shards of the windows those samples span, plus kShardDownloadsAhead, counted as
+  // the largest shards of the archive. *shards gets that count (the whole archive at most).
+  static uint64_t Need(const format::Archive& archive, uint32_t window, uint64_t in_flight,
+                       uint32_t world_size, bool run_ahead, uint64_t* shards);
+
+  // mu held. A plan became the current one (or the one run ahead): where it reads each shard.
+  ShardSpan Span(const EpochPlan& plan) const;
+  // mu held. A run [k, k + n) of `plan` was claimed / is done. Finished releases the shards of
+  // the run that nothing needs now (see the header comment), given where the current plan and
+  // the one run ahead (nullptr when none) are handed out up to.
+  void Claimed(const EpochPlan& plan, uint64_t k, uint32_t n);
+  void Finished(const EpochPlan& plan, uint64_t k, uint32_t n, const ShardSpan& current,
+                uint64_t current_next, const ShardSpan* ahead, uint64_t ahead_next);
+  // mu held. Releases every shard nothing needs (a new plan: what the old one left open).
+  void Sweep(const ShardSpan& current, uint64_t current_next, const ShardSpan* ahead,
+             uint64_t ahead_next);
+  // mu held. The next shard to fetch ahead (the first kShardDownloadsAhead shards the plan has
+  // not begun to read, not fetched already), or -1. Marks it as taken.
+  int64_t NextDownload(const ShardSpan& span, uint64_t next, uint64_t plan_id);
+
+  format::Archive& archive() { return *archive_; }
+
+ private:
+  bool Pending(uint32_t s, const ShardSpan& current, uint64_t current_next, const ShardSpan* ahead,
+               uint64_t ahead_next) const;
+  void Touch(const EpochPlan& plan, uint64_t k, uint32_t n, std::vector<uint32_t>* shards) const;
+
+  std::shared_ptr<format::Archive> archive_;
+  const Sampler* sampler_;
+  uint32_t world_size_, rank_;
+  std::vector<uint32_t> busy_;         // per shard: claimed runs not done that read it
+  std::vector<uint64_t> fetched_for_;  // per shard: plan_id + 1 it was fetched ahead for
+  std::vector<uint32_t> scratch_;
+};
+
+}  // namespace shardfeed::reader
