@@ -18,7 +18,7 @@ Status Loader::Impl::PlanCache(LoaderOptions* o, std::shared_ptr<format::Archive
   uint64_t whole = 0;
   for (const auto& info : archive->manifest().shards) whole += info.file_bytes;
   const bool by_shard = o->shuffle && o->shuffle_by_shard;
-  const uint64_t in_flight = uint64_t{ring_cap} * o->batch_size;
+  uint64_t in_flight = uint64_t{ring_cap} * o->batch_size;
   auto need = [&](uint32_t window, uint64_t* shards) {
     return ShardKeeper::Need(*archive, window, in_flight, o->world_size, o->run_ahead, shards);
   };
@@ -39,6 +39,12 @@ Status Loader::Impl::PlanCache(LoaderOptions* o, std::shared_ptr<format::Archive
   }
   // shuffle="block": the window fits the cache (auto: the most up to 8 that does).
   uint64_t shards = 0;
+  // prefetch="auto": fewer ring slots (each slot's samples keep their shards held) rather than
+  // a refusal; an explicit prefetch is taken as given.
+  while (auto_prefetch && limit != 0 && ring_cap > 2 && need(1, &shards) > limit) {
+    --ring_cap;
+    in_flight = uint64_t{ring_cap} * o->batch_size;
+  }
   if (o->shuffle_window == LoaderOptions::kAutoWindow) {
     uint32_t w = 8;
     while (w > 1 && limit != 0 && need(w, &shards) > limit) --w;

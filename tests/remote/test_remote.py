@@ -310,6 +310,27 @@ def test_a_quarter_of_the_archive_in_cache_reads_an_epoch_as_a_local_read(env, m
     assert not os.path.exists(os.environ["SHARDFEED_CACHE_DIR"] + "/remote")  # cache_dir= won
 
 
+def test_a_quarter_cache_needs_no_option_at_batch_64(env, many_shards, tmp_path):
+    # Batches of 64 with prefetch="auto": the ring's most slots (8 x 64 samples, over 3 shards
+    # of 160) and the shards fetched ahead would need more than a quarter of the archive; the
+    # loader takes fewer ring slots instead of refusing (the bench's case).
+    local, url, total = many_shards
+    opts = dict(BLOCK, batch_size=64)
+    remote = shardfeed.Loader(url, cache_dir=str(tmp_path / "q"), cache_limit=total // 4, **opts)
+    got, peak, _ = watched_epoch(remote, str(tmp_path / "q"), total // 4)
+    assert sorted(np.concatenate([x for _, _, x in got])) == list(range(3200))
+    assert 0 < peak <= total // 4
+
+    # The batches are a local read's with the window the loader chose (one of 1..8).
+    def equal(a, b):
+        return len(a) == len(b) and all(
+            np.array_equal(xa, xb) and np.array_equal(la, lb) and np.array_equal(ia, ib)
+            for (ia, la, xa), (ib, lb, xb) in zip(a, b))
+
+    assert any(equal(got, epoch(shardfeed.Loader(local, shuffle_window=w, **opts)))
+               for w in range(1, 9))
+
+
 def test_a_cache_below_the_minimum_is_refused_at_open_giving_it(env, many_shards, tmp_path):
     local, url, total = many_shards
     with pytest.raises(shardfeed.Error, match=r"at least (\d+)") as e:
