@@ -18,12 +18,18 @@ CPUS = len(os.sched_getaffinity(0))
 
 
 def run_epochs(loader, epochs, step_s):
+    """The last epoch's stats, with "peak_workers": the most workers any epoch ended with. A
+    data-bound run starts at one worker and wakes the second while its consumer waits; under
+    CPU load the consumer's own loop is slowed too, and an epoch may end just after a calm
+    window let a worker sleep, so the claim is checked on the peak, not on the last epoch."""
+    peak = 0
     for e in range(epochs):
         loader.set_epoch(e)
         for _ in loader:
             if step_s:
                 time.sleep(step_s)  # the simulated training step (not synchronisation)
-    return loader.stats()
+        peak = max(peak, loader.stats()["workers"])
+    return dict(loader.stats(), peak_workers=peak)
 
 
 # What "slow" means is measured, not assumed: a step is slow when one worker decodes a batch in
@@ -57,7 +63,7 @@ def test_a_fast_consumer_gets_more_workers_than_a_slow_one(archive_path):
     fast = run_epochs(shardfeed.Loader(archive_path, **opts), 4, 0)
     step = slow_step_s(batch_cost_s(fast, 4))
     slow = run_epochs(shardfeed.Loader(archive_path, **opts), 2, step)
-    assert fast["workers"] == 2, fast["tuning"]      # data-bound: every worker it may use
+    assert fast["peak_workers"] == 2, fast["tuning"]  # data-bound: every worker it may use
     assert slow["workers"] == 1, (step, slow["tuning"])  # one worker keeps up with the step
     assert slow["wait_fraction"] <= 0.02, slow       # ... within the target
     assert "consumer waited" in slow["tuning"]
@@ -176,7 +182,9 @@ def test_bench_step_ms_0_5_50_with_the_defaults(archive_path):
                             "--epochs", "4", "--step-ms", str(step_ms), "--json"],
                            capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stderr
-        return json.loads(p.stdout)["epochs"][-1]
+        epochs = json.loads(p.stdout)["epochs"]
+        # As run_epochs: the most workers any epoch ended with, beside the last epoch's.
+        return dict(epochs[-1], peak_workers=max(e["active_workers"] for e in epochs))
 
     fast = bench(0)
     cost = batch_cost_s(fast, 4)  # bench's epoch JSON has the stats' stage_seconds and images
@@ -185,7 +193,8 @@ def test_bench_step_ms_0_5_50_with_the_defaults(archive_path):
     seen = {}
     for step in (0, short, max(50, min(10 * short, 200))):
         last = bench(step) if step else fast
-        seen[step] = (last["active_workers"], last["wait_fraction"], last["prefetch"])
+        seen[step] = (last["peak_workers"] if step == 0 else last["active_workers"],
+                      last["wait_fraction"], last["prefetch"])
     slow = [s for s in seen if s]
     assert seen[0][0] == 2, seen
     assert all(seen[s][0] < seen[0][0] and seen[s][1] <= 0.02 for s in slow), seen
