@@ -52,26 +52,6 @@ void ReadCredentialsFile(const std::string& file, const std::string& profile, En
 
 std::once_flag curl_once;
 
-// Transient: worth another attempt.
-bool Transient(CURLcode code) {
-  switch (code) {
-    case CURLE_COULDNT_CONNECT:
-    case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_OPERATION_TIMEDOUT:
-    case CURLE_RECV_ERROR:
-    case CURLE_SEND_ERROR:
-    case CURLE_PARTIAL_FILE:
-    case CURLE_GOT_NOTHING:
-    case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-    case CURLE_SSL_CONNECT_ERROR:
-    case CURLE_BAD_CONTENT_ENCODING:
-      return true;
-    default:
-      return false;
-  }
-}
-
 struct Sink {
   int fd = -1;
   int64_t at = -1;  // a range: pwrite at this file offset (+ received); else write()
@@ -124,6 +104,26 @@ size_t StatSlot(uint64_t FetchStats::*field) {
 }
 
 }  // namespace
+
+bool Transient(CURLcode code) {
+  switch (code) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_GOT_NOTHING:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_BAD_CONTENT_ENCODING:
+    case CURLE_SEND_FAIL_REWIND:
+      return true;
+    default:
+      return false;
+  }
+}
 
 void CountStat(uint64_t FetchStats::*field, uint64_t amount) {
   g_stats[StatSlot(field)].fetch_add(amount, std::memory_order_relaxed);

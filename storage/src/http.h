@@ -1,6 +1,8 @@
 // Private to storage/: locations, credentials and GETs with retries (libcurl).
 #pragma once
 
+#include <curl/curl.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -34,6 +36,10 @@ Status Get(const Endpoint& endpoint, const std::string& name, const FetchRetry& 
 // (200 with the whole object), is kUnsupported: the caller fetches the object whole instead.
 Status GetRange(const Endpoint& endpoint, const std::string& name, const FetchRetry& retry, int fd,
                 uint64_t offset, uint64_t length);
+
+// A libcurl failure worth another attempt (connection, timeout, reset, short or rewound body):
+// one list for GETs and uploads.
+bool Transient(CURLcode code);
 
 void CountStat(uint64_t FetchStats::*field, uint64_t amount);
 

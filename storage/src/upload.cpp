@@ -110,25 +110,6 @@ std::string XmlField(const std::string& xml, const std::string& tag) {
   return b == std::string::npos ? "" : xml.substr(from, b - from);
 }
 
-bool Transient(CURLcode code) {
-  switch (code) {
-    case CURLE_COULDNT_CONNECT:
-    case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_OPERATION_TIMEDOUT:
-    case CURLE_RECV_ERROR:
-    case CURLE_SEND_ERROR:
-    case CURLE_PARTIAL_FILE:
-    case CURLE_GOT_NOTHING:
-    case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-    case CURLE_SSL_CONNECT_ERROR:
-    case CURLE_SEND_FAIL_REWIND:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // One connection to the store (its own curl handle): signed requests with retries.
 class Client {
  public:
@@ -208,7 +189,7 @@ class Client {
           return Status::OK();
         }
         last = "HTTP " + std::to_string(reply->http) + Detail(*reply);
-      } else if (Transient(code)) {
+      } else if (internal::Transient(code)) {
         last = curl_easy_strerror(code);
       } else {
         return Status::IOError(Shown(name), ": ", method, " failed: ", curl_easy_strerror(code));
