@@ -9,15 +9,7 @@
 #define SF_HAVE_AVX2_PATH 1
 #endif
 
-// One clone for AVX2+FMA+F16C CPUs (x86-64-v3) and one for the baseline, picked at load time.
-// "arch=x86-64-v3", not "arch=haswell": GCC resolves an arch= clone with __builtin_cpu_is, which
-// is true only on that exact CPU family, so a Skylake, an EPYC or a virtual "Xeon" ran the
-// baseline; an ISA level is resolved by what the CPU supports.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(SHARDFEED_NO_CLONES)
-#define SF_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define SF_CLONES
-#endif
+#include "shardfeed/base/clones.h"  // SF_CLONES: an AVX2 clone and a baseline one
 #define SF_INLINE [[gnu::always_inline]] inline
 
 namespace shardfeed::reader::internal {

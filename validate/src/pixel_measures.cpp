@@ -8,19 +8,14 @@
 // The XXH3 that picks AVX2 where the CPU has it (the same hash either way).
 #include <xxh_x86dispatch.h>
 
+#include "shardfeed/base/clones.h"
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define SF_HAVE_AVX2_SUMS 1
 #endif
 
-// One clone for AVX2 CPUs (x86-64-v3) and one for the baseline, picked at load time; only on
-// integer loops, whose results cannot depend on the clone. Not "arch=haswell": GCC's resolver
-// takes that clone only on a CPU that *is* a Haswell (__builtin_cpu_is), never on a newer one.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(SHARDFEED_NO_CLONES)
-#define SF_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define SF_CLONES
-#endif
+// SF_CLONES (base/clones.h) only on integer loops, whose results cannot depend on the clone.
 
 namespace shardfeed::validate {
 namespace {
