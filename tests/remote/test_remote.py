@@ -113,6 +113,35 @@ def test_a_too_small_cache_limit_is_refused_at_open(env, s3_archive, local_archi
     assert len(epoch(shardfeed.Loader(s3_archive, **OPTS))) == 5
 
 
+class CacheWatch:
+    """The largest size of the cache folder `root` seen on disk, measured by a thread every 2 ms
+    while the block runs and wherever the test calls measure()."""
+
+    def __init__(self, root):
+        self.root, self.peak, self._done = root, 0, threading.Event()
+        self._lock = threading.Lock()  # the thread and the test both raise the peak
+        self._thread = threading.Thread(target=self._run)
+
+    def measure(self):
+        size = cache_bytes(self.root)
+        with self._lock:
+            self.peak = max(self.peak, size)
+
+    def _run(self):
+        while not self._done.is_set():
+            self.measure()
+            self._done.wait(0.002)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        self._thread.join()
+        self.measure()
+
+
 def test_the_cache_never_holds_more_than_its_limit(env, moto_url, s3_archive, local_archive):
     need = sum(os.path.getsize(os.path.join(local_archive, f)) for f in os.listdir(local_archive)
                if f.startswith("shard-"))
@@ -120,26 +149,14 @@ def test_the_cache_never_holds_more_than_its_limit(env, moto_url, s3_archive, lo
     limit = need + need // 2
     env.setenv("SHARDFEED_CACHE_LIMIT", str(limit))
     root = os.environ["SHARDFEED_CACHE_DIR"]
-    peak, done = [0], threading.Event()
-
-    def watch():
-        while not done.is_set():
-            peak[0] = max(peak[0], cache_bytes(root))
-            done.wait(0.002)
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
+    with CacheWatch(root) as watch:
         for url in (s3_archive, second, s3_archive):
             a = shardfeed.Archive(url)
             assert [bytes(a.record(i))[:4] for i in range(36)]
             del a
             gc.collect()
-            peak[0] = max(peak[0], cache_bytes(root))
-    finally:
-        done.set()
-        watcher.join()
-    assert 0 < peak[0] <= limit
+            watch.measure()
+    assert 0 < watch.peak <= limit
     assert cache_bytes(root) <= limit
 
 
@@ -263,26 +280,14 @@ BLOCK = dict(batch_size=8, shuffle="block", seed=3, crop="none", workers=2)
 def watched_epoch(loader, root, limit, e=0):
     """An epoch of `loader`, the cache folder measured on disk after every batch and by a
     watcher thread meanwhile: (batches, the largest size seen, the loader's stats)."""
-    peak, done = [0], threading.Event()
-
-    def watch():
-        while not done.is_set():
-            peak[0] = max(peak[0], cache_bytes(root))
-            done.wait(0.002)
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
     out = []
-    try:
+    with CacheWatch(root) as watch:
         loader.set_epoch(e)
         for b in loader:
             out.append((b.images.copy(), b.labels.copy(), b.indices.copy()))
-            peak[0] = max(peak[0], cache_bytes(root))
+            watch.measure()
         stats = loader.stats()
-    finally:
-        done.set()
-        watcher.join()
-    return out, peak[0], stats
+    return out, watch.peak, stats
 
 
 def test_a_quarter_of_the_archive_in_cache_reads_an_epoch_as_a_local_read(env, many_shards,
