@@ -120,15 +120,20 @@ def test_auto_retunes_when_the_step_time_changes(archive_path):
     epoch = iter(range(100))
     seen = []
     for step_s, epochs in ((slow, 2), (0, 6), (slow, 3)):
+        peak = 0
         for _ in range(epochs):
             loader.set_epoch(next(epoch))
             for _ in loader:
                 if step_s:
                     time.sleep(step_s)
+            peak = max(peak, loader.stats()["workers"])
         st = loader.stats()
-        seen.append((st["workers"], st["tuning"]))
-    assert [w for w, _ in seen] == [1, 2, 1], seen
-    assert all("consumer waited" in why for _, why in seen), seen
+        seen.append((st["workers"], peak, st["tuning"]))
+    # A slow phase ends on one worker; the data-bound phase woke the second (its peak: under CPU
+    # load its consumer slows too, and an epoch may end just after a calm window, deep ring
+    # full, let a worker sleep; see run_epochs).
+    assert (seen[0][0], seen[1][1], seen[2][0]) == (1, 2, 1), seen
+    assert all("consumer waited" in why for _, _, why in seen), seen
 
 
 def test_prefetch_auto_is_the_default_and_grows_for_batches_held(archive_path):
