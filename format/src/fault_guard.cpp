@@ -19,6 +19,7 @@ struct Range {
 
 Range g_ranges[kMaxGuarded];
 std::atomic<bool> g_any_faulted{false};
+std::atomic<void (*)()> g_after_remap{nullptr};  // tests only: see SetAfterRemapHookForTest
 std::mutex g_claim;  // serialises Guard/Unguard (the handler only reads)
 struct sigaction g_previous;
 uintptr_t g_page = 4096;
@@ -48,13 +49,19 @@ void OnSigbus(int sig, siginfo_t* info, void* context) {
       const uintptr_t b = r.begin.load(std::memory_order_relaxed);
       const uintptr_t e = r.end.load(std::memory_order_relaxed);
       if (a < b || a >= e) continue;
+      // Marked before the zeros appear: another worker may read them (without a fault of its
+      // own) the moment mmap returns, and its check after the read must already see the mark.
+      // Marked after, that worker's check could run in between and pass its garbage on as a
+      // decode error of the sample (seen under TSan in CI). If mmap fails, the signal is passed
+      // on, and the mark is still true: the file did shrink under this range.
+      r.faulted.store(true, std::memory_order_release);
+      g_any_faulted.store(true, std::memory_order_release);
       // Everything from this page to the range's end: a truncated file lost its tail.
       const uintptr_t page = a & ~(g_page - 1);
       void* p = ::mmap(reinterpret_cast<void*>(page), e - page, PROT_READ,
                        MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (p != MAP_FAILED) {
-        r.faulted.store(true, std::memory_order_release);
-        g_any_faulted.store(true, std::memory_order_release);
+        if (auto hook = g_after_remap.load(std::memory_order_acquire)) hook();
         return;
       }
       break;
@@ -97,6 +104,10 @@ void UnguardRange(int id) {
   if (id < 0 || id >= kMaxGuarded) return;
   std::lock_guard<std::mutex> lock(g_claim);
   g_ranges[id].used.store(false, std::memory_order_release);
+}
+
+void SetAfterRemapHookForTest(void (*hook)()) {
+  g_after_remap.store(hook, std::memory_order_release);
 }
 
 bool AnyFaulted() { return g_any_faulted.load(std::memory_order_acquire); }

@@ -24,5 +24,8 @@ void UnguardRange(int id);
 bool RangeFaulted(int id);
 // False until the handler has answered a SIGBUS in any range: the per-sample check's fast path.
 bool AnyFaulted();
+// Tests only: `hook` runs in the handler right after the zero pages are mapped (the moment
+// another thread can read them without a fault); nullptr removes it. Async-signal-safe hooks only.
+void SetAfterRemapHookForTest(void (*hook)());
 
 }  // namespace shardfeed::format::internal

@@ -7,8 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 
+#include "../../format/src/fault_guard.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/reader/transform.h"
 #include "shardfeed/validate/verify.h"
@@ -139,6 +141,42 @@ std::string SmallLmdbArchive(const TempDir& dir) {
   m.class_names = {"x"};
   REQUIRE((*w)->Finish(m).ok());
   return dir / "small";
+}
+
+// Set by the hook below, inside the SIGBUS handler, the moment the zero pages are mapped.
+std::atomic<int> g_marked_when_remapped{-1};
+int g_hook_range = -1;
+void RecordMarkAtRemap() {
+  g_marked_when_remapped.store(
+      format::internal::AnyFaulted() && format::internal::RangeFaulted(g_hook_range),
+      std::memory_order_relaxed);
+}
+
+TEST_CASE("the SIGBUS guard marks a range faulted before another thread can read its zeros") {
+  // Before: the handler mapped the zero pages first and marked the range after, so a second
+  // worker reading those pages in between (no fault of its own) checked the mark, found none,
+  // and reported its garbage as a decode error of the sample instead of the shard's truncation
+  // (reader_tsan in CI, "a shard truncated on disk while mapped").
+  TempDir dir;
+  const std::string file = dir / "shard";
+  const long page = ::sysconf(_SC_PAGESIZE);
+  int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  REQUIRE(fd >= 0);
+  REQUIRE(::ftruncate(fd, 4 * page) == 0);
+  auto* map =
+      static_cast<volatile uint8_t*>(::mmap(nullptr, 4 * page, PROT_READ, MAP_SHARED, fd, 0));
+  REQUIRE(map != MAP_FAILED);
+  ::close(fd);
+  g_hook_range = format::internal::GuardRange(const_cast<uint8_t*>(map), 4 * page);
+  REQUIRE(g_hook_range >= 0);
+  format::internal::SetAfterRemapHookForTest(RecordMarkAtRemap);
+  REQUIRE(::truncate(file.c_str(), page) == 0);
+  const uint8_t lost = map[2 * page];  // past the new end: SIGBUS, answered with a zero page
+  format::internal::SetAfterRemapHookForTest(nullptr);
+  format::internal::UnguardRange(g_hook_range);
+  ::munmap(const_cast<uint8_t*>(map), 4 * page);
+  CHECK(lost == 0);
+  CHECK(g_marked_when_remapped.load() == 1);
 }
 
 TEST_CASE("the SIGBUS guard leaves a fault outside the archive's mappings alone") {

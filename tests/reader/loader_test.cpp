@@ -340,6 +340,7 @@ TEST_CASE("a shard truncated on disk while mapped is an error naming it, never a
         if (!*b) break;
       }
       REQUIRE_FALSE(error.ok());  // the epoch did not end as if nothing happened
+      INFO(error.message());
       CHECK(error.message().find("changed on disk while in use") != std::string::npos);
       CHECK(error.message().find(shard) != std::string::npos);
       CHECK(error.message().find("65536 bytes now") != std::string::npos);
