@@ -20,7 +20,8 @@ Status Loader::Impl::PlanCache(LoaderOptions* o, std::shared_ptr<format::Archive
   const bool by_shard = o->shuffle && o->shuffle_by_shard;
   uint64_t in_flight = uint64_t{ring_cap} * o->batch_size;
   auto need = [&](uint32_t window, uint64_t* shards) {
-    return ShardKeeper::Need(*archive, window, in_flight, o->world_size, o->run_ahead, shards);
+    return ShardKeeper::Need(archive->manifest().shards, window, in_flight, o->world_size,
+                             o->run_ahead, shards);
   };
   if (!by_shard || o->mode != WorkerMode::kThreads) {
     // Every shard stays held until the archive is closed: the cache must hold them all.

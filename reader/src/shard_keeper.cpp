@@ -16,25 +16,39 @@ ShardKeeper::ShardKeeper(std::shared_ptr<format::Archive> archive, const Sampler
       busy_(archive_->shard_count(), 0),
       fetched_for_(archive_->shard_count(), 0) {}
 
-uint64_t ShardKeeper::Need(const format::Archive& archive, uint32_t window, uint64_t in_flight,
-                           uint32_t world_size, bool run_ahead, uint64_t* shards) {
-  const auto& infos = archive.manifest().shards;
+uint64_t ShardKeeper::Need(const std::vector<format::ShardInfo>& infos, uint32_t window,
+                           uint64_t in_flight, uint32_t world_size, bool run_ahead,
+                           uint64_t* shards) {
   const uint64_t n = infos.size();
-  uint64_t fewest = std::numeric_limits<uint64_t>::max();
-  std::vector<uint64_t> sizes;
+  std::vector<uint64_t> counts, sizes;
   for (const auto& info : infos) {
-    if (info.sample_count > 0) fewest = std::min(fewest, info.sample_count);
+    counts.push_back(info.sample_count);
     sizes.push_back(info.file_bytes);
   }
-  if (fewest == std::numeric_limits<uint64_t>::max()) fewest = 1;
-  const uint64_t w = std::max<uint32_t>(1, window);
+  // least[k]: the fewest samples any k shards hold (the k smallest, summed).
+  std::sort(counts.begin(), counts.end());
+  std::vector<uint64_t> least(n + 1, 0);
+  for (uint64_t k = 0; k < n; ++k) least[k + 1] = least[k] + counts[k];
+  const uint64_t w = std::min<uint64_t>(std::max<uint32_t>(1, window), std::max<uint64_t>(1, n));
   // Samples in flight are consecutive positions of this rank: world_size times as many
-  // consecutive global positions, which span this many windows of at least w x fewest samples
-  // (one more where run-ahead crosses into the next epoch past a short last window).
-  const uint64_t global = in_flight * world_size;
-  uint64_t windows = (global + w * fewest - 1) / (w * fewest) + 1;
-  if (run_ahead && n % w != 0) ++windows;
-  uint64_t count = std::min<uint64_t>(n, windows * w + kShardDownloadsAhead);
+  // consecutive global positions, g. A window is w consecutive shards of the block order and
+  // its samples are consecutive positions, so a run of g positions that touches m windows
+  // holds every sample of the m - 2 between its first and its last, and at least one of each
+  // of those two: g >= least[(m - 2) w] + 2. Where run-ahead crosses into the next epoch, one
+  // of the windows between may be the epoch's short last one (n % w shards): w - n % w fewer.
+  const uint64_t g = std::max<uint64_t>(1, in_flight * world_size);
+  const uint64_t short_by = run_ahead && n % w != 0 ? w - n % w : 0;
+  uint64_t windows = 1;
+  if (g >= 2) {
+    uint64_t between = 0;  // the most whole windows a run of g positions can hold
+    while ((between + 1) * w <= n) {
+      const uint64_t k = (between + 1) * w - std::min((between + 1) * w, short_by);
+      if (least[k] > g - 2) break;
+      ++between;
+    }
+    windows = between + 2;
+  }
+  const uint64_t count = std::min<uint64_t>(n, windows * w + kShardDownloadsAhead);
   std::sort(sizes.begin(), sizes.end(), std::greater<uint64_t>());
   uint64_t bytes = 0;
   for (uint64_t i = 0; i < count; ++i) bytes += sizes[i];

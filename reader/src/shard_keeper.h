@@ -44,10 +44,12 @@ class ShardKeeper {
 
   // Bytes a reader holds at most with `window` shards per window, `in_flight` samples of this
   // rank being decoded at once (ring capacity x batch size), `world_size` ranks, run-ahead on or
-  // off: the shards of the windows those samples span, plus kShardDownloadsAhead, counted as
-  // the largest shards of the archive. *shards gets that count (the whole archive at most).
-  static uint64_t Need(const format::Archive& archive, uint32_t window, uint64_t in_flight,
-                       uint32_t world_size, bool run_ahead, uint64_t* shards);
+  // off, over an archive of `shards_of` (its manifest's list): the shards of the most windows
+  // those samples can span (counted from the smallest shards' sample counts, so one short shard
+  // does not inflate it), plus kShardDownloadsAhead, counted as the largest shards' bytes.
+  // *shards gets that count (the whole archive at most). Pure; any thread.
+  static uint64_t Need(const std::vector<format::ShardInfo>& shards_of, uint32_t window,
+                       uint64_t in_flight, uint32_t world_size, bool run_ahead, uint64_t* shards);
 
   // mu held. A plan became the current one (or the one run ahead): where it reads each shard.
   ShardSpan Span(const EpochPlan& plan) const;
