@@ -183,11 +183,12 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
   SF_RETURN_IF_ERROR(impl->SizeRing(options));
   if (impl->archive->remote()) {  // the cache it needs; shuffle="block": the shard keeper
     std::shared_ptr<format::Archive> own;
-    SF_RETURN_IF_ERROR(impl->PlanCache(&impl->options, &own));
+    uint32_t downloads = 0;
+    SF_RETURN_IF_ERROR(impl->PlanCache(&impl->options, &own, &downloads));
     impl->sampler = MakeSampler(*impl->archive, impl->options);
     if (own) {
-      impl->keeper =
-          std::make_unique<ShardKeeper>(own, impl->sampler.get(), options.world_size, options.rank);
+      impl->keeper = std::make_unique<ShardKeeper>(own, impl->sampler.get(), options.world_size,
+                                                   options.rank, downloads);
     }
   }
   Tuner::Config tc;
@@ -211,7 +212,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
   if (options.mode == WorkerMode::kThreads) SF_RETURN_IF_ERROR(impl->StartThreads());
   if (impl->keeper) {
     std::lock_guard<std::mutex> lock(impl->mu);
-    for (uint32_t i = 0; i < kShardDownloadsAhead; ++i) {
+    for (uint32_t i = 0; i < impl->keeper->downloads(); ++i) {
       ++impl->threads_running;
       impl->threads.emplace_back([keep = impl->self.lock()] { keep->FetchAhead(); });
     }

@@ -107,8 +107,10 @@ struct Loader::Impl {
   // shuffle="block" in thread mode, a private lazily opened copy of the archive whose shards the
   // keeper releases, shuffle_window "auto" fitted to the cache, and the fetcher threads.
   // `own_copy` gets that copy (the keeper's archive), else stays null.
-  Status PlanCache(LoaderOptions* options, std::shared_ptr<format::Archive>* own_copy);
-  void FetchAhead();  // a fetcher thread: opens the next shards of the plan (kShardDownloadsAhead)
+  // *downloads: the shards to fetch ahead that fit the cache (kShardDownloadsAhead at most).
+  Status PlanCache(LoaderOptions* options, std::shared_ptr<format::Archive>* own_copy,
+                   uint32_t* downloads);
+  void FetchAhead();  // a fetcher thread: opens the next shards of the plan (keeper->downloads())
   void KeeperFinished(const Task& run);  // mu held: FinishRun's part
   // A worker about to read sample `index`: waits for its shard's download here, timed as fetch
   // wait (no lock held).

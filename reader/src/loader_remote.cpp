@@ -12,16 +12,18 @@ std::string Shards(uint64_t n) { return std::to_string(n) + (n == 1 ? " shard" :
 
 }  // namespace
 
-Status Loader::Impl::PlanCache(LoaderOptions* o, std::shared_ptr<format::Archive>* own_copy) {
+Status Loader::Impl::PlanCache(LoaderOptions* o, std::shared_ptr<format::Archive>* own_copy,
+                               uint32_t* downloads) {
   const storage::Remote& remote = *archive->remote();
   const uint64_t limit = remote.cache_limit();  // 0: unlimited
   uint64_t whole = 0;
   for (const auto& info : archive->manifest().shards) whole += info.file_bytes;
   const bool by_shard = o->shuffle && o->shuffle_by_shard;
   uint64_t in_flight = uint64_t{ring_cap} * o->batch_size;
+  *downloads = kShardDownloadsAhead;
   auto need = [&](uint32_t window, uint64_t* shards) {
     return ShardKeeper::Need(archive->manifest().shards, window, in_flight, o->world_size,
-                             o->run_ahead, shards);
+                             o->run_ahead, *downloads, shards);
   };
   if (!by_shard || o->mode != WorkerMode::kThreads) {
     // Every shard stays held until the archive is closed: the cache must hold them all.
@@ -46,19 +48,32 @@ Status Loader::Impl::PlanCache(LoaderOptions* o, std::shared_ptr<format::Archive
     --ring_cap;
     in_flight = uint64_t{ring_cap} * o->batch_size;
   }
+  // Then fewer shards fetched ahead (workers wait for more downloads, but the epoch reads).
+  const uint32_t fit_window =
+      o->shuffle_window == LoaderOptions::kAutoWindow ? 1 : o->shuffle_window;
+  while (limit != 0 && *downloads > 0 && need(fit_window, &shards) > limit) --*downloads;
   if (o->shuffle_window == LoaderOptions::kAutoWindow) {
     uint32_t w = 8;
     while (w > 1 && limit != 0 && need(w, &shards) > limit) --w;
     o->shuffle_window = w;
   }
   const uint64_t bytes = need(o->shuffle_window, &shards);
+  std::string more;  // refused with no download ahead: what the full number would need
+  if (*downloads < kShardDownloadsAhead) {
+    const uint32_t fewer = *downloads;
+    *downloads = kShardDownloadsAhead;
+    more = "; " + std::to_string(need(o->shuffle_window, nullptr)) + " bytes let it download " +
+           std::to_string(kShardDownloadsAhead) + " shards ahead of the workers";
+    *downloads = fewer;
+  }
   SF_RETURN_IF_ERROR(remote.CheckLimit(
       bytes, "a loader of " + archive->path() + " holds at once with shuffle=\"block\" (" +
                  Shards(shards) +
                  ": the windows of shuffle_window=" + std::to_string(o->shuffle_window) +
                  " shards that " + std::to_string(in_flight) + " samples in flight span, and " +
-                 std::to_string(kShardDownloadsAhead) + " downloaded ahead, at the largest " +
-                 "shards' sizes; a smaller shuffle_window, batch_size or prefetch needs less)"));
+                 std::to_string(*downloads) + " downloaded ahead, the end windows' and the " +
+                 "downloads' at the largest shards' sizes; a smaller shuffle_window, batch_size " +
+                 "or prefetch needs less" + more + ")"));
   // A copy of the archive of the loader's own: only the keeper releases its shards, and no
   // view of it is ever handed to anyone else. Lazy: a shard is fetched when the plan needs it.
   format::OpenOptions open = archive->open_options();

@@ -2,28 +2,32 @@
 #include "shard_keeper.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <limits>
 
 namespace shardfeed::reader {
 
 ShardKeeper::ShardKeeper(std::shared_ptr<format::Archive> archive, const Sampler* sampler,
-                         uint32_t world_size, uint32_t rank)
+                         uint32_t world_size, uint32_t rank, uint32_t downloads)
     : archive_(std::move(archive)),
       sampler_(sampler),
       world_size_(world_size),
       rank_(rank),
+      downloads_(downloads),
       busy_(archive_->shard_count(), 0),
       fetched_for_(archive_->shard_count(), 0) {}
 
 uint64_t ShardKeeper::Need(const std::vector<format::ShardInfo>& infos, uint32_t window,
                            uint64_t in_flight, uint32_t world_size, bool run_ahead,
-                           uint64_t* shards) {
+                           uint32_t downloads, uint64_t* shards) {
   const uint64_t n = infos.size();
   std::vector<uint64_t> counts, sizes;
+  uint64_t total = 0;
   for (const auto& info : infos) {
     counts.push_back(info.sample_count);
     sizes.push_back(info.file_bytes);
+    total += info.file_bytes;
   }
   // least[k]: the fewest samples any k shards hold (the k smallest, summed).
   std::sort(counts.begin(), counts.end());
@@ -38,22 +42,57 @@ uint64_t ShardKeeper::Need(const std::vector<format::ShardInfo>& infos, uint32_t
   // of the windows between may be the epoch's short last one (n % w shards): w - n % w fewer.
   const uint64_t g = std::max<uint64_t>(1, in_flight * world_size);
   const uint64_t short_by = run_ahead && n % w != 0 ? w - n % w : 0;
-  uint64_t windows = 1;
+  uint64_t between = 0;  // the most whole windows a run of g positions can hold
   if (g >= 2) {
-    uint64_t between = 0;  // the most whole windows a run of g positions can hold
     while ((between + 1) * w <= n) {
       const uint64_t k = (between + 1) * w - std::min((between + 1) * w, short_by);
       if (least[k] > g - 2) break;
       ++between;
     }
-    windows = between + 2;
   }
-  const uint64_t count = std::min<uint64_t>(n, windows * w + kShardDownloadsAhead);
-  std::sort(sizes.begin(), sizes.end(), std::greater<uint64_t>());
-  uint64_t bytes = 0;
-  for (uint64_t i = 0; i < count; ++i) bytes += sizes[i];
+  const uint64_t windows = g >= 2 ? between + 2 : 1;
+  const uint64_t count = std::min<uint64_t>(n, windows * w + downloads);
   if (shards) *shards = count;
-  return bytes;
+  if (count == n) return total;
+  // Bytes: the two end windows and the downloads, counted as the largest shards; the shards of
+  // the windows between hold at most g - 2 samples in all, so they weigh no more than the
+  // heaviest bytes per sample can fill with g - 2 samples (a fractional knapsack: a bound on
+  // any set of shards of that many samples), nor than the largest (windows - 2) w shards. Shard
+  // files split by bytes hold few samples where the images are big: counting the shards between
+  // as the largest would ask for a window's worth of bytes that no run of g samples can hold.
+  std::vector<uint64_t> by_size = sizes;
+  std::sort(by_size.begin(), by_size.end(), std::greater<uint64_t>());
+  auto largest = [&](uint64_t k) {
+    uint64_t sum = 0;
+    for (uint64_t i = 0; i < std::min(k, n); ++i) sum += by_size[i];
+    return sum;
+  };
+  const uint64_t ends = largest(std::min(windows, uint64_t{2}) * w + downloads);
+  uint64_t inner = 0;
+  if (windows > 2) {
+    std::vector<size_t> order(n);
+    for (size_t i = 0; i < n; ++i) order[i] = i;
+    // Densest first (bytes per sample); empty shards weigh nothing in samples, all in bytes.
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      const auto& x = infos[a];
+      const auto& y = infos[b];
+      return static_cast<unsigned __int128>(x.file_bytes) * y.sample_count >
+             static_cast<unsigned __int128>(y.file_bytes) * x.sample_count;
+    });
+    long double room = static_cast<long double>(g - 2), fill = 0;
+    for (size_t i : order) {
+      const auto& s = infos[i];
+      if (s.sample_count <= room) {
+        room -= s.sample_count;
+        fill += s.file_bytes;
+      } else {
+        fill += room / s.sample_count * s.file_bytes;
+        break;
+      }
+    }
+    inner = std::min(largest((windows - 2) * w), static_cast<uint64_t>(std::ceil(fill)));
+  }
+  return std::min(largest(count), ends + inner);
 }
 
 ShardSpan ShardKeeper::Span(const EpochPlan& plan) const {
@@ -120,7 +159,7 @@ int64_t ShardKeeper::NextDownload(const ShardSpan& span, uint64_t next, uint64_t
   // The first shards the plan has not begun to read, in the order it reads them.
   auto it = std::partition_point(span.order.begin(), span.order.end(),
                                  [&](uint32_t s) { return span.first[s] < next; });
-  for (uint32_t i = 0; i < kShardDownloadsAhead && it != span.order.end(); ++i, ++it) {
+  for (uint32_t i = 0; i < downloads_ && it != span.order.end(); ++i, ++it) {
     if (fetched_for_[*it] != plan_id + 1) {
       fetched_for_[*it] = plan_id + 1;
       return *it;

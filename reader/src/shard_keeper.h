@@ -28,7 +28,8 @@
 
 namespace shardfeed::reader {
 
-// Shards downloaded ahead of the workers (fetcher threads).
+// Shards downloaded ahead of the workers (fetcher threads), where the cache holds them; a
+// cache too small for that many gets fewer (down to none: workers then fetch what they read).
 inline constexpr uint32_t kShardDownloadsAhead = 2;
 
 // Where one plan (an epoch on this rank) first and last reads each shard.
@@ -39,17 +40,21 @@ struct ShardSpan {
 
 class ShardKeeper {
  public:
+  // `downloads`: shards the fetcher threads open ahead of the workers (PlanCache's choice).
   ShardKeeper(std::shared_ptr<format::Archive> archive, const Sampler* sampler, uint32_t world_size,
-              uint32_t rank);
+              uint32_t rank, uint32_t downloads);
 
   // Bytes a reader holds at most with `window` shards per window, `in_flight` samples of this
   // rank being decoded at once (ring capacity x batch size), `world_size` ranks, run-ahead on or
-  // off, over an archive of `shards_of` (its manifest's list): the shards of the most windows
-  // those samples can span (counted from the smallest shards' sample counts, so one short shard
-  // does not inflate it), plus kShardDownloadsAhead, counted as the largest shards' bytes.
-  // *shards gets that count (the whole archive at most). Pure; any thread.
+  // off and `downloads` shards fetched ahead, over an archive of `shards_of` (its manifest's
+  // list): the shards of the most windows those samples can span (counted from the smallest
+  // shards' sample counts, so one short shard does not inflate it) plus the downloads. Bytes:
+  // the end windows and the downloads at the largest shards' sizes, the windows between at
+  // most what their samples can weigh (shard_keeper.cpp). *shards gets the count (the whole
+  // archive at most). Pure; any thread.
   static uint64_t Need(const std::vector<format::ShardInfo>& shards_of, uint32_t window,
-                       uint64_t in_flight, uint32_t world_size, bool run_ahead, uint64_t* shards);
+                       uint64_t in_flight, uint32_t world_size, bool run_ahead, uint32_t downloads,
+                       uint64_t* shards);
 
   // mu held. A plan became the current one (or the one run ahead): where it reads each shard.
   ShardSpan Span(const EpochPlan& plan) const;
@@ -62,11 +67,12 @@ class ShardKeeper {
   // mu held. Releases every shard nothing needs (a new plan: what the old one left open).
   void Sweep(const ShardSpan& current, uint64_t current_next, const ShardSpan* ahead,
              uint64_t ahead_next);
-  // mu held. The next shard to fetch ahead (the first kShardDownloadsAhead shards the plan has
+  // mu held. The next shard to fetch ahead (the first `downloads` shards the plan has
   // not begun to read, not fetched already), or -1. Marks it as taken.
   int64_t NextDownload(const ShardSpan& span, uint64_t next, uint64_t plan_id);
 
   format::Archive& archive() { return *archive_; }
+  uint32_t downloads() const { return downloads_; }
 
  private:
   bool Pending(uint32_t s, const ShardSpan& current, uint64_t current_next, const ShardSpan* ahead,
@@ -76,6 +82,7 @@ class ShardKeeper {
   std::shared_ptr<format::Archive> archive_;
   const Sampler* sampler_;
   uint32_t world_size_, rank_;
+  uint32_t downloads_;
   std::vector<uint32_t> busy_;         // per shard: claimed runs not done that read it
   std::vector<uint64_t> fetched_for_;  // per shard: plan_id + 1 it was fetched ahead for
   std::vector<uint32_t> scratch_;
