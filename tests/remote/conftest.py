@@ -196,3 +196,31 @@ def many_shards(tmp_path_factory, moto_url):
     assert len(shards) == 20 and {s["sample_count"] for s in shards} == {160}
     total = sum(os.path.getsize(os.path.join(out, s["file"])) for s in shards)
     return out, upload(moto_url, out, "many"), total
+
+
+@pytest.fixture(scope="session")
+def byte_split_shards(tmp_path_factory, moto_url):
+    """(local path, s3:// location, shard bytes): 2000 random images of 20 classes whose sides
+    differ by class (8 to 32 pixels), packed raw in shards of 1/20 of the records' bytes. Shard
+    files split by bytes hold 30 to 400 samples, and a short last one: a photo archive's shape."""
+    from PIL import Image
+    import numpy as np
+    root = tmp_path_factory.mktemp("bytesplit")
+    rng = np.random.default_rng(7)
+    for c in range(20):
+        folder = root / "src" / f"class{c:02d}"
+        folder.mkdir(parents=True)
+        side = 8 + 8 * (c % 4)
+        for i in range(100):
+            pixels = rng.integers(0, 256, (side, side, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(folder / f"{i:03d}.png")
+    payload = sum(100 * (8 + 8 * (c % 4)) ** 2 * 3 for c in range(20))
+    out = str(root / "archive")
+    report = shardfeed.pack(str(root / "src"), out, encoding="raw", shard_size=payload // 20)
+    assert report["packed"] == 2000
+    with open(os.path.join(out, "manifest.json")) as f:
+        shards = json.load(f)["shards"]
+    counts = sorted(s["sample_count"] for s in shards)
+    assert len(shards) >= 20 and counts[0] < counts[1] < counts[-1]  # unequal, one short
+    total = sum(os.path.getsize(os.path.join(out, s["file"])) for s in shards)
+    return out, upload(moto_url, out, "bytesplit"), total

@@ -336,6 +336,20 @@ def test_a_quarter_cache_needs_no_option_at_batch_64(env, many_shards, tmp_path)
                for w in range(1, 9))
 
 
+def test_a_quarter_cache_needs_no_option_with_shards_split_by_bytes(env, byte_split_shards,
+                                                                   tmp_path):
+    # Shards of unequal sample counts (big images pack few to a shard) and a short last one,
+    # batches of 64: the minimum once counted every shard as holding as few samples as the
+    # smallest, and refused a quarter of the archive (bench/remote_bench.py's case).
+    local, url, total = byte_split_shards
+    opts = dict(BLOCK, batch_size=64, crop="center", size=8)
+    cache = str(tmp_path / "q")
+    remote = shardfeed.Loader(url, cache_dir=cache, cache_limit=total // 4, **opts)
+    got, peak, _ = watched_epoch(remote, cache, total // 4)
+    assert sorted(np.concatenate([x for _, _, x in got])) == list(range(2000))
+    assert 0 < peak <= total // 4
+
+
 def test_a_cache_below_the_minimum_is_refused_at_open_giving_it(env, many_shards, tmp_path):
     local, url, total = many_shards
     with pytest.raises(shardfeed.Error, match=r"at least (\d+)") as e:
