@@ -117,7 +117,10 @@ std::vector<std::pair<std::string, std::string>> LoaderOptionValues(
 // work), and the command builds into path(), <staging>/<last component of OUT> (staging: --staging
 // DIR, else a new folder under $TMPDIR or /tmp); Finish uploads it when the build succeeded
 // (shards, then the manifest last) and removes the local copy; on failure it keeps the copy and
-// says where.
+// says where. SIGINT/SIGTERM during the upload stop it (storage::CancelUploads: multipart
+// uploads begun are aborted, no manifest is written), keep the copy, say so, and then end the
+// process by that signal. During the build before it they end the process as usual: the
+// staging folder is then left as it was.
 class StagedOut {
  public:
   static Result<StagedOut> Prepare(const std::string& out, const std::string& staging,

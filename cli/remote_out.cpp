@@ -1,7 +1,9 @@
 // pack, merge and convert with an s3:// OUT: built in a local staging folder, then uploaded
 // (storage/upload.h: shards first, manifest last). See cli_internal.h, StagedOut.
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -43,6 +45,36 @@ Status OldFiles(const std::string& location, std::vector<std::string>* files) {
   }
   return Status::OK();
 }
+
+std::atomic<int> g_signal{0};  // SIGINT/SIGTERM caught during the upload
+
+void OnInterrupt(int sig) {
+  g_signal.store(sig);
+  storage::CancelUploads();  // one atomic store
+}
+
+// SIGINT and SIGTERM stop the upload (storage::CancelUploads) instead of killing the process
+// in the middle of it, for the life of this object; the old handlers come back after.
+class InterruptUploads {
+ public:
+  InterruptUploads() {
+    struct sigaction sa {};
+    sa.sa_handler = OnInterrupt;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &old_int_);
+    ::sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~InterruptUploads() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  InterruptUploads(const InterruptUploads&) = delete;
+  InterruptUploads& operator=(const InterruptUploads&) = delete;
+
+ private:
+  struct sigaction old_int_ {
+  }, old_term_{};
+};
 
 }  // namespace
 
@@ -94,8 +126,10 @@ Status StagedOut::Finish(const Status& built) const {
   if (st.ok()) {
     storage::UploadOptions o;
     o.overwrite = overwrite_;
+    InterruptUploads interrupt;
     st = storage::UploadArchive(path_, out_, "manifest.json", o);
   }
+  const int sig = g_signal.load();
   // The replaced archive's shards that the new one has not overwritten: provably its files (its
   // manifest named them), no longer named by any manifest.
   for (const std::string& f : st.ok() ? old_files : std::vector<std::string>()) {
@@ -116,6 +150,14 @@ Status StagedOut::Finish(const Status& built) const {
                  "shardfeed: %s was not written (no manifest there); the local build is kept in "
                  "%s\n",
                  out_.c_str(), path_.c_str());
+    if (sig != 0) {
+      // Interrupted: the multipart uploads begun were aborted; end as the signal would have.
+      std::fprintf(stderr, "shardfeed: interrupted (%s) while uploading\n",
+                   sig == SIGINT ? "SIGINT" : "SIGTERM");
+      std::fflush(stderr);
+      ::signal(sig, SIG_DFL);
+      ::raise(sig);
+    }
     return st;
   }
   // Uploaded: the local copy is ours (made by this command) and no longer needed.

@@ -30,6 +30,14 @@ constexpr uint64_t kMinPart = 5ull << 20;       // S3's smallest part (all but t
 constexpr uint64_t kDefaultPart = 64ull << 20;  // 16 parts for a 1 GB shard
 constexpr size_t kMaxReply = 1 << 20;           // S3 replies are small XML documents
 
+std::atomic<bool> g_cancelled{false};  // CancelUploads(): sticky for the process
+
+// libcurl's progress callback (at least once a second, data or not): non-zero abandons the
+// request (CURLE_ABORTED_BY_CALLBACK).
+int OnProgress(void*, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return g_cancelled.load(std::memory_order_relaxed) ? 1 : 0;
+}
+
 struct Fd {
   int fd = -1;
   explicit Fd(int f) : fd(f) {}
@@ -121,9 +129,11 @@ class Client {
   }
 
   // `method` of <name>[?query] (query already in SigV4's canonical form: sorted, escaped) with
-  // `body`; retried while transient. OK with reply->http set for any final answer.
+  // `body`; retried while transient. OK with reply->http set for any final answer. Once
+  // CancelUploads() was called, a `cancellable` request stops (kCancelled); the abort of a
+  // multipart upload is not cancellable, so it still clears the parts sent.
   Status Send(const char* method, const std::string& name, const std::string& query, Body* body,
-              Reply* reply) {
+              Reply* reply, bool cancellable = true) {
     if (!curl_) return Status::Internal("curl_easy_init failed");
     const std::string url = e_.base + "/" + name + (query.empty() ? "" : "?" + query);
     const std::string sigv4 = "aws:amz:" + e_.region + ":s3";
@@ -139,7 +149,11 @@ class Client {
     std::unique_ptr<curl_slist, void (*)(curl_slist*)> free_headers(headers, curl_slist_free_all);
     std::mt19937_64 jitter(std::random_device{}());
     double delay = retry_.first_delay_s;
+    auto interrupted = [&] {
+      return Status::Cancelled(Shown(name), ": ", method, " interrupted (the upload was stopped)");
+    };
     for (int attempt = 0;; ++attempt) {
+      if (cancellable && g_cancelled.load()) return interrupted();
       *reply = Reply();
       body->sent = 0;
       CURL* c = curl_.get();
@@ -158,6 +172,10 @@ class Client {
       curl_easy_setopt(c, CURLOPT_READDATA, body);
       curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, OnSeek);
       curl_easy_setopt(c, CURLOPT_SEEKDATA, body);
+      if (cancellable) {
+        curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, OnProgress);
+        curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+      }
       const curl_off_t length = static_cast<curl_off_t>(body->length);
       if (std::strcmp(method, "PUT") == 0) {
         curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
@@ -180,6 +198,7 @@ class Client {
         return Status::IOError("reading the file for ", Shown(name), ": ",
                                std::strerror(body->read_errno));
       }
+      if (code == CURLE_ABORTED_BY_CALLBACK) return interrupted();
       std::string last;
       if (code == CURLE_OK) {
         // CompleteMultipartUpload may answer 200 with an <Error> body: as a 500.
@@ -200,7 +219,14 @@ class Client {
                                " attempts (SHARDFEED_FETCH_RETRIES=", retry_.retries, ")");
       }
       std::uniform_real_distribution<double> pick(0, delay);
-      std::this_thread::sleep_for(std::chrono::duration<double>(pick(jitter)));
+      const auto until = std::chrono::steady_clock::now() +
+                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                             std::chrono::duration<double>(pick(jitter)));
+      while (std::chrono::steady_clock::now() < until) {  // in steps: a cancel ends the wait
+        if (cancellable && g_cancelled.load()) return interrupted();
+        std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+            until - std::chrono::steady_clock::now(), std::chrono::milliseconds(100)));
+      }
       delay = std::min(delay * 2, retry_.max_delay_s);
     }
   }
@@ -229,10 +255,10 @@ class Client {
     return Refused("HEAD", name, r);
   }
 
-  Status Delete(const std::string& name, const std::string& query = "") {
+  Status Delete(const std::string& name, const std::string& query = "", bool cancellable = true) {
     Body none;
     Reply r;
-    SF_RETURN_IF_ERROR(Send("DELETE", name, query, &none, &r));
+    SF_RETURN_IF_ERROR(Send("DELETE", name, query, &none, &r, cancellable));
     if (r.http / 100 == 2 || r.http == 404) return Status::OK();
     return Refused("DELETE", name, r);
   }
@@ -281,8 +307,9 @@ class Client {
     const std::string id_query = "uploadId=" + Escape(id);
     Status st = Parts(fd, size, name, part_size, id_query);
     if (!st.ok()) {
-      // Abort, so the store keeps no orphaned parts; the upload's own error is the one to report.
-      Status aborted = Delete(name, id_query);
+      // Abort, so the store keeps no orphaned parts (after a cancel too); the upload's own error
+      // is the one to report.
+      Status aborted = Delete(name, id_query, /*cancellable=*/false);
       if (!aborted.ok()) {
         st = Status(st.code(), st.message() + " (aborting the multipart upload also failed: " +
                                    aborted.message() + ")");
@@ -367,6 +394,8 @@ Status RemoteDelete(const std::string& location, const std::string& name) {
   Client client(e, internal::RetryFromEnv());
   return client.Delete(name);
 }
+
+void CancelUploads() { g_cancelled.store(true); }
 
 Status UploadArchive(const std::string& dir, const std::string& location, const std::string& last,
                      const UploadOptions& options) {

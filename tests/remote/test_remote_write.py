@@ -231,22 +231,30 @@ def test_a_failed_part_leaves_no_manifest_and_keeps_the_build(bucket, upload_pro
         shardfeed.Archive(f"s3://{BUCKET}/w-broken")
 
 
-def test_ctrl_c_during_the_upload_leaves_no_manifest(bucket, upload_proxy, tmp_path):
-    upload_proxy.stall = ["shard-00002.mdb"]
+def test_ctrl_c_during_the_upload_aborts_it_and_leaves_no_manifest(bucket, upload_proxy,
+                                                                   tmp_path):
+    # Stalled in the middle of a multipart upload (its second part): Ctrl-C there once killed
+    # the process with the upload's first part left on the store, an orphan nobody aborts.
+    upload_proxy.stall = ["shard-00002.mdb?partNumber=2"]
     proc = subprocess.Popen([CLI, "pack", GOOD, f"s3://{BUCKET}/w-interrupted", "-q", *RAW],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, TMPDIR=str(tmp_path)))
     try:
-        assert upload_proxy.stalled.wait(120), "the upload never reached shard-00002"
+        assert upload_proxy.stalled.wait(120), "the upload never reached shard-00002's part 2"
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
+        _, err = proc.communicate(timeout=60)  # the cancel ends the stalled request, no release
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=60)
         upload_proxy.release()
-    assert proc.returncode != 0
+    assert proc.returncode == -signal.SIGINT, err  # ended by the signal, as a shell expects
+    assert "interrupted (SIGINT) while uploading" in err
+    assert f"s3://{BUCKET}/w-interrupted was not written (no manifest there)" in err
     assert "manifest.json" not in keys(bucket, "w-interrupted")
     assert not any("manifest.json" in p for m, p in upload_proxy.log if m == "PUT")
+    uploads = bucket.list_multipart_uploads(Bucket=BUCKET, Prefix="w-interrupted/")
+    assert not uploads.get("Uploads")  # every multipart upload begun was aborted
     staged = [d for d in os.listdir(tmp_path) if d.startswith("shardfeed-staging-")]
-    assert len(staged) == 1  # killed: the default staging folder stays, as REMOTE.md says
+    assert len(staged) == 1  # the build is kept, and the message says where
+    assert os.path.join(str(tmp_path), staged[0], "w-interrupted") in err

@@ -40,6 +40,14 @@ Result<bool> RemoteHas(const std::string& location, const std::string& name);
 // Deletes the object `name` of `location` (absent already: OK).
 Status RemoteDelete(const std::string& location, const std::string& name);
 
+// Stops every UploadArchive of this process: a request in flight is abandoned at libcurl's next
+// progress callback (within about a second, even while it waits for the store), a retry's wait
+// ends, no further file is begun, each multipart upload begun is aborted (AbortMultipartUpload,
+// so no orphaned parts stay), and UploadArchive returns kCancelled naming the file it was
+// sending; the manifest is then never written. Sticky for the rest of the process (a command
+// ends after it). Async-signal-safe (one atomic store): for a SIGINT/SIGTERM handler.
+void CancelUploads();
+
 // Uploads every regular file of the folder `dir` (not its subfolders) to <location>/<file name>,
 // the file named `last` (e.g. "manifest.json") after all the others are complete. Refuses, before
 // sending anything, when `last` is already at the destination and !options.overwrite
