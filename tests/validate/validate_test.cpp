@@ -1,11 +1,14 @@
 // validate/: verify, inspect and extract at the library level. The commands' side is in
 // tests/cli/test_data_safety.py and tests/cli/test_stats.py.
 #include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include "../../validate/src/pixel_measures.h"
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/format/archive.h"
+#include "shardfeed/format/stats_record.h"
 #include "shardfeed/validate/extract.h"
 #include "shardfeed/validate/inspect.h"
 #include "shardfeed/validate/stats.h"
@@ -114,6 +117,86 @@ TEST_CASE("a failed extract leaves nothing behind, a finished one everything") {
   auto second = Extract(*bad, dir / "x", roomy);  // now the frame itself is found short
   CHECK(second.status().code() == StatusCode::kCorrupt);
   CHECK(Entries(dir.path()) == std::vector<std::string>{"a", "b", "out"});
+}
+
+// What PlantAtStatsPath writes at stats.json when WriteStatsRecord's final step is about to run.
+std::string planted;
+void PlantAtStatsPath(const std::string& path) { std::ofstream(path, std::ios::trunc) << planted; }
+
+std::string FileText(const fs::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+bool HasTemporary(const std::string& dir) {
+  for (const std::string& name : Entries(dir)) {
+    if (name.find(".tmp-") != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST_CASE(
+    "stats --save never replaces a stats.json that is not ours, even one put there meanwhile") {
+  // Issue 23: --save checked the file before its pass, then renamed its record over whatever was
+  // there at the end: a user's stats.json created in between was silently replaced.
+  TempDir dir;
+  auto archive = ArchiveDeclaring(dir / "a", 4);
+  const fs::path stats = fs::path(dir / "a") / "stats.json";
+  format::StatsRecord rec;
+  rec.mean = {0.25, 0.5, 0.75};
+  rec.std = {0.1, 0.2, 0.3};
+  rec.samples = 1;
+  rec.fingerprint = format::ArchiveFingerprint(*archive);
+  auto refused = [&](const Status& st, const char* reason) {
+    INFO(st.ToString());
+    CHECK(st.code() == StatusCode::kInvalidArgument);
+    CHECK(st.message().find(stats.string()) != std::string::npos);
+    CHECK(st.message().find("not written by shardfeed stats --save") != std::string::npos);
+    CHECK(st.message().find(reason) != std::string::npos);
+    CHECK(!HasTemporary(dir / "a"));
+  };
+
+  SECTION("a user's file there when the record is written (made after stats' own check)") {
+    std::ofstream(stats) << "{\"my\": \"own notes\"}\n";
+    refused(format::WriteStatsRecord(*archive, rec), "exists");
+    CHECK(FileText(stats) == "{\"my\": \"own notes\"}\n");
+    CHECK(format::CheckStatsRecordReplaceable(*archive).code() == StatusCode::kInvalidArgument);
+  }
+  SECTION("none there when looked at, a user's file appears right before the rename") {
+    planted = "mine\n";
+    format::internal::SetStatsBeforeFinalStepHookForTest(PlantAtStatsPath);
+    refused(format::WriteStatsRecord(*archive, rec), "appeared while saving");
+    format::internal::SetStatsBeforeFinalStepHookForTest(nullptr);
+    CHECK(FileText(stats) == "mine\n");
+  }
+  SECTION("a record of ours there, a user's file put in its place right before the exchange") {
+    REQUIRE(format::WriteStatsRecord(*archive, rec).ok());
+    planted = "{\"format\": \"theirs\"}";
+    format::internal::SetStatsBeforeFinalStepHookForTest(PlantAtStatsPath);
+    refused(format::WriteStatsRecord(*archive, rec), "appeared while saving");
+    format::internal::SetStatsBeforeFinalStepHookForTest(nullptr);
+    CHECK(FileText(stats) == "{\"format\": \"theirs\"}");
+  }
+  SECTION("records of ours are replaced, also one that appears meanwhile (another --save)") {
+    REQUIRE(format::WriteStatsRecord(*archive, rec).ok());
+    const std::string first = FileText(stats);
+    fs::remove(stats);
+    planted = first;
+    format::internal::SetStatsBeforeFinalStepHookForTest(PlantAtStatsPath);
+    rec.mean[0] = 0.125;
+    const Status st = format::WriteStatsRecord(*archive, rec);
+    format::internal::SetStatsBeforeFinalStepHookForTest(nullptr);
+    REQUIRE(st.ok());
+    rec.mean[1] = 0.0625;
+    REQUIRE(format::WriteStatsRecord(*archive, rec).ok());
+    auto back = format::ReadStatsRecord(*archive);
+    REQUIRE(back.ok());
+    CHECK(back->mean[0] == 0.125);
+    CHECK(back->mean[1] == 0.0625);
+    CHECK(!HasTemporary(dir / "a"));
+  }
 }
 
 TEST_CASE("Printable escapes control and bidirectional-override characters") {

@@ -4,8 +4,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -366,33 +364,6 @@ json HistogramJson(const Histogram& h) {
   return {{"min", h.min}, {"max", h.max}, {"mean", h.mean}, {"bins", bins}};
 }
 
-// --save replaces ARCHIVE/stats.json only when it is provably ours: a JSON object with our
-// marker ("format": "shardfeed-stats", format/stats_record.h), whatever state of the archive it
-// describes. A user's own stats.json, or anything else by that name, is left alone.
-Status CheckStatsFileIsOurs(const format::Archive& archive) {
-  if (archive.path().find("://") != std::string::npos) return Status::OK();  // Write refuses
-  const std::string path =
-      (std::filesystem::path(archive.path()) / format::kStatsFileName).string();
-  std::error_code ec;
-  const auto st = std::filesystem::symlink_status(path, ec);
-  if (ec || st.type() == std::filesystem::file_type::not_found) return Status::OK();
-  auto refuse = [&](const char* why) {
-    return Status::InvalidArgument(path, ": exists and was not written by shardfeed stats --save (",
-                                   why, "); not replacing it: move it away to save statistics");
-  };
-  if (st.type() != std::filesystem::file_type::regular) return refuse("not a regular file");
-  std::ifstream f(path, std::ios::binary);
-  std::string text(1 << 16, '\0');
-  f.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (!f.eof()) return refuse(f ? "larger than 64 KiB" : "unreadable");
-  text.resize(static_cast<size_t>(f.gcount()));
-  const json j = json::parse(text, nullptr, false);
-  if (!j.is_object() || !j.contains("format") || j["format"] != "shardfeed-stats") {
-    return refuse("no \"format\": \"shardfeed-stats\"");
-  }
-  return Status::OK();
-}
-
 }  // namespace
 
 Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
@@ -401,8 +372,8 @@ Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
   if (archive.size() > std::numeric_limits<uint32_t>::max()) {
     return Status::InvalidArgument(archive.path(), ": stats handles up to 2^32 samples");
   }
-  // Before the pass: a refusal should not cost one.
-  if (o.save) SF_RETURN_IF_ERROR(CheckStatsFileIsOurs(archive));
+  // Before the pass, so that a refusal costs none; WriteStatsRecord decides again as it writes.
+  if (o.save) SF_RETURN_IF_ERROR(format::CheckStatsRecordReplaceable(archive));
   uint64_t total = archive.size();
   for (const auto& a : against) total += a.archive->size();
   StatsReport r;
@@ -449,7 +420,6 @@ Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
     rec.size = o.size;
     rec.samples = r.decoded;
     rec.fingerprint = format::ArchiveFingerprint(archive);
-    SF_RETURN_IF_ERROR(CheckStatsFileIsOurs(archive));  // again: it may have appeared since
     SF_RETURN_IF_ERROR(format::WriteStatsRecord(archive, rec));
   }
   return r;
