@@ -4,7 +4,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 namespace shardfeed::validate {
@@ -32,22 +31,19 @@ struct LumaMeasures {
 };
 // What one thread reuses between images.
 struct PixelScratch {
-  PixelScratch();
-  ~PixelScratch();
-  PixelScratch(const PixelScratch&) = delete;
-  PixelScratch& operator=(const PixelScratch&) = delete;
-  std::vector<uint16_t> luma;     // the reduced luma image
-  std::vector<uint32_t> columns;  // byte offset in a row of each sampled column
-  struct Hasher;                  // XXH3 streaming state
-  std::unique_ptr<Hasher> hasher;
+  std::vector<uint16_t> luma;         // the reduced luma image
+  std::vector<uint32_t> columns;      // byte offset in a row of each sampled column
+  std::vector<uint64_t> band_hashes;  // MeasurePixels: XXH3 of each band of rows
 };
 LumaMeasures MeasureLuma(const uint8_t* rgb, uint32_t width, uint32_t height,
                          PixelScratch* scratch);
 
-// The pass over one decoded image (width x height RGB, contiguous): XXH3-64 of its pixels seeded
-// with its size (what makes two images exact duplicates), its luma measures and, unless `sums`
-// is null, its per-channel sums, a band of rows at a time, so that the three read each band
-// from the L1/L2 cache rather than the image three times from memory.
+// The pass over one decoded image (width x height RGB, contiguous): a 64-bit hash of its pixels
+// and size (what makes two images exact duplicates: XXH3-64 of the XXH3-64 of each band of
+// rows, all seeded with the size), its luma measures and, unless `sums` is null, its
+// per-channel sums, a band of rows at a time from the last band up, so that the three read
+// each band from the L1/L2 cache rather than the image three times from memory, and the rows
+// the decoder wrote last (still cached) before the reading evicts them.
 struct PixelMeasures {
   uint64_t hash = 0;
   LumaMeasures luma;
