@@ -405,8 +405,29 @@ __attribute__((target("avx2"))) void LaplacianSumsAvx2(const uint16_t* luma, uin
 }
 #endif
 
+// 32-bit sums: twice the lanes of 64-bit ones, and a cell's rows (at most ceil(height / 32),
+// 8 for the reduced images) hold at most 65536 x 65535 < 2^32 for heights up to 2^21.
+SF_CLONES void AddRow(const uint16_t* row, uint32_t width, uint32_t* columns) {
+  for (uint32_t x = 0; x < width; ++x) columns[x] += row[x];
+}
 SF_CLONES void AddRow(const uint16_t* row, uint32_t width, uint64_t* columns) {
   for (uint32_t x = 0; x < width; ++x) columns[x] += row[x];
+}
+
+// Sums of the 32 x 32 cells of LumaHash (cell cx spans columns edge[cx] .. edge[cx + 1] - 1).
+template <typename Sum>
+void CellSums(const uint16_t* image, uint32_t width, uint32_t height, const uint32_t edge[33],
+              uint64_t cells[32][32]) {
+  std::vector<Sum> columns(width);  // one row of cells, summed down its rows
+  for (uint32_t cy = 0, y = 0; cy < 32; ++cy) {
+    std::fill(columns.begin(), columns.end(), 0);
+    for (; y < height && uint64_t{y} * 32 / height == cy; ++y) {
+      AddRow(image + size_t{y} * width, width, columns.data());
+    }
+    for (int cx = 0; cx < 32; ++cx) {
+      for (uint32_t x = edge[cx]; x < edge[cx + 1]; ++x) cells[cy][cx] += columns[x];
+    }
+  }
 }
 
 }  // namespace
@@ -447,15 +468,10 @@ uint64_t LumaHash(const uint16_t* image, uint32_t width, uint32_t height) {
     uint32_t edge[33];
     for (uint32_t c = 0; c <= 32; ++c) edge[c] = uint32_t((uint64_t{c} * width + 31) / 32);
     uint64_t cells[32][32] = {};
-    std::vector<uint64_t> columns(width);  // one row of cells, summed down its rows
-    for (uint32_t cy = 0, y = 0; cy < 32; ++cy) {
-      std::fill(columns.begin(), columns.end(), 0);
-      for (; y < height && uint64_t{y} * 32 / height == cy; ++y) {
-        AddRow(image + size_t{y} * width, width, columns.data());
-      }
-      for (int cx = 0; cx < 32; ++cx) {
-        for (uint32_t x = edge[cx]; x < edge[cx + 1]; ++x) cells[cy][cx] += columns[x];
-      }
+    if (height <= (uint32_t{1} << 21)) {
+      CellSums<uint32_t>(image, width, height, edge, cells);
+    } else {
+      CellSums<uint64_t>(image, width, height, edge, cells);
     }
     for (uint32_t cy = 0; cy < 32; ++cy) {
       const uint64_t rows =
