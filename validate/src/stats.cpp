@@ -27,7 +27,7 @@ using nlohmann::json;
 
 enum ColorBits : uint8_t { kGrayJpeg = 1, kGrayPixels = 2, kCmyk = 4, kRotated = 8 };
 
-// What the pass keeps of each sample (about 56 bytes: 10^6 samples take 56 MB).
+// What the pass keeps of each sample (64 bytes: 10^6 samples take 64 MB).
 struct SampleStat {
   // hash: what exact duplicates share. PixelHash of the decoded pixels where another sample (of
   // any archive of the call) has the same key, else the key itself (ConfirmExactDuplicates).
