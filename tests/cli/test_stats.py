@@ -350,3 +350,33 @@ def test_stats_summarises_every_field_and_names_duplicates_by_path(tmp_path):
     assert run("pack", tmp_path / "src", tmp_path / "f.sf", "-q").returncode == 0
     s = json.loads(run("stats", tmp_path / "f.sf", "--json", "-", "-q").stdout)
     assert s["duplicate_paths"] == [["c/a.png", "c/b.png"]], s["duplicates"]
+
+
+def test_exact_duplicates_are_equal_pixels_not_equal_sums(tmp_path):
+    # Issue 23, the pass's speed: stats hashes the pixels only of images whose size, channel
+    # sums and perceptual hash another image shares, decoding them again. Two images made of
+    # the same pixels in another order share all of those (two neighbours swapped inside one
+    # cell of the perceptual hash) and are not duplicates; the same pixels stored as another
+    # file are, here and across archives.
+    from PIL import Image
+    rng = np.random.default_rng(5)
+    noise = rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    swapped = noise.copy()
+    swapped[0, 0], swapped[0, 1] = noise[0, 1].copy(), noise[0, 0].copy()
+    assert not np.array_equal(noise, swapped)
+    train, val = tmp_path / "train", tmp_path / "val"
+    for folder, name, pixels, level in ((train, "0.png", noise, 9), (train, "1.png", swapped, 9),
+                                        (train, "2.png", noise, 1), (val, "0.png", swapped, 1)):
+        (folder / "a").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(pixels).save(folder / "a" / name, compress_level=level)
+    assert (train / "a" / "0.png").read_bytes() != (train / "a" / "2.png").read_bytes()
+    for src in (train, val):
+        p = run("pack", src, str(src) + ".sf", "-q")
+        assert p.returncode == 0, p.stderr
+    out = tmp_path / "s.json"
+    p = run("stats", str(train) + ".sf", "--against", str(val) + ".sf", "--json", out, "-q")
+    assert p.returncode == 0, p.stderr
+    s = json.loads(out.read_text())
+    assert s["duplicates"] == [[0, 2]]
+    exact = [(x["index"], x["other_index"]) for x in s["leaks"] if x["kind"] == "exact"]
+    assert exact == [(1, 0)]

@@ -1,11 +1,14 @@
 // validate/: verify, inspect and extract at the library level. The commands' side is in
 // tests/cli/test_data_safety.py and tests/cli/test_stats.py.
 #include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include "../../validate/src/pixel_measures.h"
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/format/archive.h"
+#include "shardfeed/format/stats_record.h"
 #include "shardfeed/validate/extract.h"
 #include "shardfeed/validate/inspect.h"
 #include "shardfeed/validate/stats.h"
@@ -116,6 +119,86 @@ TEST_CASE("a failed extract leaves nothing behind, a finished one everything") {
   CHECK(Entries(dir.path()) == std::vector<std::string>{"a", "b", "out"});
 }
 
+// What PlantAtStatsPath writes at stats.json when WriteStatsRecord's final step is about to run.
+std::string planted;
+void PlantAtStatsPath(const std::string& path) { std::ofstream(path, std::ios::trunc) << planted; }
+
+std::string FileText(const fs::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+bool HasTemporary(const std::string& dir) {
+  for (const std::string& name : Entries(dir)) {
+    if (name.find(".tmp-") != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST_CASE(
+    "stats --save never replaces a stats.json that is not ours, even one put there meanwhile") {
+  // Issue 23: --save checked the file before its pass, then renamed its record over whatever was
+  // there at the end: a user's stats.json created in between was silently replaced.
+  TempDir dir;
+  auto archive = ArchiveDeclaring(dir / "a", 4);
+  const fs::path stats = fs::path(dir / "a") / "stats.json";
+  format::StatsRecord rec;
+  rec.mean = {0.25, 0.5, 0.75};
+  rec.std = {0.1, 0.2, 0.3};
+  rec.samples = 1;
+  rec.fingerprint = format::ArchiveFingerprint(*archive);
+  auto refused = [&](const Status& st, const char* reason) {
+    INFO(st.ToString());
+    CHECK(st.code() == StatusCode::kInvalidArgument);
+    CHECK(st.message().find(stats.string()) != std::string::npos);
+    CHECK(st.message().find("not written by shardfeed stats --save") != std::string::npos);
+    CHECK(st.message().find(reason) != std::string::npos);
+    CHECK(!HasTemporary(dir / "a"));
+  };
+
+  SECTION("a user's file there when the record is written (made after stats' own check)") {
+    std::ofstream(stats) << "{\"my\": \"own notes\"}\n";
+    refused(format::WriteStatsRecord(*archive, rec), "exists");
+    CHECK(FileText(stats) == "{\"my\": \"own notes\"}\n");
+    CHECK(format::CheckStatsRecordReplaceable(*archive).code() == StatusCode::kInvalidArgument);
+  }
+  SECTION("none there when looked at, a user's file appears right before the rename") {
+    planted = "mine\n";
+    format::internal::SetStatsBeforeFinalStepHookForTest(PlantAtStatsPath);
+    refused(format::WriteStatsRecord(*archive, rec), "appeared while saving");
+    format::internal::SetStatsBeforeFinalStepHookForTest(nullptr);
+    CHECK(FileText(stats) == "mine\n");
+  }
+  SECTION("a record of ours there, a user's file put in its place right before the exchange") {
+    REQUIRE(format::WriteStatsRecord(*archive, rec).ok());
+    planted = "{\"format\": \"theirs\"}";
+    format::internal::SetStatsBeforeFinalStepHookForTest(PlantAtStatsPath);
+    refused(format::WriteStatsRecord(*archive, rec), "appeared while saving");
+    format::internal::SetStatsBeforeFinalStepHookForTest(nullptr);
+    CHECK(FileText(stats) == "{\"format\": \"theirs\"}");
+  }
+  SECTION("records of ours are replaced, also one that appears meanwhile (another --save)") {
+    REQUIRE(format::WriteStatsRecord(*archive, rec).ok());
+    const std::string first = FileText(stats);
+    fs::remove(stats);
+    planted = first;
+    format::internal::SetStatsBeforeFinalStepHookForTest(PlantAtStatsPath);
+    rec.mean[0] = 0.125;
+    const Status st = format::WriteStatsRecord(*archive, rec);
+    format::internal::SetStatsBeforeFinalStepHookForTest(nullptr);
+    REQUIRE(st.ok());
+    rec.mean[1] = 0.0625;
+    REQUIRE(format::WriteStatsRecord(*archive, rec).ok());
+    auto back = format::ReadStatsRecord(*archive);
+    REQUIRE(back.ok());
+    CHECK(back->mean[0] == 0.125);
+    CHECK(back->mean[1] == 0.0625);
+    CHECK(!HasTemporary(dir / "a"));
+  }
+}
+
 TEST_CASE("Printable escapes control and bidirectional-override characters") {
   CHECK(Printable("cat") == "cat");
   CHECK(Printable("caf\xc3\xa9") == "caf\xc3\xa9");  // é stays
@@ -180,28 +263,39 @@ TEST_CASE("stats' per-channel sums equal a plain loop at every length and alignm
   std::vector<uint8_t> pixels(3 * 5000 + 64);
   for (auto& v : pixels) v = uint8_t(rng());
   // Lengths around the SIMD kernel's 192-byte pairs and its 128-pair flush, odd offsets.
-  for (size_t count : {0, 1, 31, 32, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097, 5000}) {
+  for (size_t count :
+       {0, 1, 31, 32, 63, 64, 65, 127, 128, 129, 255, 256, 257, 4095, 4096, 4097, 5000}) {
     for (size_t offset : {0, 1, 7}) {
       if (offset + 3 * count > pixels.size()) continue;
       const uint8_t* p = pixels.data() + offset;
       uint64_t sum[3] = {}, squares[3] = {};
       for (size_t i = 0; i < 3 * count; ++i) sum[i % 3] += p[i], squares[i % 3] += p[i] * p[i];
-      PixelSums s;
-      s.Add(p, count);
-      INFO("count " << count << " offset " << offset);
-      CHECK(s.pixels == count);
-      for (int c = 0; c < 3; ++c) {
-        CHECK(s.sum[c] == sum[c]);
-        CHECK(s.squares[c] == squares[c]);
+      for (int level : {0, 1, 2}) {  // the best kernel the CPU has, AVX2, portable
+        ForceAvx2PixelLoops(level == 1);
+        ForcePortablePixelLoops(level == 2);
+        PixelSums s;
+        s.Add(p, count);
+        ForceAvx2PixelLoops(false);
+        ForcePortablePixelLoops(false);
+        INFO("count " << count << " offset " << offset << " level " << level);
+        CHECK(s.pixels == count);
+        for (int c = 0; c < 3; ++c) {
+          CHECK(s.sum[c] == sum[c]);
+          CHECK(s.squares[c] == squares[c]);
+        }
       }
     }
   }
   // All 255: the largest values the 16- and 32-bit lanes hold before they are flushed.
   std::vector<uint8_t> white(3 * 100000, 255);
-  PixelSums s;
-  s.Add(white.data(), 100000);
-  CHECK(s.sum[1] == 255ull * 100000);
-  CHECK(s.squares[2] == 255ull * 255 * 100000);
+  for (bool avx2 : {false, true}) {
+    ForceAvx2PixelLoops(avx2);
+    PixelSums s;
+    s.Add(white.data(), 100000);
+    ForceAvx2PixelLoops(false);
+    CHECK(s.sum[1] == 255ull * 100000);
+    CHECK(s.squares[2] == 255ull * 255 * 100000);
+  }
 }
 
 TEST_CASE("stats' SIMD and portable pixel loops give the same sums and luma measures") {
@@ -210,13 +304,13 @@ TEST_CASE("stats' SIMD and portable pixel loops give the same sums and luma meas
     std::vector<uint8_t> img(size_t{w} * h * 3);
     for (auto& v : img) v = uint8_t(rng() % 7 == 0 ? 255 : rng());
     PixelScratch scratch;
-    PixelSums fast, slow;
-    const PixelMeasures a = MeasurePixels(img.data(), w, h, &scratch, &fast);
+    const PixelMeasures a = MeasurePixels(img.data(), w, h, &scratch);
     ForcePortablePixelLoops(true);
-    const PixelMeasures b = MeasurePixels(img.data(), w, h, &scratch, &slow);
+    const PixelMeasures b = MeasurePixels(img.data(), w, h, &scratch);
     ForcePortablePixelLoops(false);
+    const PixelSums &fast = a.sums, &slow = b.sums;
     INFO(w << "x" << h);
-    CHECK(a.hash == b.hash);
+    CHECK(a.key == b.key);
     CHECK(a.luma.phash == b.luma.phash);
     CHECK(a.luma.mean == b.luma.mean);
     CHECK(a.luma.std == b.luma.std);

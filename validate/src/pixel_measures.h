@@ -4,7 +4,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 namespace shardfeed::validate {
@@ -13,8 +12,8 @@ namespace shardfeed::validate {
 struct PixelSums {
   uint64_t pixels = 0;
   uint64_t sum[3] = {0, 0, 0}, squares[3] = {0, 0, 0};
-  // Adds `count` RGB pixels stored contiguously (3 bytes each). One pass; AVX2 where the CPU
-  // has it, the same integers either way.
+  // Adds `count` RGB pixels stored contiguously (3 bytes each). One pass; AVX-512BW or AVX2
+  // where the CPU has it, the same integers either way.
   void Add(const uint8_t* rgb, size_t count);
   void Merge(const PixelSums& other);
 };
@@ -32,28 +31,29 @@ struct LumaMeasures {
 };
 // What one thread reuses between images.
 struct PixelScratch {
-  PixelScratch();
-  ~PixelScratch();
-  PixelScratch(const PixelScratch&) = delete;
-  PixelScratch& operator=(const PixelScratch&) = delete;
   std::vector<uint16_t> luma;     // the reduced luma image
   std::vector<uint32_t> columns;  // byte offset in a row of each sampled column
-  struct Hasher;                  // XXH3 streaming state
-  std::unique_ptr<Hasher> hasher;
 };
 LumaMeasures MeasureLuma(const uint8_t* rgb, uint32_t width, uint32_t height,
                          PixelScratch* scratch);
 
-// The pass over one decoded image (width x height RGB, contiguous): XXH3-64 of its pixels seeded
-// with its size (what makes two images exact duplicates), its luma measures and, unless `sums`
-// is null, its per-channel sums, a band of rows at a time, so that the three read each band
-// from the L1/L2 cache rather than the image three times from memory.
+// The pass over one decoded image (width x height RGB, contiguous): its per-channel sums, its
+// luma measures and `key`, a 64-bit hash of its size, sums and perceptual hash. Equal pixels
+// give equal keys, so only images that share a key can be exact duplicates: stats confirms
+// those with PixelHash after decoding them again, and hashes no other image's pixels (XXH3 of
+// every pixel cost 4% of the pass). A band of rows at a time from the last band up, so that
+// the sums and the luma samples read each band from the L1/L2 cache, and the rows the decoder
+// wrote last (still cached) before the reading evicts them.
 struct PixelMeasures {
-  uint64_t hash = 0;
+  PixelSums sums;
   LumaMeasures luma;
+  uint64_t key = 0;
 };
 PixelMeasures MeasurePixels(const uint8_t* rgb, uint32_t width, uint32_t height,
-                            PixelScratch* scratch, PixelSums* sums);
+                            PixelScratch* scratch);
+
+// XXH3-64 of the pixels seeded with the size: what makes two images exact duplicates.
+uint64_t PixelHash(const uint8_t* rgb, uint32_t width, uint32_t height);
 
 // 64-bit DCT hash of a luma image (kLumaScale units, `width` per row): area averages over 32 x 32
 // cells (a cell is at least one pixel: small images repeat), the 8 x 8 lowest frequencies of
@@ -64,5 +64,8 @@ uint64_t LumaHash(const uint16_t* luma, uint32_t width, uint32_t height);
 // portable paths even on an AVX2 CPU (the answers must be the same; the compiler's clones of
 // the integer loops are the same source). Not thread-safe against a running pass.
 void ForcePortablePixelLoops(bool portable);
+// Tests only: with true, the sums take the AVX2 kernel even on an AVX-512 CPU (the same
+// answers). Not thread-safe against a running pass.
+void ForceAvx2PixelLoops(bool avx2);
 
 }  // namespace shardfeed::validate

@@ -4,8 +4,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -29,9 +27,12 @@ using nlohmann::json;
 
 enum ColorBits : uint8_t { kGrayJpeg = 1, kGrayPixels = 2, kCmyk = 4, kRotated = 8 };
 
-// What the pass keeps of each sample (about 48 bytes: 10^6 samples take 48 MB).
+// What the pass keeps of each sample (64 bytes: 10^6 samples take 64 MB).
 struct SampleStat {
-  uint64_t hash = 0, phash = 0;  // XXH3 of the decoded pixels (and size); perceptual hash
+  // hash: what exact duplicates share. PixelHash of the decoded pixels where another sample (of
+  // any archive of the call) has the same key, else the key itself (ConfirmExactDuplicates).
+  uint64_t key = 0, hash = 0;
+  uint64_t phash = 0;  // perceptual hash
   uint32_t width = 0, height = 0;
   uint64_t bytes = 0;
   int32_t label = -1;
@@ -66,9 +67,9 @@ Status MeasureSample(const format::Archive& archive, uint64_t i, const StatsOpti
   SF_RETURN_IF_ERROR(archive.CheckUnchanged(i));
   s->width = img.width;
   s->height = img.height;
-  const PixelMeasures p =
-      MeasurePixels(img.pixels.data(), img.width, img.height, pixels, o.size == 0 ? sums : nullptr);
-  s->hash = p.hash;
+  const PixelMeasures p = MeasurePixels(img.pixels.data(), img.width, img.height, pixels);
+  if (o.size == 0) sums->Merge(p.sums);
+  s->key = s->hash = p.key;
   const LumaMeasures& l = p.luma;
   s->phash = l.phash;
   s->luma_mean = l.mean, s->luma_std = l.std, s->laplacian = l.laplacian;
@@ -145,6 +146,67 @@ Measured MeasureArchive(const format::Archive& archive, const StatsOptions& o,
   for (auto& t : threads) t.join();
   std::sort(m.errors.begin(), m.errors.end());
   return m;
+}
+
+// The samples of every archive of the call whose key another sample shares (each such set
+// holds every group of equal images, and rarely images that only share sizes, sums and
+// perceptual hash) are decoded again and their `hash` set to PixelHash of their pixels, so
+// that equal hashes mean equal pixels as if every image had been hashed in the pass. Usually
+// none or a few; at worst (every image a duplicate) a second decode of each.
+Status ConfirmExactDuplicates(
+    const std::vector<std::pair<const format::Archive*, std::vector<SampleStat>*>>& sets,
+    const StatsOptions& o) {
+  std::unordered_map<uint64_t, uint32_t> count;
+  for (const auto& [archive, samples] : sets) {
+    for (const SampleStat& s : *samples) {
+      if (s.ok) ++count[s.key];
+    }
+  }
+  std::vector<std::pair<size_t, uint64_t>> jobs;  // (set, sample)
+  for (size_t k = 0; k < sets.size(); ++k) {
+    const std::vector<SampleStat>& samples = *sets[k].second;
+    for (uint64_t i = 0; i < samples.size(); ++i) {
+      if (samples[i].ok && count[samples[i].key] > 1) jobs.emplace_back(k, i);
+    }
+  }
+  if (jobs.empty()) return Status::OK();
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  Status first_error;
+  auto work = [&]() {
+    codec::Context ctx;
+    imaging::Image img;
+    imaging::Limits limits;
+    limits.max_pixels = o.max_pixels;
+    for (size_t j; (j = next.fetch_add(1)) < jobs.size();) {
+      const format::Archive& archive = *sets[jobs[j].first].first;
+      const uint64_t i = jobs[j].second;
+      SampleStat& s = (*sets[jobs[j].first].second)[i];
+      Status st = [&]() -> Status {
+        SF_ASSIGN_OR_RETURN(const format::RecordView r, archive.At(i));
+        SF_ASSIGN_OR_RETURN(const codec::Codec* c, codec::CodecFor(*r.entry));
+        SF_RETURN_IF_ERROR(c->Decode(ctx, r, limits, /*strict=*/true, &img));
+        SF_RETURN_IF_ERROR(archive.CheckUnchanged(i));
+        if (img.width != s.width || img.height != s.height) {
+          return Status::Corrupt("decoded ", img.width, "x", img.height, " this time, ", s.width,
+                                 "x", s.height, " before");
+        }
+        s.hash = PixelHash(img.pixels.data(), img.width, img.height);
+        return Status::OK();
+      }();
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (first_error.ok()) first_error = ForSample(archive.path(), i, st);
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  const int workers = o.workers > 0 ? o.workers : AvailableCpus();
+  for (int t = 0; t < std::min<int>(workers, int(std::min<size_t>(jobs.size(), 4096))); ++t) {
+    threads.emplace_back(work);
+  }
+  for (auto& t : threads) t.join();
+  return first_error;
 }
 
 }  // namespace
@@ -366,33 +428,6 @@ json HistogramJson(const Histogram& h) {
   return {{"min", h.min}, {"max", h.max}, {"mean", h.mean}, {"bins", bins}};
 }
 
-// --save replaces ARCHIVE/stats.json only when it is provably ours: a JSON object with our
-// marker ("format": "shardfeed-stats", format/stats_record.h), whatever state of the archive it
-// describes. A user's own stats.json, or anything else by that name, is left alone.
-Status CheckStatsFileIsOurs(const format::Archive& archive) {
-  if (archive.path().find("://") != std::string::npos) return Status::OK();  // Write refuses
-  const std::string path =
-      (std::filesystem::path(archive.path()) / format::kStatsFileName).string();
-  std::error_code ec;
-  const auto st = std::filesystem::symlink_status(path, ec);
-  if (ec || st.type() == std::filesystem::file_type::not_found) return Status::OK();
-  auto refuse = [&](const char* why) {
-    return Status::InvalidArgument(path, ": exists and was not written by shardfeed stats --save (",
-                                   why, "); not replacing it: move it away to save statistics");
-  };
-  if (st.type() != std::filesystem::file_type::regular) return refuse("not a regular file");
-  std::ifstream f(path, std::ios::binary);
-  std::string text(1 << 16, '\0');
-  f.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (!f.eof()) return refuse(f ? "larger than 64 KiB" : "unreadable");
-  text.resize(static_cast<size_t>(f.gcount()));
-  const json j = json::parse(text, nullptr, false);
-  if (!j.is_object() || !j.contains("format") || j["format"] != "shardfeed-stats") {
-    return refuse("no \"format\": \"shardfeed-stats\"");
-  }
-  return Status::OK();
-}
-
 }  // namespace
 
 Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
@@ -401,8 +436,8 @@ Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
   if (archive.size() > std::numeric_limits<uint32_t>::max()) {
     return Status::InvalidArgument(archive.path(), ": stats handles up to 2^32 samples");
   }
-  // Before the pass: a refusal should not cost one.
-  if (o.save) SF_RETURN_IF_ERROR(CheckStatsFileIsOurs(archive));
+  // Before the pass, so that a refusal costs none; WriteStatsRecord decides again as it writes.
+  if (o.save) SF_RETURN_IF_ERROR(format::CheckStatsRecordReplaceable(archive));
   uint64_t total = archive.size();
   for (const auto& a : against) total += a.archive->size();
   StatsReport r;
@@ -433,14 +468,23 @@ Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
       }
     }
   }
-  FindDuplicates(m.samples, o, &r);
   uint64_t done = archive.size();
+  std::vector<Measured> theirs;
   for (const auto& other : against) {
     StatsOptions hashing = o;
     hashing.size = 0;
-    Measured theirs = MeasureArchive(*other.archive, hashing, progress, done, total);
+    theirs.push_back(MeasureArchive(*other.archive, hashing, progress, done, total));
     done += other.archive->size();
-    FindLeaks(m.samples, other.name, theirs.samples, o, &r);
+  }
+  std::vector<std::pair<const format::Archive*, std::vector<SampleStat>*>> sets = {
+      {&archive, &m.samples}};
+  for (size_t k = 0; k < against.size(); ++k) {
+    sets.emplace_back(against[k].archive.get(), &theirs[k].samples);
+  }
+  SF_RETURN_IF_ERROR(ConfirmExactDuplicates(sets, o));
+  FindDuplicates(m.samples, o, &r);
+  for (size_t k = 0; k < against.size(); ++k) {
+    FindLeaks(m.samples, against[k].name, theirs[k].samples, o, &r);
   }
   if (progress) progress(total, total);
   if (o.save) {
@@ -449,7 +493,6 @@ Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
     rec.size = o.size;
     rec.samples = r.decoded;
     rec.fingerprint = format::ArchiveFingerprint(archive);
-    SF_RETURN_IF_ERROR(CheckStatsFileIsOurs(archive));  // again: it may have appeared since
     SF_RETURN_IF_ERROR(format::WriteStatsRecord(archive, rec));
   }
   return r;
