@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -203,6 +204,7 @@ bool IsArchiveDirectory(const std::string& path) {
 }
 
 constexpr uint64_t kMaxLmdbPage = 64 * 1024;
+constexpr std::chrono::seconds kRetryFailedShardAfter{2};
 
 // A shard's slot: opened at Open() or, when lazy, on first use (under `mu`); ReleaseShard
 // closes it again, and the next use reopens it.
@@ -211,8 +213,11 @@ struct Archive::Shard {
   ~Shard() { internal::UnguardRange(guard); }
   mutable std::mutex mu;  // opening and releasing
   mutable std::atomic<bool> ready{false};
-  mutable bool failed = false;  // `status` says why it could not be opened (set once)
+  mutable bool failed = false;  // `status` says why it could not be opened
   mutable Status status;
+  // When it failed: a remote shard whose download failed for a reason that may pass (an I/O
+  // error, a timeout: the server down) is tried again kRetryFailedShardAfter later.
+  mutable std::chrono::steady_clock::time_point failed_at{};
   // A remote archive's cached copy of the file, held while mapped (destroyed after `store`).
   mutable std::unique_ptr<storage::CachedFile> lease;
   mutable std::unique_ptr<ShardStore> store;
@@ -419,9 +424,17 @@ const Archive::Shard* Archive::Ready(size_t s, Status* error) const {
   Shard& shard = *shards_[s];
   if (!shard.ready.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(shard.mu);
-    if (!shard.ready.load(std::memory_order_relaxed) && !shard.failed) {
+    // A failure is kept (every access reports it at once, no storm of retries) unless it is a
+    // remote shard's download that failed for a reason that may pass and a while has gone by:
+    // a loader whose epoch failed while the server was down reads again once it is back.
+    const bool may_pass = remote_ && (shard.status.code() == StatusCode::kIOError ||
+                                      shard.status.code() == StatusCode::kTimeout);
+    const bool retry = shard.failed && may_pass &&
+                       std::chrono::steady_clock::now() - shard.failed_at >= kRetryFailedShardAfter;
+    if (!shard.ready.load(std::memory_order_relaxed) && (!shard.failed || retry)) {
       shard.status = OpenShard(s);
       shard.failed = !shard.status.ok();
+      if (shard.failed) shard.failed_at = std::chrono::steady_clock::now();
       if (!shard.failed) shard.ready.store(true, std::memory_order_release);
     }
     if (shard.failed) {

@@ -461,6 +461,27 @@ def test_a_server_down_mid_epoch_for_good_fails_with_a_clear_error(proxy, env, m
     assert "shard-" in str(e.value) and "test-secret-never-shown" not in str(e.value)
 
 
+def test_a_shard_whose_download_failed_is_fetched_again_once_the_server_is_back(proxy, env,
+                                                                               many_shards,
+                                                                               tmp_path):
+    # Before, a shard whose download had failed kept that error for the archive's life: a
+    # loader (or an Archive) that met the server down could never read that shard again.
+    local, url, total = many_shards
+    env.setenv("SHARDFEED_FETCH_RETRIES", "1")
+    archive = shardfeed.Archive(url, index_check="lazy", cache_dir=str(tmp_path / "c"))
+    len(archive)  # opened (the manifest read): each shard is downloaded when first read
+    proxy.all_reset(True)
+    with pytest.raises(shardfeed.Error, match="after 2 attempts"):
+        archive.record(0)
+    with pytest.raises(shardfeed.Error, match="after 2 attempts"):
+        archive.record(1)  # at once, from the kept error: no storm of downloads
+    gets = sum(proxy.shard_gets().values())
+    proxy.all_reset(False)
+    threading.Event().wait(2.2)  # a failed download is tried again 2 s after it failed
+    assert bytes(archive.record(0)) == bytes(shardfeed.Archive(local).record(0))
+    assert sum(proxy.shard_gets().values()) > gets
+
+
 def test_big_shards_come_as_parallel_ranged_gets_each_retried(proxy, env, s3_archive,
                                                               local_archive):
     part = 8192  # shards above 2 parts (16 KiB) come as ranged GETs of 8 KiB
