@@ -460,3 +460,31 @@ def test_big_shards_come_as_parallel_ranged_gets_each_retried(proxy, env, s3_arc
     gets = {p.rsplit("/", 1)[1]: n for p, n in proxy.shard_gets().items()}
     assert gets.pop("shard-00003.mdb") == parts.pop("shard-00003.mdb") + 2
     assert gets == parts
+
+
+# ---- Review (h/review): shards the keeper released, read again by the consumer ---------------
+
+def test_block_shuffle_with_a_ragged_field_holds_no_more_than_the_cache(env, many_shards,
+                                                                        tmp_path):
+    # REGRESSION (review): variable fields (str "path" here; boxes, json, ...) are gathered by the
+    # consumer in Next() (GatherFields) from the loader's own archive, after the workers' runs
+    # finished and the keeper may have released (unmapped) the shard: a gather concurrent with
+    # ReleaseShard reads unmapped memory, and a gather after it reopens the shard, which then
+    # stays held (nothing releases it until the next epoch), so the cache fills up past what the
+    # loader planned for. The epoch must read like one without fields, within the cache limit,
+    # and every shard must be downloaded once (cache hits: none, with a fresh cache).
+    local, url, total = many_shards
+    limit = total // 4
+    cache = tmp_path / "ragged"
+    loader = shardfeed.Loader(url, cache_dir=str(cache), cache_limit=limit, fields=["path"],
+                              run_ahead=False, **BLOCK)
+    with CacheWatch(str(cache)) as watch:
+        loader.set_epoch(0)
+        paths = []
+        for b in loader:
+            paths += list(b["path"])
+            watch.measure()
+        stats = loader.stats()
+    assert len(paths) == 3200
+    assert 0 < watch.peak <= limit
+    assert stats["cache_misses"] == 20 and stats["cache_hits"] == 0, stats
