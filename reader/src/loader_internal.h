@@ -110,6 +110,7 @@ struct Loader::Impl {
   Status PlanCache(LoaderOptions* options, std::shared_ptr<format::Archive>* own_copy);
   void FetchAhead();  // a fetcher thread: opens the next shards of the plan (kShardDownloadsAhead)
   void KeeperFinished(const Task& run);  // mu held: FinishRun's part
+  void KeeperUnholdSlot(int slot);       // mu held: a batch's gather is done (or never comes)
   // A worker about to read sample `index`: waits for its shard's download here, timed as fetch
   // wait (no lock held).
   void AwaitShard(uint64_t index);

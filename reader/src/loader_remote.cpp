@@ -83,6 +83,13 @@ void Loader::Impl::KeeperFinished(const Task& run) {
                    ahead.on ? &ahead_span : nullptr, ahead.next_task);
 }
 
+void Loader::Impl::KeeperUnholdSlot(int s) {
+  if (!keeper || slots[s].held_shards.empty()) return;
+  keeper->Unhold(slots[s].held_shards, current_span, current.next_task,
+                 ahead.on ? &ahead_span : nullptr, ahead.next_task);
+  slots[s].held_shards.clear();
+}
+
 void Loader::Impl::AwaitShard(uint64_t index) {
   format::Archive& own = keeper->archive();
   const size_t s = own.ShardOf(index);

@@ -89,7 +89,18 @@ bool ShardKeeper::Pending(uint32_t s, const ShardSpan& current, uint64_t current
 void ShardKeeper::Finished(const EpochPlan& plan, uint64_t k, uint32_t n, const ShardSpan& current,
                            uint64_t current_next, const ShardSpan* ahead, uint64_t ahead_next) {
   Touch(plan, k, n, &scratch_);
-  for (uint32_t s : scratch_) {
+  Unhold(scratch_, current, current_next, ahead, ahead_next);
+}
+
+void ShardKeeper::Hold(const EpochPlan& plan, uint64_t k, uint32_t n,
+                       std::vector<uint32_t>* shards) {
+  Touch(plan, k, n, shards);
+  for (uint32_t s : *shards) ++busy_[s];
+}
+
+void ShardKeeper::Unhold(const std::vector<uint32_t>& shards, const ShardSpan& current,
+                         uint64_t current_next, const ShardSpan* ahead, uint64_t ahead_next) {
+  for (uint32_t s : shards) {
     if (busy_[s] > 0) --busy_[s];
     if (!Pending(s, current, current_next, ahead, ahead_next)) archive_->ReleaseShard(s);
   }

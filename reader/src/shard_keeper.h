@@ -57,6 +57,12 @@ class ShardKeeper {
   void Claimed(const EpochPlan& plan, uint64_t k, uint32_t n);
   void Finished(const EpochPlan& plan, uint64_t k, uint32_t n, const ShardSpan& current,
                 uint64_t current_next, const ShardSpan* ahead, uint64_t ahead_next);
+  // mu held. A batch whose variable fields the consumer gathers from the archive (Next,
+  // GatherFields) after its runs finished: the shards of its positions [k, k + n) of `plan` go
+  // to *shards and stay held until Unhold (after the gather, or when its slot is freed unread).
+  void Hold(const EpochPlan& plan, uint64_t k, uint32_t n, std::vector<uint32_t>* shards);
+  void Unhold(const std::vector<uint32_t>& shards, const ShardSpan& current, uint64_t current_next,
+              const ShardSpan* ahead, uint64_t ahead_next);
   // mu held. Releases every shard nothing needs (a new plan: what the old one left open).
   void Sweep(const ShardSpan& current, uint64_t current_next, const ShardSpan* ahead,
              uint64_t ahead_next);
