@@ -534,3 +534,43 @@ def test_a_loader_over_an_archive_that_holds_shards_counts_them(env, many_shards
         return
     got, peak, _ = watched_epoch(loader, str(tmp_path / "c"), minimum)
     assert len(got) == 400 and peak <= minimum
+
+
+@pytest.mark.xfail(strict=True, reason="review: ShardKeeper::Sweep calls ReleaseShard under the "
+                   "loader's lock, which waits for the shard's mutex that a fetcher holds for "
+                   "its whole download (not fixed here)")
+def test_a_resume_does_not_wait_for_a_stalled_download_it_no_longer_needs(proxy, env,
+                                                                          many_shards, tmp_path):
+    # REGRESSION (review): the fetcher threads download the plan's next shards while holding the
+    # shard's mutex (Archive::Ready). A resume (StartEpoch) past such a shard has Sweep release it
+    # with the loader's lock held: ReleaseShard waits for that download, and with it every worker,
+    # the consumer and (the call holds the GIL) the whole Python process, until the stalled body
+    # times out (SHARDFEED_FETCH_STALL_TIMEOUT) and the shard is fetched again. Shown without a
+    # clock: when the resumed batch arrives, the stalled GET must still be the shard's only one.
+    local, url, total = many_shards
+    env.setenv("SHARDFEED_FETCH_STALL_TIMEOUT", "5")  # how long the bug freezes the process
+    opts = dict(BLOCK, shuffle_window=1, run_ahead=False)
+    order = []  # the shards in the order the plan first reads them (160 samples a shard)
+    for _, _, x in epoch(shardfeed.Loader(local, **opts)):
+        for i in x:
+            if i // 160 not in order:
+                order.append(int(i // 160))
+    stalled = "shard-%05d" % order[2]
+    proxy.rules({stalled: ["stall"]})  # fetched ahead once shard order[0] begins
+    loader = shardfeed.Loader(url, cache_dir=str(tmp_path / "c"), cache_limit=total // 4, **opts)
+    loader.set_epoch(0)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    del it  # an early break: the next pass starts where load_state_dict says
+    try:
+        assert proxy.wait_stalled()
+        state = loader.state_dict()
+        state["position"] = 60  # batch 60: shard order[3]; order[2] is wholly before it
+        loader.load_state_dict(state)
+        batch = next(iter(loader))
+        gets = sum(n for p, n in proxy.shard_gets().items() if stalled in p)
+    finally:
+        proxy.release()
+    assert all(i // 160 == order[3] for i in batch.indices)
+    assert gets == 1, "the resume waited for the stalled download of a shard it does not read"
