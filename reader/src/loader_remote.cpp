@@ -106,10 +106,13 @@ void Loader::Impl::FetchAhead() {
     std::unique_lock<std::mutex> lock(mu);
     while (!stopping && fatal.ok()) {
       int64_t s = -1;
+      uint64_t for_plan = 0;
       if (started && current.next_task < current.plan.samples) {
         s = keeper->NextDownload(current_span, current.next_task, current_plan_id);
+        for_plan = current_plan_id;
       } else if (started && ahead.on) {
         s = keeper->NextDownload(ahead_span, ahead.next_task, ahead_plan_id);
+        for_plan = ahead_plan_id;
       }
       if (s < 0) {
         // Bounded: wakes for a new claim position (no notification is sent for it).
@@ -119,6 +122,10 @@ void Loader::Impl::FetchAhead() {
       lock.unlock();
       (void)keeper->archive().OpenShardNow(static_cast<size_t>(s));  // errors: at the read
       lock.lock();
+      if (for_plan != current_plan_id && !(ahead.on && for_plan == ahead_plan_id)) {
+        keeper->ReleaseUnneeded(static_cast<uint32_t>(s), current_span, current.next_task,
+                                ahead.on ? &ahead_span : nullptr, ahead.next_task);
+      }
     }
     --threads_running;
   }

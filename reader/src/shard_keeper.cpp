@@ -102,15 +102,27 @@ void ShardKeeper::Unhold(const std::vector<uint32_t>& shards, const ShardSpan& c
                          uint64_t current_next, const ShardSpan* ahead, uint64_t ahead_next) {
   for (uint32_t s : shards) {
     if (busy_[s] > 0) --busy_[s];
-    if (!Pending(s, current, current_next, ahead, ahead_next)) archive_->ReleaseShard(s);
+    if (!Pending(s, current, current_next, ahead, ahead_next)) Release(s);
   }
 }
 
 void ShardKeeper::Sweep(const ShardSpan& current, uint64_t current_next, const ShardSpan* ahead,
                         uint64_t ahead_next) {
   for (uint32_t s = 0; s < busy_.size(); ++s) {
-    if (!Pending(s, current, current_next, ahead, ahead_next)) archive_->ReleaseShard(s);
+    if (!Pending(s, current, current_next, ahead, ahead_next)) Release(s);
   }
+}
+
+void ShardKeeper::ReleaseUnneeded(uint32_t s, const ShardSpan& current, uint64_t current_next,
+                                  const ShardSpan* ahead, uint64_t ahead_next) {
+  if (!Pending(s, current, current_next, ahead, ahead_next)) Release(s);
+}
+
+void ShardKeeper::Release(uint32_t s) {
+  // Not open: closed already, or being opened by a fetcher thread, which holds the shard's mutex
+  // for its whole download; ReleaseShard would wait for that with the loader's lock held. The
+  // fetcher gives such a shard back itself once downloaded (ReleaseUnneeded).
+  if (archive_->ShardOpen(s)) archive_->ReleaseShard(s);
 }
 
 int64_t ShardKeeper::NextDownload(const ShardSpan& span, uint64_t next, uint64_t plan_id) {

@@ -66,6 +66,10 @@ class ShardKeeper {
   // mu held. Releases every shard nothing needs (a new plan: what the old one left open).
   void Sweep(const ShardSpan& current, uint64_t current_next, const ShardSpan* ahead,
              uint64_t ahead_next);
+  // mu held. A fetcher thread downloaded shard `s` for a plan that is gone (StartEpoch; Sweep
+  // left the shard alone while it was being downloaded): released unless something needs it.
+  void ReleaseUnneeded(uint32_t s, const ShardSpan& current, uint64_t current_next,
+                       const ShardSpan* ahead, uint64_t ahead_next);
   // mu held. The next shard to fetch ahead (the first kShardDownloadsAhead shards the plan has
   // not begun to read, not fetched already), or -1. Marks it as taken.
   int64_t NextDownload(const ShardSpan& span, uint64_t next, uint64_t plan_id);
@@ -76,6 +80,7 @@ class ShardKeeper {
   bool Pending(uint32_t s, const ShardSpan& current, uint64_t current_next, const ShardSpan* ahead,
                uint64_t ahead_next) const;
   void Touch(const EpochPlan& plan, uint64_t k, uint32_t n, std::vector<uint32_t>* shards) const;
+  void Release(uint32_t s);  // ReleaseShard, unless `s` is not open (maybe being downloaded)
 
   std::shared_ptr<format::Archive> archive_;
   const Sampler* sampler_;

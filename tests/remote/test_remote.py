@@ -536,9 +536,6 @@ def test_a_loader_over_an_archive_that_holds_shards_counts_them(env, many_shards
     assert len(got) == 400 and peak <= minimum
 
 
-@pytest.mark.xfail(strict=True, reason="review: ShardKeeper::Sweep calls ReleaseShard under the "
-                   "loader's lock, which waits for the shard's mutex that a fetcher holds for "
-                   "its whole download (not fixed here)")
 def test_a_resume_does_not_wait_for_a_stalled_download_it_no_longer_needs(proxy, env,
                                                                           many_shards, tmp_path):
     # REGRESSION (review): the fetcher threads download the plan's next shards while holding the
