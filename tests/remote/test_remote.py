@@ -571,3 +571,22 @@ def test_a_resume_does_not_wait_for_a_stalled_download_it_no_longer_needs(proxy,
         proxy.release()
     assert all(i // 160 == order[3] for i in batch.indices)
     assert gets == 1, "the resume waited for the stalled download of a shard it does not read"
+
+
+def test_an_early_break_then_another_epoch_stays_within_the_cache(env, many_shards, tmp_path):
+    # REGRESSION (review): StartEpoch's Sweep kept every open shard that the new plan reads at
+    # any time later ("pending": last position >= next), so the shards the abandoned epoch had
+    # open (its window, those fetched ahead) stayed held until the new epoch reached them, on
+    # top of the new epoch's own: "cache ... is full" mid-epoch after an early break.
+    local, url, total = many_shards
+    limit = total // 4
+    cache = tmp_path / "breaks"
+    loader = shardfeed.Loader(url, cache_dir=str(cache), cache_limit=limit, **BLOCK)
+    for e in range(4):  # break early in three epochs, then read a whole one
+        loader.set_epoch(e)
+        it = iter(loader)
+        for _ in range(30 if e < 3 else 0):
+            next(it)
+        del it
+    got, peak, _ = watched_epoch(loader, str(cache), limit, e=4)
+    assert len(got) == 400 and 0 < peak <= limit
