@@ -76,14 +76,29 @@ void ShardKeeper::Claimed(const EpochPlan& plan, uint64_t k, uint32_t n) {
   for (uint32_t s : scratch_) ++busy_[s];
 }
 
+namespace {
+
+// Shard `s` is begun in `span` (a position before `next`) and not finished (one at or after it),
+// or is among the first kShardDownloadsAhead shards not begun (those fetched ahead for it). A
+// shard the plan reads only later is not: held from an abandoned plan until the new one reached
+// it, it would take cache the new plan's windows need (it is opened again when it comes).
+bool Needed(const ShardSpan& span, uint64_t next, uint32_t s) {
+  if (span.first[s] < next) return span.last[s] >= next;
+  if (span.first[s] == std::numeric_limits<uint64_t>::max()) return false;
+  auto it = std::partition_point(span.order.begin(), span.order.end(),
+                                 [&](uint32_t x) { return span.first[x] < next; });
+  for (uint32_t i = 0; i < kShardDownloadsAhead && it != span.order.end(); ++i, ++it) {
+    if (*it == s) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 bool ShardKeeper::Pending(uint32_t s, const ShardSpan& current, uint64_t current_next,
                           const ShardSpan* ahead, uint64_t ahead_next) const {
   if (busy_[s] > 0) return true;
-  if (current.first[s] != std::numeric_limits<uint64_t>::max() && current.last[s] >= current_next) {
-    return true;  // still to be handed out (or fetched ahead for it)
-  }
-  // Begun by the epoch run ahead and not finished there.
-  return ahead && ahead->first[s] < ahead_next && ahead->last[s] >= ahead_next;
+  return Needed(current, current_next, s) || (ahead && Needed(*ahead, ahead_next, s));
 }
 
 void ShardKeeper::Finished(const EpochPlan& plan, uint64_t k, uint32_t n, const ShardSpan& current,

@@ -14,8 +14,10 @@
 // Thread-safety: every method but Need, ShardsOf and the archive's own calls runs with the
 // loader's lock (Impl::mu) held; ReleaseShard runs there too, so no worker can claim a run of a
 // shard while it is being released. A shard is released only when no claimed run touches it
-// (busy == 0) and no position of it is left unclaimed in the plan being handed out (nor,
-// started, in the epoch run ahead): no worker holds a view of it then.
+// (busy == 0, which also covers a batch whose variable fields the consumer has yet to gather)
+// and, in the plan being handed out and in the epoch run ahead, it is neither begun and
+// unfinished nor among the next shards fetched ahead: no worker holds a view of it then. A
+// shard a new plan reads only later is released (StartEpoch) and opened again when it comes.
 #pragma once
 
 #include <cstdint>
