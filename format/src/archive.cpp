@@ -211,7 +211,8 @@ struct Archive::Shard {
   ~Shard() { internal::UnguardRange(guard); }
   mutable std::mutex mu;  // opening and releasing
   mutable std::atomic<bool> ready{false};
-  mutable bool failed = false;  // `status` says why it could not be opened (set once)
+  // `status` says why it could not be opened (until ReleaseShard forgets it); written under `mu`
+  mutable std::atomic<bool> failed{false};
   mutable Status status;
   // A remote archive's cached copy of the file, held while mapped (destroyed after `store`).
   mutable std::unique_ptr<storage::CachedFile> lease;
@@ -419,12 +420,12 @@ const Archive::Shard* Archive::Ready(size_t s, Status* error) const {
   Shard& shard = *shards_[s];
   if (!shard.ready.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(shard.mu);
-    if (!shard.ready.load(std::memory_order_relaxed) && !shard.failed) {
+    if (!shard.ready.load(std::memory_order_relaxed) && !shard.failed.load()) {
       shard.status = OpenShard(s);
-      shard.failed = !shard.status.ok();
-      if (!shard.failed) shard.ready.store(true, std::memory_order_release);
+      shard.failed.store(!shard.status.ok());
+      if (shard.status.ok()) shard.ready.store(true, std::memory_order_release);
     }
-    if (shard.failed) {
+    if (shard.failed.load()) {
       *error = shard.status;
       return nullptr;
     }
@@ -442,10 +443,19 @@ bool Archive::ShardOpen(size_t s) const {
   return s < shards_.size() && shards_[s]->ready.load(std::memory_order_acquire);
 }
 
+bool Archive::ShardFailed(size_t s) const {
+  return s < shards_.size() && shards_[s]->failed.load();
+}
+
 void Archive::ReleaseShard(size_t s) {
   if (s >= shards_.size()) return;
   Shard& shard = *shards_[s];
   std::lock_guard<std::mutex> lock(shard.mu);
+  if (shard.failed.load()) {  // forgotten: the next access tries to open it again
+    shard.failed.store(false);
+    shard.status = Status::OK();
+    return;
+  }
   if (!shard.ready.load(std::memory_order_relaxed)) return;
   shard.ready.store(false, std::memory_order_release);
   internal::UnguardRange(shard.guard);  // before the range is unmapped

@@ -14,6 +14,7 @@ ShardKeeper::ShardKeeper(std::shared_ptr<format::Archive> archive, const Sampler
       world_size_(world_size),
       rank_(rank),
       busy_(archive_->shard_count(), 0),
+      retry_(archive_->shard_count(), 0),
       fetched_for_(archive_->shard_count(), 0) {}
 
 uint64_t ShardKeeper::Need(const format::Archive& archive, uint32_t window, uint64_t in_flight,
@@ -117,6 +118,10 @@ void ShardKeeper::Unhold(const std::vector<uint32_t>& shards, const ShardSpan& c
                          uint64_t current_next, const ShardSpan* ahead, uint64_t ahead_next) {
   for (uint32_t s : shards) {
     if (busy_[s] > 0) --busy_[s];
+    if (busy_[s] == 0 && retry_[s]) {  // failed in an earlier plan: its error is forgotten now
+      retry_[s] = 0;
+      if (archive_->ShardFailed(s)) archive_->ReleaseShard(s);
+    }
     if (!Pending(s, current, current_next, ahead, ahead_next)) Release(s);
   }
 }
@@ -124,6 +129,15 @@ void ShardKeeper::Unhold(const std::vector<uint32_t>& shards, const ShardSpan& c
 void ShardKeeper::Sweep(const ShardSpan& current, uint64_t current_next, const ShardSpan* ahead,
                         uint64_t ahead_next) {
   for (uint32_t s = 0; s < busy_.size(); ++s) {
+    // A new plan tries a shard whose open failed again (a network outage need not last), once no
+    // run still reads it; within a plan, its other samples fail at once (no retry storm).
+    if (archive_->ShardFailed(s)) {
+      if (busy_[s] == 0) {
+        archive_->ReleaseShard(s);
+      } else {
+        retry_[s] = 1;
+      }
+    }
     if (!Pending(s, current, current_next, ahead, ahead_next)) Release(s);
   }
 }
@@ -137,7 +151,7 @@ void ShardKeeper::Release(uint32_t s) {
   // Not open: closed already, or being opened by a fetcher thread, which holds the shard's mutex
   // for its whole download; ReleaseShard would wait for that with the loader's lock held. The
   // fetcher gives such a shard back itself once downloaded (ReleaseUnneeded).
-  if (archive_->ShardOpen(s)) archive_->ReleaseShard(s);
+  if (archive_->ShardOpen(s) || archive_->ShardFailed(s)) archive_->ReleaseShard(s);
 }
 
 int64_t ShardKeeper::NextDownload(const ShardSpan& span, uint64_t next, uint64_t plan_id) {

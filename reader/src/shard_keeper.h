@@ -82,12 +82,15 @@ class ShardKeeper {
   bool Pending(uint32_t s, const ShardSpan& current, uint64_t current_next, const ShardSpan* ahead,
                uint64_t ahead_next) const;
   void Touch(const EpochPlan& plan, uint64_t k, uint32_t n, std::vector<uint32_t>* shards) const;
-  void Release(uint32_t s);  // ReleaseShard, unless `s` is not open (maybe being downloaded)
+  // ReleaseShard (which also forgets a failed open), unless `s` is neither open nor failed (maybe
+  // being downloaded).
+  void Release(uint32_t s);
 
   std::shared_ptr<format::Archive> archive_;
   const Sampler* sampler_;
   uint32_t world_size_, rank_;
   std::vector<uint32_t> busy_;         // per shard: claimed runs not done that read it
+  std::vector<uint8_t> retry_;         // per shard: failed, to be forgotten when busy_ reaches 0
   std::vector<uint64_t> fetched_for_;  // per shard: plan_id + 1 it was fetched ahead for
   std::vector<uint32_t> scratch_;
 };

@@ -490,8 +490,6 @@ def test_block_shuffle_with_a_ragged_field_holds_no_more_than_the_cache(env, man
     assert stats["cache_misses"] == 20 and stats["cache_hits"] == 0, stats
 
 
-@pytest.mark.xfail(strict=True, reason="review: Archive::Ready keeps a failed open for the "
-                   "archive's life; the keeper's archive never retries it (not fixed here)")
 def test_a_shard_that_failed_while_the_server_was_down_is_read_in_the_next_epoch(proxy, env,
                                                                                   many_shards,
                                                                                   tmp_path):
