@@ -255,6 +255,9 @@ int CmdPack(int argc, char** argv) {
         ": pack --part and MPI packs write locally; merge the parts into s3:// (shardfeed "
         "merge PARTS... s3://bucket/prefix)"));
   }
+  if (!opt.part_record && !parts_dir.empty()) {
+    return Fail(Status::InvalidArgument("--parts-dir goes with --part"));
+  }
   const std::string remote_out = out;
   auto staged = cli::StagedOut::Prepare(out, staging, opt.writer.overwrite);
   if (!staged.ok()) return Fail(staged.status());
@@ -268,8 +271,6 @@ int CmdPack(int argc, char** argv) {
               : (std::filesystem::path(parts_dir) /
                  std::filesystem::path(converter::DefaultPartPath("x", i, n)).filename())
                     .string();
-  } else if (!parts_dir.empty()) {
-    return Fail(Status::InvalidArgument("--parts-dir goes with --part"));
   }
 #ifdef SHARDFEED_WITH_MPI
   if (!opt.part_record && cli::MpiWorldSize() > 1 &&
@@ -281,6 +282,7 @@ int CmdPack(int argc, char** argv) {
 
   Result<converter::SourceList> source = converter::ImportSource(src, import);
   if (!source.ok()) {
+    (void)staged->Finish(source.status());  // nothing built: an s3:// OUT's staging folder goes
     // A bad row or annotation in the source is bad data (exit 1), like a --strict skip.
     if (source.status().code() == StatusCode::kCorrupt) {
       std::fprintf(stderr, "shardfeed: error: %s\n", source.status().message().c_str());

@@ -213,7 +213,8 @@ struct Archive::Shard {
   ~Shard() { internal::UnguardRange(guard); }
   mutable std::mutex mu;  // opening and releasing
   mutable std::atomic<bool> ready{false};
-  mutable bool failed = false;  // `status` says why it could not be opened
+  // `status` says why it could not be opened (until ReleaseShard forgets it); written under `mu`
+  mutable std::atomic<bool> failed{false};
   mutable Status status;
   // When it failed: a remote shard whose download failed for a reason that may pass (an I/O
   // error, a timeout: the server down) is tried again kRetryFailedShardAfter later.
@@ -429,15 +430,15 @@ const Archive::Shard* Archive::Ready(size_t s, Status* error) const {
     // a loader whose epoch failed while the server was down reads again once it is back.
     const bool may_pass = remote_ && (shard.status.code() == StatusCode::kIOError ||
                                       shard.status.code() == StatusCode::kTimeout);
-    const bool retry = shard.failed && may_pass &&
+    const bool retry = shard.failed.load() && may_pass &&
                        std::chrono::steady_clock::now() - shard.failed_at >= kRetryFailedShardAfter;
-    if (!shard.ready.load(std::memory_order_relaxed) && (!shard.failed || retry)) {
+    if (!shard.ready.load(std::memory_order_relaxed) && (!shard.failed.load() || retry)) {
       shard.status = OpenShard(s);
-      shard.failed = !shard.status.ok();
-      if (shard.failed) shard.failed_at = std::chrono::steady_clock::now();
-      if (!shard.failed) shard.ready.store(true, std::memory_order_release);
+      shard.failed.store(!shard.status.ok());
+      if (!shard.status.ok()) shard.failed_at = std::chrono::steady_clock::now();
+      if (shard.status.ok()) shard.ready.store(true, std::memory_order_release);
     }
-    if (shard.failed) {
+    if (shard.failed.load()) {
       *error = shard.status;
       return nullptr;
     }
@@ -455,10 +456,19 @@ bool Archive::ShardOpen(size_t s) const {
   return s < shards_.size() && shards_[s]->ready.load(std::memory_order_acquire);
 }
 
+bool Archive::ShardFailed(size_t s) const {
+  return s < shards_.size() && shards_[s]->failed.load();
+}
+
 void Archive::ReleaseShard(size_t s) {
   if (s >= shards_.size()) return;
   Shard& shard = *shards_[s];
   std::lock_guard<std::mutex> lock(shard.mu);
+  if (shard.failed.load()) {  // forgotten: the next access tries to open it again
+    shard.failed.store(false);
+    shard.status = Status::OK();
+    return;
+  }
   if (!shard.ready.load(std::memory_order_relaxed)) return;
   shard.ready.store(false, std::memory_order_release);
   internal::UnguardRange(shard.guard);  // before the range is unmapped

@@ -107,6 +107,7 @@ int Loader::Impl::SlotOf(const std::vector<int>& map, uint64_t gen, uint64_t b) 
 int Loader::Impl::batch_slot(uint64_t b) const { return SlotOf(current.filling, generation, b); }
 
 void Loader::Impl::FreeSlot(int s) {
+  KeeperUnholdSlot(s);  // a batch freed before (or without) its gather
   slots[s].in_flight = 0;
   if (usable > depth) {  // the ring is shrinking: this slot's memory goes back
     slots[s].state = SlotState::kRetiring;

@@ -39,6 +39,9 @@ struct Slot {
   // to the ring when this reaches zero: no worker can still be writing into it.
   uint32_t in_flight = 0;
   Status error;
+  // Remote shuffle="block" with variable fields: the shards the consumer's gather of this
+  // batch reads, held by the shard keeper until the gather is done or the slot is freed.
+  std::vector<uint32_t> held_shards;
 };
 
 struct SlotLayout {

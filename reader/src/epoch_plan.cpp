@@ -54,6 +54,9 @@ bool Loader::Impl::ClaimFrom(EpochWork& from, uint64_t gen, size_t worker, Task*
     slot.skipped = 0;
     slot.error = Status::OK();
     from.filling[b % from.filling.size()] = s;
+    // The consumer gathers variable fields from the archive after the runs finish: the batch's
+    // shards stay held until then (KeeperUnholdSlot), not just while a run decodes them.
+    if (keeper && fields.ragged) keeper->Hold(from.plan, first, slot.count, &slot.held_shards);
     if (gen != generation) ++stats.run_ahead_batches;
     // A batch just started: have the kernel read the next one's records meanwhile.
     task->prefetch_begin = std::min<uint64_t>(from.plan.samples, first + options.batch_size);

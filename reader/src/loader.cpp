@@ -361,6 +361,7 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
                                    &p.slot_fields[s]);
     lock.lock();
     p.stats.collate += Seconds(Clock::now() - t);
+    p.KeeperUnholdSlot(s);  // its shards were held for this gather (shard_keeper.h)
     lock.unlock();
     if (!gathered.ok()) {
       p.ReleaseSlot(s);

@@ -112,6 +112,7 @@ struct Loader::Impl {
                    uint32_t* downloads);
   void FetchAhead();  // a fetcher thread: opens the next shards of the plan (keeper->downloads())
   void KeeperFinished(const Task& run);  // mu held: FinishRun's part
+  void KeeperUnholdSlot(int slot);       // mu held: a batch's gather is done (or never comes)
   // A worker about to read sample `index`: waits for its shard's download here, timed as fetch
   // wait (no lock held).
   void AwaitShard(uint64_t index);

@@ -99,6 +99,13 @@ void Loader::Impl::KeeperFinished(const Task& run) {
                    ahead.on ? &ahead_span : nullptr, ahead.next_task);
 }
 
+void Loader::Impl::KeeperUnholdSlot(int s) {
+  if (!keeper || slots[s].held_shards.empty()) return;
+  keeper->Unhold(slots[s].held_shards, current_span, current.next_task,
+                 ahead.on ? &ahead_span : nullptr, ahead.next_task);
+  slots[s].held_shards.clear();
+}
+
 void Loader::Impl::AwaitShard(uint64_t index) {
   format::Archive& own = keeper->archive();
   const size_t s = own.ShardOf(index);
@@ -115,10 +122,13 @@ void Loader::Impl::FetchAhead() {
     std::unique_lock<std::mutex> lock(mu);
     while (!stopping && fatal.ok()) {
       int64_t s = -1;
+      uint64_t for_plan = 0;
       if (started && current.next_task < current.plan.samples) {
         s = keeper->NextDownload(current_span, current.next_task, current_plan_id);
+        for_plan = current_plan_id;
       } else if (started && ahead.on) {
         s = keeper->NextDownload(ahead_span, ahead.next_task, ahead_plan_id);
+        for_plan = ahead_plan_id;
       }
       if (s < 0) {
         // Bounded: wakes for a new claim position (no notification is sent for it).
@@ -128,6 +138,10 @@ void Loader::Impl::FetchAhead() {
       lock.unlock();
       (void)keeper->archive().OpenShardNow(static_cast<size_t>(s));  // errors: at the read
       lock.lock();
+      if (for_plan != current_plan_id && !(ahead.on && for_plan == ahead_plan_id)) {
+        keeper->ReleaseUnneeded(static_cast<uint32_t>(s), current_span, current.next_task,
+                                ahead.on ? &ahead_span : nullptr, ahead.next_task);
+      }
     }
     --threads_running;
   }

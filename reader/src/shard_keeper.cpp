@@ -16,6 +16,7 @@ ShardKeeper::ShardKeeper(std::shared_ptr<format::Archive> archive, const Sampler
       rank_(rank),
       downloads_(downloads),
       busy_(archive_->shard_count(), 0),
+      retry_(archive_->shard_count(), 0),
       fetched_for_(archive_->shard_count(), 0) {}
 
 uint64_t ShardKeeper::Need(const std::vector<format::ShardInfo>& infos, uint32_t window,
@@ -129,30 +130,82 @@ void ShardKeeper::Claimed(const EpochPlan& plan, uint64_t k, uint32_t n) {
   for (uint32_t s : scratch_) ++busy_[s];
 }
 
+namespace {
+
+// Shard `s` is begun in `span` (a position before `next`) and not finished (one at or after it),
+// or is among the first `downloads` shards not begun (those fetched ahead for it). A
+// shard the plan reads only later is not: held from an abandoned plan until the new one reached
+// it, it would take cache the new plan's windows need (it is opened again when it comes).
+bool Needed(const ShardSpan& span, uint64_t next, uint32_t s, uint32_t downloads) {
+  if (span.first[s] < next) return span.last[s] >= next;
+  if (span.first[s] == std::numeric_limits<uint64_t>::max()) return false;
+  auto it = std::partition_point(span.order.begin(), span.order.end(),
+                                 [&](uint32_t x) { return span.first[x] < next; });
+  for (uint32_t i = 0; i < downloads && it != span.order.end(); ++i, ++it) {
+    if (*it == s) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 bool ShardKeeper::Pending(uint32_t s, const ShardSpan& current, uint64_t current_next,
                           const ShardSpan* ahead, uint64_t ahead_next) const {
   if (busy_[s] > 0) return true;
-  if (current.first[s] != std::numeric_limits<uint64_t>::max() && current.last[s] >= current_next) {
-    return true;  // still to be handed out (or fetched ahead for it)
-  }
-  // Begun by the epoch run ahead and not finished there.
-  return ahead && ahead->first[s] < ahead_next && ahead->last[s] >= ahead_next;
+  return Needed(current, current_next, s, downloads_) ||
+         (ahead && Needed(*ahead, ahead_next, s, downloads_));
 }
 
 void ShardKeeper::Finished(const EpochPlan& plan, uint64_t k, uint32_t n, const ShardSpan& current,
                            uint64_t current_next, const ShardSpan* ahead, uint64_t ahead_next) {
   Touch(plan, k, n, &scratch_);
-  for (uint32_t s : scratch_) {
+  Unhold(scratch_, current, current_next, ahead, ahead_next);
+}
+
+void ShardKeeper::Hold(const EpochPlan& plan, uint64_t k, uint32_t n,
+                       std::vector<uint32_t>* shards) {
+  Touch(plan, k, n, shards);
+  for (uint32_t s : *shards) ++busy_[s];
+}
+
+void ShardKeeper::Unhold(const std::vector<uint32_t>& shards, const ShardSpan& current,
+                         uint64_t current_next, const ShardSpan* ahead, uint64_t ahead_next) {
+  for (uint32_t s : shards) {
     if (busy_[s] > 0) --busy_[s];
-    if (!Pending(s, current, current_next, ahead, ahead_next)) archive_->ReleaseShard(s);
+    if (busy_[s] == 0 && retry_[s]) {  // failed in an earlier plan: its error is forgotten now
+      retry_[s] = 0;
+      if (archive_->ShardFailed(s)) archive_->ReleaseShard(s);
+    }
+    if (!Pending(s, current, current_next, ahead, ahead_next)) Release(s);
   }
 }
 
 void ShardKeeper::Sweep(const ShardSpan& current, uint64_t current_next, const ShardSpan* ahead,
                         uint64_t ahead_next) {
   for (uint32_t s = 0; s < busy_.size(); ++s) {
-    if (!Pending(s, current, current_next, ahead, ahead_next)) archive_->ReleaseShard(s);
+    // A new plan tries a shard whose open failed again (a network outage need not last), once no
+    // run still reads it; within a plan, its other samples fail at once (no retry storm).
+    if (archive_->ShardFailed(s)) {
+      if (busy_[s] == 0) {
+        archive_->ReleaseShard(s);
+      } else {
+        retry_[s] = 1;
+      }
+    }
+    if (!Pending(s, current, current_next, ahead, ahead_next)) Release(s);
   }
+}
+
+void ShardKeeper::ReleaseUnneeded(uint32_t s, const ShardSpan& current, uint64_t current_next,
+                                  const ShardSpan* ahead, uint64_t ahead_next) {
+  if (!Pending(s, current, current_next, ahead, ahead_next)) Release(s);
+}
+
+void ShardKeeper::Release(uint32_t s) {
+  // Not open: closed already, or being opened by a fetcher thread, which holds the shard's mutex
+  // for its whole download; ReleaseShard would wait for that with the loader's lock held. The
+  // fetcher gives such a shard back itself once downloaded (ReleaseUnneeded).
+  if (archive_->ShardOpen(s) || archive_->ShardFailed(s)) archive_->ReleaseShard(s);
 }
 
 int64_t ShardKeeper::NextDownload(const ShardSpan& span, uint64_t next, uint64_t plan_id) {

@@ -14,8 +14,10 @@
 // Thread-safety: every method but Need, ShardsOf and the archive's own calls runs with the
 // loader's lock (Impl::mu) held; ReleaseShard runs there too, so no worker can claim a run of a
 // shard while it is being released. A shard is released only when no claimed run touches it
-// (busy == 0) and no position of it is left unclaimed in the plan being handed out (nor,
-// started, in the epoch run ahead): no worker holds a view of it then.
+// (busy == 0, which also covers a batch whose variable fields the consumer has yet to gather)
+// and, in the plan being handed out and in the epoch run ahead, it is neither begun and
+// unfinished nor among the next shards fetched ahead: no worker holds a view of it then. A
+// shard a new plan reads only later is released (StartEpoch) and opened again when it comes.
 #pragma once
 
 #include <cstdint>
@@ -64,9 +66,19 @@ class ShardKeeper {
   void Claimed(const EpochPlan& plan, uint64_t k, uint32_t n);
   void Finished(const EpochPlan& plan, uint64_t k, uint32_t n, const ShardSpan& current,
                 uint64_t current_next, const ShardSpan* ahead, uint64_t ahead_next);
+  // mu held. A batch whose variable fields the consumer gathers from the archive (Next,
+  // GatherFields) after its runs finished: the shards of its positions [k, k + n) of `plan` go
+  // to *shards and stay held until Unhold (after the gather, or when its slot is freed unread).
+  void Hold(const EpochPlan& plan, uint64_t k, uint32_t n, std::vector<uint32_t>* shards);
+  void Unhold(const std::vector<uint32_t>& shards, const ShardSpan& current, uint64_t current_next,
+              const ShardSpan* ahead, uint64_t ahead_next);
   // mu held. Releases every shard nothing needs (a new plan: what the old one left open).
   void Sweep(const ShardSpan& current, uint64_t current_next, const ShardSpan* ahead,
              uint64_t ahead_next);
+  // mu held. A fetcher thread downloaded shard `s` for a plan that is gone (StartEpoch; Sweep
+  // left the shard alone while it was being downloaded): released unless something needs it.
+  void ReleaseUnneeded(uint32_t s, const ShardSpan& current, uint64_t current_next,
+                       const ShardSpan* ahead, uint64_t ahead_next);
   // mu held. The next shard to fetch ahead (the first `downloads` shards the plan has
   // not begun to read, not fetched already), or -1. Marks it as taken.
   int64_t NextDownload(const ShardSpan& span, uint64_t next, uint64_t plan_id);
@@ -78,12 +90,16 @@ class ShardKeeper {
   bool Pending(uint32_t s, const ShardSpan& current, uint64_t current_next, const ShardSpan* ahead,
                uint64_t ahead_next) const;
   void Touch(const EpochPlan& plan, uint64_t k, uint32_t n, std::vector<uint32_t>* shards) const;
+  // ReleaseShard (which also forgets a failed open), unless `s` is neither open nor failed (maybe
+  // being downloaded).
+  void Release(uint32_t s);
 
   std::shared_ptr<format::Archive> archive_;
   const Sampler* sampler_;
   uint32_t world_size_, rank_;
   uint32_t downloads_;
   std::vector<uint32_t> busy_;         // per shard: claimed runs not done that read it
+  std::vector<uint8_t> retry_;         // per shard: failed, to be forgotten when busy_ reaches 0
   std::vector<uint64_t> fetched_for_;  // per shard: plan_id + 1 it was fetched ahead for
   std::vector<uint32_t> scratch_;
 };

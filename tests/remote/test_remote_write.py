@@ -258,3 +258,15 @@ def test_ctrl_c_during_the_upload_aborts_it_and_leaves_no_manifest(bucket, uploa
     staged = [d for d in os.listdir(tmp_path) if d.startswith("shardfeed-staging-")]
     assert len(staged) == 1  # the build is kept, and the message says where
     assert os.path.join(str(tmp_path), staged[0], "w-interrupted") in err
+
+
+def test_a_pack_that_fails_before_building_leaves_no_staging_folder(env, bucket, tmp_path):
+    # REGRESSION (review): StagedOut::Prepare makes a staging folder under $TMPDIR; CmdPack's
+    # early returns after it (a source that cannot be read, --parts-dir without --part) never
+    # call Finish, so the folder is left behind on every such failure.
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env.setenv("TMPDIR", str(tmp))
+    out = cli("pack", str(tmp_path / "no-such-folder"), f"s3://{BUCKET}/never", "-q")
+    assert out.returncode != 0
+    assert os.listdir(tmp) == []

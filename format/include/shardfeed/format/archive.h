@@ -144,9 +144,10 @@ class Archive {
   // thread is inside an access to shard `s` (At, Field, VerifyRecord, WillNeed, Label, ...)
   // and that no view of it is used afterwards: the loader calls it only on an archive of its
   // own, for a shard none of whose samples is being decoded. Accesses to other shards may run
-  // concurrently. A shard that failed to open keeps its error (for a remote shard whose
-  // download failed with kIOError or kTimeout, for 2 s: an access after that downloads it
-  // again). No-op if `s` is not open.
+  // concurrently. A shard that failed to open keeps its error until ReleaseShard, which forgets
+  // it (the next access tries to open it again: a transient failure, such as a network outage,
+  // need not last), or, for a remote shard whose download failed with kIOError or kTimeout,
+  // for 2 s: an access after that downloads it again. Otherwise a no-op if `s` is not open.
   void ReleaseShard(size_t s);
   // Opens shard `s` now (for a remote archive: downloads it into the cache if absent), so that
   // the first access does not wait; its error, if any, is also what accesses will report (a
@@ -154,6 +155,7 @@ class Archive {
   // Thread-safe. True when the shard is open (mapped) now.
   Status OpenShardNow(size_t s) const;
   bool ShardOpen(size_t s) const;
+  bool ShardFailed(size_t s) const;  // its open failed (and ReleaseShard has not forgotten it)
   size_t shard_count() const { return shards_.size(); }
   size_t ShardOf(uint64_t index) const { return FindShard(index); }  // index < size()
 
