@@ -264,16 +264,25 @@ Status Remote::CheckLimit(uint64_t need, const std::string& why) const {
 
 namespace {
 
+// The cache-wide lock (an exclusive flock on <cache_dir>/.cache.lock, released with the Fd):
+// every change to what the cache's files add up to that could raise it runs under it.
+Result<int> LockCache(const std::string& cache_dir) {
+  const int fd = ::open((cache_dir + "/.cache.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::IOError(cache_dir, "/.cache.lock: ", std::strerror(errno));
+  if (!LockWithin(fd, LOCK_EX, 60)) {
+    ::close(fd);
+    return Status::Timeout(cache_dir, "/.cache.lock: not free after 60 s");
+  }
+  return fd;
+}
+
 // Creates `part` with `bytes` reserved (posix_fallocate), after evicting unheld files, least
 // recently used first, until the cache stays within `limit` with it. Under the cache-wide lock,
 // so concurrent downloaders count each other's reservations.
 Result<int> Reserve(const std::string& cache_dir, uint64_t limit, const std::string& part,
                     uint64_t bytes, const std::string& shown) {
-  Fd lock(::open((cache_dir + "/.cache.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-  if (lock.fd < 0) return Status::IOError(cache_dir, "/.cache.lock: ", std::strerror(errno));
-  if (!LockWithin(lock.fd, LOCK_EX, 60)) {
-    return Status::Timeout(cache_dir, "/.cache.lock: not free after 60 s");
-  }
+  SF_ASSIGN_OR_RETURN(int locked, LockCache(cache_dir));
+  Fd lock(locked);
   if (limit != 0) {
     std::vector<Entry> entries;
     uint64_t total = Survey(cache_dir + "/remote", &entries);
@@ -401,7 +410,13 @@ Result<std::unique_ptr<CachedFile>> Remote::Fetch(const std::string& name, uint6
     }
     if (got.ok()) got = verify(part);
     if (got.ok()) {
-      if (::rename(part.c_str(), final_path.c_str()) != 0) {
+      // Under the cache-wide lock: a Survey listing the folder between the rename and its stat
+      // of the names it listed would find neither the .part (gone) nor the file (not listed),
+      // count the cache a shard short and let a download take the cache over its limit.
+      Result<int> locked = LockCache(cache_.dir);
+      if (!locked.ok()) {
+        got = locked.status();
+      } else if (Fd cache_lock(*locked); ::rename(part.c_str(), final_path.c_str()) != 0) {
         got = Status::IOError(part, ": rename: ", std::strerror(errno));
       } else if (auto held = Hold(final_path)) {
         return held;
