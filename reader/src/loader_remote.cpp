@@ -21,9 +21,16 @@ Status Loader::Impl::PlanCache(LoaderOptions* o, std::shared_ptr<format::Archive
   const bool by_shard = o->shuffle && o->shuffle_by_shard;
   uint64_t in_flight = uint64_t{ring_cap} * o->batch_size;
   *downloads = kShardDownloadsAhead;
+  // The archive given to the loader keeps the shards it has opened (mapped, their cached files
+  // held) while the loader's own copy opens what it reads again: those count too. (Shards the
+  // caller opens through it later are the caller's to fit.)
+  uint64_t held = 0, held_shards = 0;
+  for (size_t s = 0; s < archive->shard_count(); ++s) {
+    if (archive->ShardOpen(s)) held += archive->manifest().shards[s].file_bytes, ++held_shards;
+  }
   auto need = [&](uint32_t window, uint64_t* shards) {
-    return ShardKeeper::Need(archive->manifest().shards, window, in_flight, o->world_size,
-                             o->run_ahead, *downloads, shards);
+    return held + ShardKeeper::Need(archive->manifest().shards, window, in_flight, o->world_size,
+                                    o->run_ahead, *downloads, shards);
   };
   if (!by_shard || o->mode != WorkerMode::kThreads) {
     // Every shard stays held until the archive is closed: the cache must hold them all.
@@ -73,7 +80,11 @@ Status Loader::Impl::PlanCache(LoaderOptions* o, std::shared_ptr<format::Archive
                  " shards that " + std::to_string(in_flight) + " samples in flight span, and " +
                  std::to_string(*downloads) + " downloaded ahead, the end windows' and the " +
                  "downloads' at the largest shards' sizes; a smaller shuffle_window, batch_size " +
-                 "or prefetch needs less" + more + ")"));
+                 "or prefetch needs less" + more +
+                 (held_shards ? "; and " + Shards(held_shards) + " the archive given to the " +
+                                    "loader holds open, " + std::to_string(held) + " bytes"
+                              : std::string()) +
+                 ")"));
   // A copy of the archive of the loader's own: only the keeper releases its shards, and no
   // view of it is ever handed to anyone else. Lazy: a shard is fetched when the plan needs it.
   format::OpenOptions open = archive->open_options();

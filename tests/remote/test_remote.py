@@ -360,8 +360,8 @@ def test_a_cache_below_the_minimum_is_refused_at_open_giving_it(env, many_shards
     with pytest.raises(shardfeed.Error, match=f"at least {minimum}"):
         shardfeed.Loader(url, cache_dir=str(tmp_path / "c"), cache_limit=minimum - 1, **BLOCK)
     loader = shardfeed.Loader(url, cache_dir=str(tmp_path / "c"), cache_limit=minimum, **BLOCK)
-    got, peak, _ = watched_epoch(loader, str(tmp_path / "c"), minimum)
-    assert len(got) == 400 and peak <= minimum
+    got, peak, _ = watched_epoch(loader, str(tmp_path / "c"), limit)
+    assert len(got) == 400 and peak <= limit
     # A global shuffle holds every shard it has read: refused, pointing at shuffle="block".
     with pytest.raises(shardfeed.Error) as e:
         shardfeed.Loader(url, cache_limit=total // 4, **dict(BLOCK, shuffle=True))
@@ -546,27 +546,27 @@ def test_a_shard_that_failed_while_the_server_was_down_is_read_in_the_next_epoch
     assert len(got) == 400
 
 
-@pytest.mark.xfail(strict=True, reason="review: Loader::Create's cache plan ignores the shards the "
-                   "given Archive already holds (its private copy opens them a second time)")
 def test_a_loader_over_an_archive_that_holds_shards_counts_them(env, many_shards, tmp_path):
-    # REGRESSION (review): a Loader given an Archive opens a private copy for its keeper; shards
-    # the caller's Archive has read stay mapped and flocked by it (never evictable) but are not
-    # in the cache the loader planned for, so a cache_limit the loader accepted fails mid-epoch
-    # with "cache ... is full" (here: 3 shards looked at before the loader was made).
+    # A Loader given an Archive opens a private copy for its keeper; shards the caller's Archive
+    # has read stay mapped and flocked by it (never evictable). Before, they were not in the
+    # cache the loader planned for, so a cache_limit the loader accepted failed mid-epoch with
+    # "cache ... is full" (here: 3 shards looked at before the loader was made).
     local, url, total = many_shards
     with pytest.raises(shardfeed.Error, match=r"at least (\d+)") as e:
         shardfeed.Loader(url, cache_dir=str(tmp_path / "c"), cache_limit=total // 20, **BLOCK)
     minimum = int(re.search(r"at least (\d+)", str(e.value)).group(1))
-    a = shardfeed.Archive(url, cache_dir=str(tmp_path / "c"), cache_limit=minimum)
+    limit = max(minimum, 3 * (total // 20))  # room for the loader, or for the 3 shards read
+    a = shardfeed.Archive(url, cache_dir=str(tmp_path / "c"), cache_limit=limit)
     for i in (0, 160, 320):  # a sample of each of the first 3 shards
         a.record(i)
     try:
         loader = shardfeed.Loader(a, **BLOCK)
-    except shardfeed.Error as refused:  # refused at Create, giving what it needs: also fine
-        assert "at least" in str(refused)
+    except shardfeed.Error as refused:  # refused at Create, counting them
+        assert "at least" in str(refused) and "3 shards the archive given to the loader holds" \
+            in str(refused)
         return
-    got, peak, _ = watched_epoch(loader, str(tmp_path / "c"), minimum)
-    assert len(got) == 400 and peak <= minimum
+    got, peak, _ = watched_epoch(loader, str(tmp_path / "c"), limit)
+    assert len(got) == 400 and peak <= limit
 
 
 def test_a_resume_does_not_wait_for_a_stalled_download_it_no_longer_needs(proxy, env,
