@@ -5,11 +5,13 @@
 // reader's path is reader::SampleDecoder::DecodeInto, exactly what each loader worker runs per
 // sample (crop, DCT-scaled region decode, resize to 224, flip), uint8 output.
 //
-//   region_bench ORIGINAL INDEXED [--rounds 3] [--size 224]
+//   region_bench ORIGINAL INDEXED [--rounds 3] [--size 224] [--also ARCHIVE]...
 //
 // ORIGINAL: an archive packed with --jpeg-layout original; INDEXED: the same files with
 // --jpeg-layout indexed. Prints one JSON object: images per CPU-second of each case (median of
-// the rounds, cases interleaved within a round) and each one's ratio to the full-decode loop.
+// the rounds; within a round the cases take turns image by image) and each one's ratio to the
+// full-decode loop. --also adds the crop cases for another packing of the same files (e.g. an
+// indexed archive made with another restart interval), named center_also1, random_also1, ...
 #include <time.h>
 #include <turbojpeg.h>
 
@@ -17,6 +19,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,18 +37,6 @@ double ThreadSeconds() {
   return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-// Images per CPU-second of `one` over `n` samples.
-double Rate(size_t n, const std::function<bool(size_t)>& one) {
-  const double t0 = ThreadSeconds();
-  for (size_t i = 0; i < n; ++i) {
-    if (!one(i)) {
-      std::fprintf(stderr, "sample %zu failed\n", i);
-      std::exit(1);
-    }
-  }
-  return n / (ThreadSeconds() - t0);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -55,12 +46,14 @@ int main(int argc, char** argv) {
   }
   int rounds = 3;
   uint32_t size = 224;
-  std::string only;  // --only CASE: that case alone (for a profiler)
+  std::string only;               // --only CASE: that case alone (for a profiler)
+  std::vector<std::string> also;  // --also ARCHIVE: more layouts of the same files, as cases
   for (int i = 3; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k == "--rounds") rounds = std::stoi(argv[i + 1]);
     if (k == "--size") size = static_cast<uint32_t>(std::stoi(argv[i + 1]));
     if (k == "--only") only = argv[i + 1];
+    if (k == "--also") also.push_back(argv[i + 1]);
   }
   auto original = Archive::Open(argv[1]);
   auto indexed = Archive::Open(argv[2]);
@@ -95,33 +88,67 @@ int main(int argc, char** argv) {
     std::shared_ptr<Archive> archive;
     reader::Crop crop;
   };
-  const std::vector<Case> cases = {
+  std::vector<Case> cases = {
       {"center_original", *original, reader::Crop::kCenter},
       {"center_indexed", *indexed, reader::Crop::kCenter},
       {"random_original", *original, reader::Crop::kRandom},
       {"random_indexed", *indexed, reader::Crop::kRandom},
   };
+  for (size_t a = 0; a < also.size(); ++a) {
+    auto extra = Archive::Open(also[a]);
+    if (!extra.ok() || (*extra)->size() != n) {
+      std::fprintf(stderr, "%s: not an archive of the same %zu records\n", also[a].c_str(), n);
+      return 3;
+    }
+    const std::string tag = "_also" + std::to_string(a + 1);
+    cases.push_back({"center" + tag, *extra, reader::Crop::kCenter});
+    cases.push_back({"random" + tag, *extra, reader::Crop::kRandom});
+  }
+  // Cases interleaved image by image (each image decoded by every case in turn), so a change
+  // in the machine's load during a round falls on every case alike.
   std::map<std::string, std::vector<double>> rates;
   for (int round = 0; round < rounds; ++round) {
-    if (!only.empty()) rates["full_decode"].push_back(1);
-    if (!only.empty()) goto cases;
-    source = &records;
-    rates["full_decode"].push_back(Rate(n, full_decode));
-    source = &relaid;
-    rates["full_decode_indexed"].push_back(Rate(n, full_decode));
-  cases:
+    std::vector<std::unique_ptr<reader::SampleDecoder>> decoders;
+    std::vector<std::vector<uint8_t>> outs;
+    std::vector<double> secs(cases.size(), 0.0);
+    double full_secs = 0, full_indexed_secs = 0;
     for (const Case& c : cases) {
-      if (!only.empty() && c.name != only) continue;
       reader::TransformOptions o;
       o.crop = c.crop;
       o.size = size;
       o.flip = c.crop == reader::Crop::kRandom;
-      reader::SampleDecoder decoder(c.archive, o);
-      std::vector<uint8_t> out(decoder.sample_bytes());
-      reader::StageTimes times;
-      rates[c.name].push_back(Rate(n, [&](size_t i) {
-        return decoder.DecodeInto(i, 1234567 + i * 7919 + round, out.data(), &times).ok();
-      }));
+      decoders.push_back(std::make_unique<reader::SampleDecoder>(c.archive, o));
+      outs.emplace_back(decoders.back()->sample_bytes());
+    }
+    reader::StageTimes times;
+    for (size_t i = 0; i < n; ++i) {
+      auto timed = [&](double* total, const std::function<bool()>& one) {
+        const double t0 = ThreadSeconds();
+        if (!one()) {
+          std::fprintf(stderr, "sample %zu failed\n", i);
+          std::exit(1);
+        }
+        *total += ThreadSeconds() - t0;
+      };
+      if (only.empty()) {
+        source = &records;
+        timed(&full_secs, [&] { return full_decode(i); });
+        source = &relaid;
+        timed(&full_indexed_secs, [&] { return full_decode(i); });
+      }
+      for (size_t c = 0; c < cases.size(); ++c) {
+        if (!only.empty() && cases[c].name != only) continue;
+        timed(&secs[c], [&] {
+          return decoders[c]
+              ->DecodeInto(i, 1234567 + i * 7919 + round, outs[c].data(), &times)
+              .ok();
+        });
+      }
+    }
+    rates["full_decode"].push_back(only.empty() ? n / full_secs : 1);
+    if (only.empty()) rates["full_decode_indexed"].push_back(n / full_indexed_secs);
+    for (size_t c = 0; c < cases.size(); ++c) {
+      if (only.empty() || cases[c].name == only) rates[cases[c].name].push_back(n / secs[c]);
     }
   }
   tjDestroy(tj);
