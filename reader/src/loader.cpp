@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <system_error>
 
 #include "loader_internal.h"
 #include "pixel_store.h"
@@ -214,7 +215,13 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
     std::lock_guard<std::mutex> lock(impl->mu);
     for (uint32_t i = 0; i < impl->keeper->downloads(); ++i) {
       ++impl->threads_running;
-      impl->threads.emplace_back([keep = impl->self.lock()] { keep->FetchAhead(); });
+      try {
+        impl->threads.emplace_back([keep = impl->self.lock()] { keep->FetchAhead(); });
+      } catch (const std::system_error&) {
+        // No thread to spare: the workers fetch what they read themselves (slower, not wrong).
+        --impl->threads_running;
+        break;
+      }
     }
   }
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));

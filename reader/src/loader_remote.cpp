@@ -147,7 +147,12 @@ void Loader::Impl::FetchAhead() {
         continue;
       }
       lock.unlock();
-      (void)keeper->archive().OpenShardNow(static_cast<size_t>(s));  // errors: at the read
+      try {
+        (void)keeper->archive().OpenShardNow(static_cast<size_t>(s));  // errors: at the read
+      } catch (...) {
+        // Stops here (a thread boundary): fetching ahead is only a head start, and the read of
+        // one of the shard's samples opens it again and reports what goes wrong.
+      }
       lock.lock();
       if (for_plan != current_plan_id && !(ahead.on && for_plan == ahead_plan_id)) {
         keeper->ReleaseUnneeded(static_cast<uint32_t>(s), current_span, current.next_task,
