@@ -360,8 +360,8 @@ def test_a_cache_below_the_minimum_is_refused_at_open_giving_it(env, many_shards
     with pytest.raises(shardfeed.Error, match=f"at least {minimum}"):
         shardfeed.Loader(url, cache_dir=str(tmp_path / "c"), cache_limit=minimum - 1, **BLOCK)
     loader = shardfeed.Loader(url, cache_dir=str(tmp_path / "c"), cache_limit=minimum, **BLOCK)
-    got, peak, _ = watched_epoch(loader, str(tmp_path / "c"), limit)
-    assert len(got) == 400 and peak <= limit
+    got, peak, _ = watched_epoch(loader, str(tmp_path / "c"), minimum)
+    assert len(got) == 400 and peak <= minimum
     # A global shuffle holds every shard it has read: refused, pointing at shuffle="block".
     with pytest.raises(shardfeed.Error) as e:
         shardfeed.Loader(url, cache_limit=total // 4, **dict(BLOCK, shuffle=True))
