@@ -39,6 +39,21 @@ void AddSumsPortable(const uint8_t* p, size_t bytes, uint64_t sum[3], uint64_t s
 }
 
 #ifdef SF_HAVE_AVX2_SUMS
+// Adds a SIMD kernel's stored accumulators into the per-channel sums: pass m of W-byte vectors
+// (W = 32 for AVX2, 64 for AVX-512), sv[h] the 16-bit sums of the unpacked halves h and qv[h]
+// the 32-bit squares. Unpack works within 128-bit quarters, so word w of sv[h] is byte
+// 16 (w / 8) + 8 h + w % 8 of the vector, and dword i of qv[h] is byte 16 (i / 4) + 4 h + i % 4.
+template <int W>
+void FoldLanes(int m, const uint16_t (&sv)[2][W / 2], const uint32_t (&qv)[4][W / 4],
+               uint64_t sum[3], uint64_t squares[3]) {
+  for (int h = 0; h < 2; ++h) {
+    for (int w = 0; w < W / 2; ++w) sum[(W * m + 16 * (w / 8) + 8 * h + w % 8) % 3] += sv[h][w];
+  }
+  for (int h = 0; h < 4; ++h) {
+    for (int i = 0; i < W / 4; ++i) squares[(W * m + 16 * (i / 4) + 4 * h + i % 4) % 3] += qv[h][i];
+  }
+}
+
 // The same sums with AVX2, 2.5x faster than the portable loop (3.4 GB/s against 1.3 on the
 // bench machine) and 5x faster than the per-row loop this replaced. Byte i of a 96-byte
 // chunk (32 pixels) and byte i of the next chunk are the same channel, so interleaving two
@@ -72,16 +87,7 @@ __attribute__((target("avx2"))) void AddSumsAvx2(const uint8_t* p, size_t bytes,
       alignas(32) uint32_t qv[4][8];
       for (int h = 0; h < 2; ++h) _mm256_store_si256(reinterpret_cast<__m256i*>(sv[h]), s[h]);
       for (int h = 0; h < 4; ++h) _mm256_store_si256(reinterpret_cast<__m256i*>(qv[h]), q[h]);
-      // Lane -> byte of x (unpack works within 128-bit halves): word w of s[h] is byte
-      // 16 (w / 8) + 8 h + w % 8; dword i of q[h] is byte 16 (i / 4) + 4 h + i % 4.
-      for (int h = 0; h < 2; ++h) {
-        for (int w = 0; w < 16; ++w) sum[(32 * m + 16 * (w / 8) + 8 * h + w % 8) % 3] += sv[h][w];
-      }
-      for (int h = 0; h < 4; ++h) {
-        for (int i = 0; i < 8; ++i) {
-          squares[(32 * m + 16 * (i / 4) + 4 * h + i % 4) % 3] += qv[h][i];
-        }
-      }
+      FoldLanes<32>(m, sv, qv, sum, squares);
     }
   }
   AddSumsPortable(p + pairs * 192, bytes - pairs * 192, sum, squares);
@@ -118,14 +124,7 @@ __attribute__((target("avx512f,avx512bw"))) void AddSumsAvx512(const uint8_t* p,
       alignas(64) uint32_t qv[4][16];
       for (int h = 0; h < 2; ++h) _mm512_store_si512(sv[h], s[h]);
       for (int h = 0; h < 4; ++h) _mm512_store_si512(qv[h], q[h]);
-      for (int h = 0; h < 2; ++h) {
-        for (int w = 0; w < 32; ++w) sum[(64 * m + 16 * (w / 8) + 8 * h + w % 8) % 3] += sv[h][w];
-      }
-      for (int h = 0; h < 4; ++h) {
-        for (int i = 0; i < 16; ++i) {
-          squares[(64 * m + 16 * (i / 4) + 4 * h + i % 4) % 3] += qv[h][i];
-        }
-      }
+      FoldLanes<64>(m, sv, qv, sum, squares);
     }
   }
   AddSumsAvx2(p + pairs * 384, bytes - pairs * 384, sum, squares);
