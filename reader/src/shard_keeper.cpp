@@ -126,11 +126,17 @@ void ShardKeeper::Touch(const EpochPlan& plan, uint64_t k, uint32_t n,
 }
 
 void ShardKeeper::Claimed(const EpochPlan& plan, uint64_t k, uint32_t n) {
-  Touch(plan, k, n, &scratch_);
-  for (uint32_t s : scratch_) ++busy_[s];
+  Hold(plan, k, n, &scratch_);
 }
 
 namespace {
+
+// The shards `span` has not begun to read at position `next`, in the order it first reads them
+// (the first `downloads` of them are those fetched ahead).
+std::vector<uint32_t>::const_iterator FirstUnbegun(const ShardSpan& span, uint64_t next) {
+  return std::partition_point(span.order.begin(), span.order.end(),
+                              [&](uint32_t x) { return span.first[x] < next; });
+}
 
 // Shard `s` is begun in `span` (a position before `next`) and not finished (one at or after it),
 // or is among the first `downloads` shards not begun (those fetched ahead for it). A
@@ -139,8 +145,7 @@ namespace {
 bool Needed(const ShardSpan& span, uint64_t next, uint32_t s, uint32_t downloads) {
   if (span.first[s] < next) return span.last[s] >= next;
   if (span.first[s] == std::numeric_limits<uint64_t>::max()) return false;
-  auto it = std::partition_point(span.order.begin(), span.order.end(),
-                                 [&](uint32_t x) { return span.first[x] < next; });
+  auto it = FirstUnbegun(span, next);
   for (uint32_t i = 0; i < downloads && it != span.order.end(); ++i, ++it) {
     if (*it == s) return true;
   }
@@ -209,9 +214,7 @@ void ShardKeeper::Release(uint32_t s) {
 }
 
 int64_t ShardKeeper::NextDownload(const ShardSpan& span, uint64_t next, uint64_t plan_id) {
-  // The first shards the plan has not begun to read, in the order it reads them.
-  auto it = std::partition_point(span.order.begin(), span.order.end(),
-                                 [&](uint32_t s) { return span.first[s] < next; });
+  auto it = FirstUnbegun(span, next);
   for (uint32_t i = 0; i < downloads_ && it != span.order.end(); ++i, ++it) {
     if (fetched_for_[*it] != plan_id + 1) {
       fetched_for_[*it] = plan_id + 1;
