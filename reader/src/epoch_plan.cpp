@@ -14,6 +14,10 @@ bool Loader::Impl::Claim(size_t worker, Task* task) {
       cv_work.wait(lock);
       continue;
     }
+    if (keeper && AbandonedRunsInFlight()) {  // woken when the last of them frees its slot
+      cv_work.wait(lock);
+      continue;
+    }
     bool work_left = true;
     if (current.next_task < current.plan.samples) {
       if (ClaimFrom(current, generation, worker, task)) return true;
@@ -92,6 +96,12 @@ bool Loader::Impl::RunAhead() {
     if (keeper) ahead_span = keeper->Span(ahead.plan), ahead_plan_id = ++plan_id;
   }
   return true;
+}
+
+bool Loader::Impl::AbandonedRunsInFlight() const {
+  return std::any_of(slots.begin(), slots.end(), [&](const Slot& slot) {
+    return slot.state == SlotState::kFilling && slot.in_flight > 0 && !Live(slot.generation);
+  });
 }
 
 bool Loader::Impl::Live(uint64_t gen) const {

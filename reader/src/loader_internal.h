@@ -50,8 +50,13 @@ struct Loader::Impl {
   // mu held: hands `worker` the next run of `from` (generation `gen`), taking a free slot for a
   // new batch; false when that needs a slot and none is free.
   bool ClaimFrom(EpochWork& from, uint64_t gen, size_t worker, Task* task);
-  bool RunAhead();                 // mu held: start (or go on with) the epoch expected next
-  bool Live(uint64_t gen) const;   // mu held: `gen` is the epoch in progress or run ahead
+  bool RunAhead();                // mu held: start (or go on with) the epoch expected next
+  bool Live(uint64_t gen) const;  // mu held: `gen` is the epoch in progress or run ahead
+  // mu held: a worker still decodes a run of a batch whose epoch was abandoned (StartEpoch).
+  // With the shard keeper, Claim hands out nothing new until those runs end: their batches'
+  // shards stay held until then, and the cache is sized for one plan's batches in flight
+  // (ShardKeeper::Need), not two.
+  bool AbandonedRunsInFlight() const;
   void Resolve(Task* task) const;  // index and seed of a claimed task (no lock needed)
   uint32_t RunLength() const;      // samples a claim hands out at most
   // mu held: StartEpoch's switch to `plan` (batch `start_batch` on), cancelling what other

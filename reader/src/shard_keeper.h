@@ -9,7 +9,10 @@
 //
 // What a reader holds at once is then bounded (Need): the shards of the samples in flight (at
 // most the ring's capacity of batches, spanning a few windows of `shuffle_window` shards) plus
-// those fetched ahead. Loader::Create refuses a cache_limit below it, giving the minimum.
+// those fetched ahead. Loader::Create refuses a cache_limit below it, giving the minimum. The
+// bound is for one plan: after StartEpoch abandons one, no run of the new plan is claimed until
+// the abandoned plan's runs in flight have ended (Loader::Impl::AbandonedRunsInFlight), so the
+// two plans' batches never hold shards at once.
 //
 // Thread-safety: every method but Need, ShardsOf and the archive's own calls runs with the
 // loader's lock (Impl::mu) held; ReleaseShard runs there too, so no worker can claim a run of a

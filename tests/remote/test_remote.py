@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import shardfeed
-from conftest import upload
+from conftest import free_port, upload, wait_listening
 
 CLI = os.environ.get("SHARDFEED_CLI", "shardfeed")
 OPTS = dict(batch_size=8, shuffle=True, seed=7, size=32, crop="random", flip=True, workers=2)
@@ -623,3 +623,53 @@ def test_an_early_break_then_another_epoch_stays_within_the_cache(env, many_shar
         del it
     got, peak, _ = watched_epoch(loader, str(cache), limit, e=4)
     assert len(got) == 400 and 0 < peak <= limit
+
+
+def test_early_breaks_with_a_ragged_field_never_fill_the_cache(env, tmp_path):
+    # REGRESSION: with a variable field, a batch's shards stay held until the consumer gathers
+    # it. After an early break and set_epoch, the abandoned epoch's batches whose runs were
+    # still being decoded (or waiting for a download) kept their shards held while the new
+    # epoch's batches claimed theirs: two plans' windows in a cache sized for one, and "cache
+    # ... is full" mid-epoch. Now no new run is handed out until the abandoned ones end.
+    import random
+    from PIL import Image
+    rng = np.random.default_rng(11)  # long names: the path field weighs more than the pixels
+    for c in range(20):
+        folder = tmp_path / "src" / f"class{c:02d}"
+        folder.mkdir(parents=True)
+        for i in range(160):
+            pixels = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(folder / ("x" * 100 + f"{i:03d}.png"))
+    local = str(tmp_path / "srv" / "a")
+    shardfeed.pack(str(tmp_path / "src"), local, encoding="raw", shard_size=40960)
+    with open(os.path.join(local, "manifest.json")) as f:
+        shards = json.load(f)["shards"]
+    total = sum(os.path.getsize(os.path.join(local, s["file"])) for s in shards)
+    port = free_port()  # Python's http.server: slow enough that runs wait for downloads
+    server = subprocess.Popen([sys.executable, "-m", "http.server", "-b", "127.0.0.1", "-d",
+                               os.path.dirname(local), str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_listening(port, server)
+        url = f"http://127.0.0.1:{port}/{os.path.basename(local)}"
+        limit = total // 2
+        cache = tmp_path / "ragged-breaks"
+        loader = shardfeed.Loader(url, cache_dir=str(cache), cache_limit=limit, fields=["path"],
+                                  batch_size=16, shuffle="block", seed=1, crop="none", workers=4)
+        rng = random.Random(1)
+        batches = 0
+        for _ in range(800):
+            if rng.random() < 0.3:
+                loader.set_epoch(rng.randrange(5))
+            stop = rng.randrange(1, 60)
+            for i, b in enumerate(loader):
+                for path, label in zip(b["path"], b.labels):
+                    assert path.startswith("class%02d/" % label), (path, label)
+                batches += 1
+                if i >= stop:
+                    break
+            assert cache_bytes(str(cache)) <= limit
+        assert batches > 800
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
