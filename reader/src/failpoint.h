@@ -7,6 +7,8 @@
 //                    FIFO named by SHARDFEED_FAILPOINT_GATE for reading (which blocks until the
 //                    test opens it for writing: the test then knows the decode is held) and
 //                    reads it to its end (until the test closes it: the release). No sleep.
+//   thread_start_fail=W  starting worker thread W (thread mode) throws std::system_error, as
+//                    std::thread does when the system has no thread to give
 // Unset (the normal case), each check is one comparison with a constant.
 #pragma once
 
@@ -26,6 +28,7 @@ struct Failpoints {
   std::atomic<uint64_t> decode_throw{kOff};
   std::atomic<uint64_t> decode_hang{kOff};
   std::atomic<uint64_t> decode_gate{kOff};
+  std::atomic<uint64_t> thread_start_fail{kOff};
   std::atomic<bool> gate_used{false};
   std::string gate_path;  // written by Reload only, before any loader of the test exists
 
@@ -60,6 +63,7 @@ struct Failpoints {
     decode_throw = kOff;
     decode_hang = kOff;
     decode_gate = kOff;
+    thread_start_fail = kOff;
     gate_used = false;
     const char* gate = std::getenv("SHARDFEED_FAILPOINT_GATE");
     gate_path = gate ? gate : "";
@@ -76,6 +80,7 @@ struct Failpoints {
         if (item.compare(0, eq, "decode_throw") == 0) decode_throw = v;
         if (item.compare(0, eq, "decode_hang") == 0) decode_hang = v;
         if (item.compare(0, eq, "decode_gate") == 0) decode_gate = v;
+        if (item.compare(0, eq, "thread_start_fail") == 0) thread_start_fail = v;
       }
       pos = end + 1;
     }

@@ -6,7 +6,9 @@
 #include <cstring>
 #include <iomanip>
 #include <sstream>
+#include <system_error>
 
+#include "failpoint.h"
 #include "loader_internal.h"
 
 namespace shardfeed::reader {
@@ -223,7 +225,23 @@ Status Loader::Impl::StartThreads() {
   for (int w = 0; w < options.workers; ++w) {
     // Each thread keeps the loader's state alive (the archive's mapping, the ring, the lock):
     // one that is still decoding when the loader is destroyed is left to finish (StopThreads).
-    threads.emplace_back([keep = self.lock(), w] { keep->ThreadWorker(static_cast<size_t>(w)); });
+    try {
+      if (static_cast<uint64_t>(w) == Failpoints::Get().thread_start_fail) {
+        throw std::system_error(EAGAIN, std::generic_category(), "failpoint thread_start_fail");
+      }
+      threads.emplace_back([keep = self.lock(), w] { keep->ThreadWorker(static_cast<size_t>(w)); });
+    } catch (const std::exception& e) {  // std::system_error (no thread left), bad_alloc
+      // The threads started keep this Impl alive: stop them, or they would wait for work
+      // forever. Nothing was claimed yet, so they end at once.
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        threads_running -= options.workers - w;
+      }
+      Shutdown();
+      return Status::ResourceExhausted("cannot start loader worker thread ", w, " of ",
+                                       options.workers, ": ", e.what(),
+                                       " (fewer workers, or mode=\"processes\")");
+    }
   }
   return Status::OK();
 }

@@ -350,12 +350,9 @@ Status Download(const internal::Endpoint& endpoint, const FetchRetry& retry,
       }
     }
   };
-  std::vector<std::thread> threads;
-  for (uint64_t t = 1; t < std::min<uint64_t>(kRangedConnections, parts); ++t) {
-    threads.emplace_back(work);
-  }
-  work();
-  for (auto& t : threads) t.join();
+  const Status thrown = internal::RunOnThreads(std::min<uint64_t>(kRangedConnections, parts),
+                                               "downloading " + endpoint.shown + "/" + name, work);
+  SF_RETURN_IF_ERROR(thrown);
   if (first.code() == StatusCode::kUnsupported) {  // no ranges here: the whole object
     return internal::Get(endpoint, name, retry, fd, nullptr, 0);
   }

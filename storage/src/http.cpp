@@ -319,6 +319,33 @@ Status GetRange(const Endpoint& endpoint, const std::string& name, const FetchRe
   return Transfer(endpoint, name, retry, fd, nullptr, length, static_cast<int64_t>(offset));
 }
 
+Status RunOnThreads(size_t n, const std::string& what, const std::function<void()>& work) {
+  std::mutex mu;
+  Status thrown;
+  auto guarded = [&] {
+    try {
+      work();
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (thrown.ok()) thrown = Status::Internal(what, ": ", e.what());
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (thrown.ok()) thrown = Status::Internal(what, ": unknown exception");
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < n; ++t) {
+    try {
+      threads.emplace_back(guarded);
+    } catch (const std::exception&) {
+      break;  // no thread to spare (std::system_error) or no memory: fewer threads
+    }
+  }
+  if (n > 0) guarded();
+  for (std::thread& t : threads) t.join();
+  return thrown;
+}
+
 }  // namespace shardfeed::storage::internal
 
 namespace shardfeed::storage {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "shardfeed/base/status.h"
@@ -42,5 +43,11 @@ Status GetRange(const Endpoint& endpoint, const std::string& name, const FetchRe
 bool Transient(CURLcode code);
 
 void CountStat(uint64_t FetchStats::*field, uint64_t amount);
+
+// Runs `work` on `n` threads at most, the caller's among them, and joins them all before it
+// returns. `work` takes items from a shared list until none is left, so a thread the system
+// cannot start only makes it slower (no error). An exception out of `work` stops at its thread:
+// the first one is the returned error (kInternal, naming `what`); the others' work goes on.
+Status RunOnThreads(size_t n, const std::string& what, const std::function<void()>& work);
 
 }  // namespace shardfeed::storage::internal

@@ -451,11 +451,9 @@ Status UploadArchive(const std::string& dir, const std::string& location, const 
     }
   };
   const size_t n = std::min<size_t>(std::max(1, options.connections), files.size());
-  std::vector<std::thread> threads;
-  for (size_t t = 1; t < n; ++t) threads.emplace_back(work);
-  if (n > 0) work();
-  for (std::thread& t : threads) t.join();
+  const Status thrown = internal::RunOnThreads(n, "uploading " + e.shown, work);
   if (failed.load()) return first_error;
+  SF_RETURN_IF_ERROR(thrown);
   struct stat st;
   const std::string last_path = dir + "/" + last;
   if (::stat(last_path.c_str(), &st) != 0)

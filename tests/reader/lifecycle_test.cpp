@@ -211,6 +211,40 @@ TEST_CASE("a new epoch or a resume mid-epoch delivers exactly the rest") {
   }
 }
 
+// Threads of this process now (/proc/self/task).
+size_t ThreadCount() {
+  size_t n = 0;
+  if (DIR* d = ::opendir("/proc/self/task")) {
+    while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+  }
+  return n;
+}
+
+TEST_CASE("a worker thread the system cannot start is Create's error, and the others end") {
+  // REGRESSION: std::thread's std::system_error escaped Loader::Create, and the threads already
+  // started (each keeping the loader's state alive) waited for work forever.
+  TempDir dir;
+  auto archive = MakeArchive(dir / "a", 100);
+  ::setenv("SHARDFEED_FAILPOINTS", "thread_start_fail=2", 1);
+  Failpoints::Get().Reload();
+  const size_t before = ThreadCount();
+  LoaderOptions o = Options(WorkerMode::kThreads);
+  o.workers = 4;
+  Result<std::unique_ptr<Loader>> loader = Status::OK();
+  REQUIRE_NOTHROW(loader = Loader::Create(archive, o));
+  ::unsetenv("SHARDFEED_FAILPOINTS");
+  Failpoints::Get().Reload();
+  REQUIRE_FALSE(loader.ok());
+  CHECK(loader.status().message().find("cannot start loader worker thread 2 of 4") !=
+        std::string::npos);
+  CHECK(ThreadCount() == before);           // joined before Create returned
+  auto again = Loader::Create(archive, o);  // nothing left behind that stops the next one
+  REQUIRE(again.ok());
+  REQUIRE((*again)->StartEpoch(0).ok());
+  CHECK(Drain(**again).size() == 100);
+}
+
 TEST_CASE("an exception in a decoder is its sample's error, never the process's end") {
   TempDir dir;
   auto archive = MakeArchive(dir / "a", 100);
