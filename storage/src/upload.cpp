@@ -89,6 +89,7 @@ int OnSeek(void* user, curl_off_t offset, int origin) {
 struct Reply {
   long http = 0;
   std::string body, etag;
+  int64_t length = -1;  // Content-Length, when the reply had one
 };
 
 size_t OnReplyBody(char* data, size_t size, size_t count, void* user) {
@@ -106,6 +107,8 @@ size_t OnHeader(char* data, size_t size, size_t count, void* user) {
     v.erase(0, v.find_first_not_of(" \t"));
     v.erase(v.find_last_not_of(" \t\r\n") + 1);
     static_cast<Reply*>(user)->etag = v;
+  } else if (line.size() > 15 && strncasecmp(line.c_str(), "content-length:", 15) == 0) {
+    static_cast<Reply*>(user)->length = std::strtoll(line.c_str() + 15, nullptr, 10);
   }
   return n;
 }
@@ -343,7 +346,24 @@ class Client {
     b.length = complete.size();
     Reply r;
     SF_RETURN_IF_ERROR(Send("POST", name, id_query, &b, &r));
-    return r.http / 100 == 2 ? Status::OK() : Refused("completing the multipart upload", name, r);
+    if (r.http / 100 == 2) return Status::OK();
+    if (r.http == 404 && XmlField(r.body, "Code") == "NoSuchUpload" &&
+        Completed(name, size, parts)) {
+      return Status::OK();  // an earlier attempt completed it and its reply was lost
+    }
+    return Refused("completing the multipart upload", name, r);
+  }
+
+  // A retried CompleteMultipartUpload answers NoSuchUpload when an attempt whose reply was lost
+  // completed the upload (MinIO at once, S3 after a while): the object is then there, `size`
+  // bytes with a multipart ETag of `parts` parts ("...-N").
+  bool Completed(const std::string& name, uint64_t size, uint64_t parts) {
+    Body none;
+    Reply r;
+    if (!Send("HEAD", name, "", &none, &r).ok() || r.http / 100 != 2) return false;
+    const std::string suffix = "-" + std::to_string(parts) + "\"";
+    return r.length == static_cast<int64_t>(size) && r.etag.size() > suffix.size() &&
+           r.etag.compare(r.etag.size() - suffix.size(), suffix.size(), suffix) == 0;
   }
 
   const internal::Endpoint& e_;

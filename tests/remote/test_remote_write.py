@@ -126,11 +126,14 @@ def test_python_writers_refuse_a_remote_out_rather_than_write_a_local_s3_folder(
 
 class UploadProxy:
     """A proxy in front of moto that logs every request (method, path), resets the connection
-    on requests whose path holds a fragment of `fail` (every time), and holds those matching
-    `stall` until release() (setting `stalled`)."""
+    on requests whose path holds a fragment of `fail` (every time), holds those matching
+    `stall` until release() (setting `stalled`), and for the first request (method, fragment)
+    of `lose` forwards it and then resets instead of answering (the store did it; the reply
+    was lost), and answers later ones 404 NoSuchUpload, as MinIO (and S3, after a while) answer
+    a retried CompleteMultipartUpload of an upload that is done (moto answers 200)."""
 
     def __init__(self, upstream):
-        self.log, self.fail, self.stall = [], [], []
+        self.log, self.fail, self.stall, self.lose, self.lost = [], [], [], [], []
         self.stalled, self.released = threading.Event(), threading.Event()
         host = upstream.split("//", 1)[1]
         outer = self
@@ -147,6 +150,16 @@ class UploadProxy:
                 if any(f in self.path for f in outer.stall):
                     outer.stalled.set()
                     outer.released.wait(120)  # bounded: the test releases it
+                if any(m == self.command and f in self.path for m, f in outer.lost):
+                    data = (b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>NoSuchUpload"
+                            b"</Code><Message>The specified upload does not exist.</Message>"
+                            b"</Error>")
+                    self.send_response(404)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 if any(f in self.path for f in outer.fail):
                     self.connection.shutdown(socket.SHUT_RDWR)
                     self.close_connection = True
@@ -157,11 +170,19 @@ class UploadProxy:
                 resp = conn.getresponse()
                 data = resp.read()
                 conn.close()
+                lost = [x for x in outer.lose if x[0] == self.command and x[1] in self.path]
+                if lost:
+                    outer.lose.remove(lost[0])
+                    outer.lost.append(lost[0])
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
+                    return
                 self.send_response(resp.status)
                 for k, v in resp.getheaders():
                     if k.lower() not in ("content-length", "transfer-encoding", "connection"):
                         self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
+                length = resp.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", length or str(len(data)))  # HEAD: the object's
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)
@@ -229,6 +250,26 @@ def test_a_failed_part_leaves_no_manifest_and_keeps_the_build(bucket, upload_pro
     env.setenv("AWS_ENDPOINT_URL", moto_url)  # the reader holds the GIL: not through the proxy
     with pytest.raises(FileNotFoundError):
         shardfeed.Archive(f"s3://{BUCKET}/w-broken")
+
+
+def test_a_completed_multipart_upload_whose_reply_was_lost_is_not_an_error(bucket, upload_proxy,
+                                                                          tmp_path, env,
+                                                                          moto_url):
+    # REGRESSION: the store completed shard-00001's multipart upload but its reply was lost;
+    # the retried CompleteMultipartUpload then answers 404 NoSuchUpload (the upload is done),
+    # which failed the pack. The object is there, whole: the pack goes on.
+    upload_proxy.lose = [("POST", "shard-00001.mdb?uploadId=")]
+    env.setenv("TMPDIR", str(tmp_path))
+    local = str(tmp_path / "local")
+    assert cli("pack", GOOD, local, "-q", *RAW).returncode == 0
+    out = cli("pack", GOOD, f"s3://{BUCKET}/w-lost", "-q", *RAW)
+    assert out.returncode == 0, out.stderr
+    assert not upload_proxy.lose  # the reply was lost once
+    completes = [p for m, p in upload_proxy.log if m == "POST" and "shard-00001.mdb?uploadId=" in p]
+    assert len(completes) == 2
+    env.setenv("AWS_ENDPOINT_URL", moto_url)
+    assert records(f"s3://{BUCKET}/w-lost") == records(local)
+    assert cli("verify", f"s3://{BUCKET}/w-lost", "-q").returncode == 0
 
 
 def test_ctrl_c_during_the_upload_aborts_it_and_leaves_no_manifest(bucket, upload_proxy,
