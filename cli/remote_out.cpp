@@ -92,7 +92,7 @@ Result<StagedOut> StagedOut::Prepare(const std::string& out, const std::string& 
   SF_RETURN_IF_ERROR(storage::CheckWritable(out));
   s.overwrite_ = overwrite;
   // Refused before any work: a reader of OUT must never lose its archive by accident.
-  SF_ASSIGN_OR_RETURN(bool exists, storage::RemoteHas(out, "manifest.json"));
+  SF_ASSIGN_OR_RETURN(bool exists, storage::RemoteHas(out, "manifest.json", overwrite));
   if (exists && !overwrite) {
     return Status::InvalidArgument(out,
                                    "/manifest.json: already exists (pass --overwrite to "

@@ -283,8 +283,10 @@ Status Transfer(const Endpoint& endpoint, const std::string& name, const FetchRe
     if (code == CURLE_OK) {
       if (http == 404) return Status::NotFound(shown, ": not found (HTTP 404, ", url, ")");
       if (http == 403 || http == 401) {
-        return Status::IOError(shown, ": access denied (HTTP ", http, ", ", url,
-                               "): check the credentials (AWS_ACCESS_KEY_ID, AWS_PROFILE)");
+        return Status::IOError(
+            shown, ": access denied (HTTP ", http, ", ", url,
+            "): check the credentials (AWS_ACCESS_KEY_ID, AWS_PROFILE); S3 also answers 403 "
+            "for a missing object when they lack s3:ListBucket");
       }
       transient = http >= 500 || http == 429 || http == 408;
       last = "HTTP " + std::to_string(http);

@@ -249,12 +249,21 @@ class Client {
                            ")");
   }
 
-  Result<bool> Has(const std::string& name) {
+  Result<bool> Has(const std::string& name, bool denied_means_maybe) {
     Body none;
     Reply r;
     SF_RETURN_IF_ERROR(Send("HEAD", name, "", &none, &r));
     if (r.http == 404) return false;
     if (r.http / 100 == 2) return true;
+    if (r.http == 403 && denied_means_maybe) return true;  // cannot tell: treated as there
+    if (r.http == 403) {
+      return Status::IOError(Shown(name),
+                             ": cannot tell whether it exists: HEAD denied (HTTP 403, ", e_.base,
+                             "/", name,
+                             "). S3 answers 403 for a missing object when the credentials lack "
+                             "s3:ListBucket on the bucket: grant it, or pass --overwrite (which "
+                             "replaces the object without this check)");
+    }
     return Refused("HEAD", name, r);
   }
 
@@ -400,11 +409,12 @@ Status CheckWritable(const std::string& location) {
   return Status::InvalidArgument(location, ": not an s3:// location");
 }
 
-Result<bool> RemoteHas(const std::string& location, const std::string& name) {
+Result<bool> RemoteHas(const std::string& location, const std::string& name,
+                       bool denied_means_maybe) {
   std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
   Client client(e, internal::RetryFromEnv());
-  return client.Has(name);
+  return client.Has(name, denied_means_maybe);
 }
 
 Status RemoteDelete(const std::string& location, const std::string& name) {
@@ -448,7 +458,8 @@ Status UploadArchive(const std::string& dir, const std::string& location, const 
             [](const File& a, const File& b) { return a.name < b.name; });
 
   Client main(e, retry);
-  SF_ASSIGN_OR_RETURN(bool exists, main.Has(last));
+  // With --overwrite, a manifest that may be there (403: cannot tell) is deleted first too.
+  SF_ASSIGN_OR_RETURN(bool exists, main.Has(last, options.overwrite));
   if (exists && !options.overwrite) {
     return Status::InvalidArgument(main.Shown(last),
                                    ": already exists (pass --overwrite to replace it)");

@@ -134,6 +134,7 @@ class UploadProxy:
 
     def __init__(self, upstream):
         self.log, self.fail, self.stall, self.lose, self.lost = [], [], [], [], []
+        self.deny = []  # (method, fragment): answered 403 AccessDenied, as S3 without a grant
         self.stalled, self.released = threading.Event(), threading.Event()
         host = upstream.split("//", 1)[1]
         outer = self
@@ -150,6 +151,11 @@ class UploadProxy:
                 if any(f in self.path for f in outer.stall):
                     outer.stalled.set()
                     outer.released.wait(120)  # bounded: the test releases it
+                if any(m == self.command and f in self.path for m, f in outer.deny):
+                    self.send_response(403)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if any(m == self.command and f in self.path for m, f in outer.lost):
                     data = (b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>NoSuchUpload"
                             b"</Code><Message>The specified upload does not exist.</Message>"
@@ -270,6 +276,25 @@ def test_a_completed_multipart_upload_whose_reply_was_lost_is_not_an_error(bucke
     env.setenv("AWS_ENDPOINT_URL", moto_url)
     assert records(f"s3://{BUCKET}/w-lost") == records(local)
     assert cli("verify", f"s3://{BUCKET}/w-lost", "-q").returncode == 0
+
+
+def test_a_manifest_head_denied_without_list_bucket_is_explained_and_overwrite_goes_on(
+        bucket, upload_proxy, tmp_path, env):
+    # REGRESSION: S3 answers a HEAD of a missing object 403 when the credentials lack
+    # s3:ListBucket; pack then failed with "check the credentials", which are fine, and
+    # --overwrite did not help. Now the message says why, and --overwrite writes (deleting a
+    # manifest that may be there first, so no reader pairs it with the new shards).
+    upload_proxy.deny = [("HEAD", "w-denied/manifest.json")]
+    env.setenv("TMPDIR", str(tmp_path))
+    out = cli("pack", GOOD, f"s3://{BUCKET}/w-denied", "-q")
+    assert out.returncode != 0
+    assert "s3:ListBucket" in out.stderr and "--overwrite" in out.stderr, out.stderr
+    assert f"s3://{BUCKET}/w-denied/manifest.json" in out.stderr
+    assert keys(bucket, "w-denied") == []  # refused before anything was written
+    out = cli("pack", GOOD, f"s3://{BUCKET}/w-denied", "-q", "--overwrite")
+    assert out.returncode == 0, out.stderr
+    assert ("DELETE", f"/{BUCKET}/w-denied/manifest.json") in upload_proxy.log
+    assert "manifest.json" in keys(bucket, "w-denied")
 
 
 def test_ctrl_c_during_the_upload_aborts_it_and_leaves_no_manifest(bucket, upload_proxy,

@@ -34,8 +34,12 @@ struct UploadOptions {
 // OK for an s3:// location; kInvalidArgument naming it otherwise (http(s):// is read-only).
 Status CheckWritable(const std::string& location);
 
-// Whether `location` holds the object `name` now (a HEAD request, retried as reads are).
-Result<bool> RemoteHas(const std::string& location, const std::string& name);
+// Whether `location` holds the object `name` now (a HEAD request, retried as reads are). S3
+// answers 403 rather than 404 for a missing object when the credentials lack s3:ListBucket:
+// then it cannot tell, and returns true ("may be there") when `denied_means_maybe`, else an
+// error saying so (grant s3:ListBucket, or --overwrite, which passes true).
+Result<bool> RemoteHas(const std::string& location, const std::string& name,
+                       bool denied_means_maybe = false);
 
 // Deletes the object `name` of `location` (absent already: OK).
 Status RemoteDelete(const std::string& location, const std::string& name);
