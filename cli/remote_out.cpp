@@ -98,6 +98,16 @@ Result<StagedOut> StagedOut::Prepare(const std::string& out, const std::string& 
                                    "/manifest.json: already exists (pass --overwrite to "
                                    "replace it)");
   }
+  if (!overwrite) {  // no manifest: objects there are not provably an archive of ours
+    SF_ASSIGN_OR_RETURN(const std::string key, storage::RemoteFirstObject(out));
+    if (!key.empty()) {
+      return Status::InvalidArgument(
+          out, " holds objects but no manifest (", key,
+          " is one): its shards would replace same-named ones there. Pass --overwrite to "
+          "write into it anyway (an upload stopped before its manifest leaves such a prefix), "
+          "or choose an empty prefix");
+    }
+  }
   std::string root = staging;
   if (root.empty()) {
     const char* tmp = std::getenv("TMPDIR");

@@ -181,6 +181,8 @@ Result<Endpoint> ParseEndpoint(const std::string& location) {
   } else {
     e.base = endpoint + "/" + bucket;
   }
+  e.bucket_base = e.base;
+  e.prefix = prefix;
   if (!prefix.empty()) e.base += "/" + prefix;
   return e;
 }

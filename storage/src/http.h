@@ -15,8 +15,9 @@ namespace shardfeed::storage::internal {
 
 struct Endpoint {
   bool s3 = false;
-  std::string base;   // URL the object names are appended to (ends without '/')
-  std::string shown;  // the location as the user wrote it, for messages
+  std::string base;                 // URL the object names are appended to (ends without '/')
+  std::string bucket_base, prefix;  // s3: the bucket's URL (base without the prefix), the prefix
+  std::string shown;                // the location as the user wrote it, for messages
   std::string key_id, secret, token, region;  // empty key_id: unsigned requests
 };
 

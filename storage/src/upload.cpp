@@ -267,6 +267,25 @@ class Client {
     return Refused("HEAD", name, r);
   }
 
+  // The first key under `prefix` in the bucket (this client's base is the bucket's URL), or "".
+  Result<std::string> FirstKey(const std::string& prefix, const std::string& shown) {
+    Body none;
+    Reply r;
+    // SigV4's canonical query: parameters sorted, values escaped.
+    SF_RETURN_IF_ERROR(
+        Send("GET", "", "list-type=2&max-keys=1&prefix=" + Escape(prefix), &none, &r));
+    if (r.http / 100 == 2) return XmlField(r.body, "Key");
+    if (r.http == 403) {
+      return Status::IOError(shown,
+                             ": cannot tell whether objects are there: listing denied (HTTP "
+                             "403",
+                             Detail(r),
+                             "); grant s3:ListBucket on the bucket, or pass "
+                             "--overwrite (same-named objects there are then replaced)");
+    }
+    return Refused("listing the objects under", prefix, r);
+  }
+
   Status Delete(const std::string& name, const std::string& query = "", bool cancellable = true) {
     Body none;
     Reply r;
@@ -415,6 +434,15 @@ Result<bool> RemoteHas(const std::string& location, const std::string& name,
   SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
   Client client(e, internal::RetryFromEnv());
   return client.Has(name, denied_means_maybe);
+}
+
+Result<std::string> RemoteFirstObject(const std::string& location) {
+  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
+  internal::Endpoint bucket = e;
+  bucket.base = e.bucket_base;
+  Client client(bucket, internal::RetryFromEnv());
+  return client.FirstKey(e.prefix.empty() ? "" : e.prefix + "/", location);
 }
 
 Status RemoteDelete(const std::string& location, const std::string& name) {

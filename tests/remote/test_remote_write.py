@@ -297,6 +297,27 @@ def test_a_manifest_head_denied_without_list_bucket_is_explained_and_overwrite_g
     assert "manifest.json" in keys(bucket, "w-denied")
 
 
+def test_a_prefix_with_objects_but_no_manifest_is_refused_without_overwrite(env, bucket,
+                                                                          tmp_path):
+    # REGRESSION: with no manifest at the prefix, pack uploaded its shards over same-named
+    # objects there (a user's own, or anything) without --overwrite.
+    bucket.put_object(Bucket=BUCKET, Key="w-foreign/shard-00000.mdb", Body=b"not ours")
+    env.setenv("TMPDIR", str(tmp_path))
+    out = cli("pack", GOOD, f"s3://{BUCKET}/w-foreign", "-q")
+    assert out.returncode == 2, out.stderr
+    assert "holds objects but no manifest" in out.stderr and "--overwrite" in out.stderr
+    assert "w-foreign/shard-00000.mdb" in out.stderr
+    body = bucket.get_object(Bucket=BUCKET, Key="w-foreign/shard-00000.mdb")["Body"].read()
+    assert body == b"not ours" and keys(bucket, "w-foreign") == ["shard-00000.mdb"]
+    assert not os.listdir(tmp_path)  # refused before a staging folder was made
+    out = cli("pack", GOOD, f"s3://{BUCKET}/w-foreign", "-q", "--overwrite")
+    assert out.returncode == 0, out.stderr
+    assert "manifest.json" in keys(bucket, "w-foreign")
+    # a prefix that only shares the beginning of the name is not "under" it
+    bucket.put_object(Bucket=BUCKET, Key="w-fresh-other/x", Body=b"x")
+    assert cli("pack", GOOD, f"s3://{BUCKET}/w-fresh", "-q").returncode == 0
+
+
 def test_ctrl_c_during_the_upload_aborts_it_and_leaves_no_manifest(bucket, upload_proxy,
                                                                    tmp_path):
     # Stalled in the middle of a multipart upload (its second part): Ctrl-C there once killed
