@@ -57,8 +57,9 @@ struct Loader::Impl {
   // shards stay held until then, and the cache is sized for one plan's batches in flight
   // (ShardKeeper::Need), not two.
   bool AbandonedRunsInFlight() const;
-  void Resolve(Task* task) const;  // index and seed of a claimed task (no lock needed)
-  uint32_t RunLength() const;      // samples a claim hands out at most
+  bool RunLive(const Task& run) const;  // takes mu: the run's batch may still be delivered
+  void Resolve(Task* task) const;       // index and seed of a claimed task (no lock needed)
+  uint32_t RunLength() const;           // samples a claim hands out at most
   // mu held: StartEpoch's switch to `plan` (batch `start_batch` on), cancelling what other
   // generations have not delivered.
   void BeginEpoch(EpochPlan plan, uint64_t start_batch);
@@ -195,6 +196,9 @@ struct Loader::Impl {
   std::unique_ptr<std::atomic<uint64_t>[]> holding;
   uint64_t claims = 0, completions = 0;
   uint64_t epoch = 0, generation = 0, next_deliver = 0, batches = 0;
+  // BeginEpoch calls so far (written under mu): a worker that sees it change mid-run checks
+  // whether its run was abandoned (RunLive) without taking the lock per sample.
+  std::atomic<uint64_t> epoch_switches{0};
   EpochStats stats;
   // Workers idle on a full ring now, and when stats.ring_full_seconds last took in their time:
   // it is accrued whenever the count changes and when the tuner reads it, so idle time lands

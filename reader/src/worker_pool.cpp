@@ -54,10 +54,25 @@ void Loader::Impl::SampleDone(const Task& t, const Status& status, const StageTi
   }
 }
 
+bool Loader::Impl::RunLive(const Task& run) const {
+  std::lock_guard<std::mutex> lock(mu);
+  return Live(slots[run.slot].generation);
+}
+
 void Loader::Impl::FinishRun(size_t worker, const Task& run, const RunTally& tally) {
   const StageTimes& times = tally.total;
   const uint32_t failures = tally.failures;
   Slot& slot = slots[run.slot];
+  // mu held. The run's samples are out of the workers' hands; an abandoned epoch's batch (never
+  // delivered) goes back to the ring once none of its runs is.
+  auto end_abandoned = [&] {
+    slot.in_flight -= run.count;
+    if (slot.in_flight == 0 && slot.state == SlotState::kFilling) {
+      FreeSlot(run.slot);
+      cv_work.notify_all();
+      cv_ready.notify_all();
+    }
+  };
   bool last;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -67,15 +82,7 @@ void Loader::Impl::FinishRun(size_t worker, const Task& run, const RunTally& tal
     stats.decode += times.decode;
     stats.collate += times.resize;
     stats.read += times.read;
-    slot.in_flight -= run.count;
-    if (!Live(slot.generation)) {  // an abandoned epoch's batch: never delivered
-      if (slot.in_flight == 0 && slot.state == SlotState::kFilling) {
-        FreeSlot(run.slot);
-        cv_work.notify_all();
-        cv_ready.notify_all();
-      }
-      return;
-    }
+    if (!Live(slot.generation)) return end_abandoned();
     if (failures) {
       if (options.skip_errors) {
         slot.skipped += failures;
@@ -85,6 +92,10 @@ void Loader::Impl::FinishRun(size_t worker, const Task& run, const RunTally& tal
     }
     slot.remaining -= run.count;
     last = slot.remaining == 0;
+    // The last run's samples stay counted in flight until the slot is marked ready below: a
+    // StartEpoch in between frees only slots with nothing in flight, so it cannot hand this
+    // one to another batch that the mark below would then declare ready half-filled.
+    if (!last) slot.in_flight -= run.count;
   }
   if (!last) return;
   Status copy_status;
@@ -97,6 +108,8 @@ void Loader::Impl::FinishRun(size_t worker, const Task& run, const RunTally& tal
   }
   {
     std::lock_guard<std::mutex> lock(mu);
+    if (!Live(slot.generation)) return end_abandoned();  // abandoned meanwhile
+    slot.in_flight -= run.count;
     if (!copy_status.ok() && slot.error.ok()) slot.error = copy_status;
     slot.state = SlotState::kReady;
   }
@@ -172,10 +185,19 @@ Status Loader::Impl::ThreadWorkerLoop(size_t worker, SampleDecoder* decoder) {
   }
   Task run;
   while (Claim(worker, &run)) {
+    uint64_t switches = epoch_switches.load(std::memory_order_acquire);
     RunTally tally;
     IssuePrefetch(&run, &tally.total);
     Task t = run;
     for (uint32_t i = 0; i < run.count; ++i) {
+      // A StartEpoch since the claim may have abandoned this run's batch (never delivered): its
+      // other samples are not decoded (nor their shards downloaded), so the slot comes back
+      // soon and, with the shard keeper, Claim's wait for abandoned runs stays short.
+      const uint64_t now = epoch_switches.load(std::memory_order_acquire);
+      if (now != switches) {
+        switches = now;
+        if (!RunLive(run)) break;
+      }
       t.k = run.k + i;
       t.position = run.position + i;
       holding[worker].store(t.k, std::memory_order_relaxed);
