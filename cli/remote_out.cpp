@@ -132,7 +132,17 @@ Status StagedOut::Finish(const Status& built) const {
   if (root_.empty()) return built;  // a local OUT
   Status st = built;
   std::vector<std::string> old_files;  // the replaced archive's files (--overwrite)
-  if (st.ok() && overwrite_) st = OldFiles(out_, &old_files);
+  if (st.ok() && overwrite_) {
+    // Only for the cleanup below: an old manifest that cannot be read (403 without
+    // s3:ListBucket when there is none) leaves the replaced archive's other shards in place.
+    if (Status old = OldFiles(out_, &old_files); !old.ok()) {
+      std::fprintf(stderr,
+                   "shardfeed: warning: cannot read the manifest being replaced (%s); shards of "
+                   "it that the new archive does not overwrite stay at %s\n",
+                   old.message().c_str(), out_.c_str());
+      old_files.clear();
+    }
+  }
   if (st.ok()) {
     storage::UploadOptions o;
     o.overwrite = overwrite_;

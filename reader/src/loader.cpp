@@ -217,8 +217,9 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
       ++impl->threads_running;
       try {
         impl->threads.emplace_back([keep = impl->self.lock()] { keep->FetchAhead(); });
-      } catch (const std::system_error&) {
-        // No thread to spare: the workers fetch what they read themselves (slower, not wrong).
+      } catch (const std::exception&) {
+        // No thread to spare (system_error, bad_alloc): the workers fetch what they read
+        // themselves (slower, not wrong).
         --impl->threads_running;
         break;
       }

@@ -342,7 +342,12 @@ Status Loader::Impl::StartProcesses() {
   progress.resize(children.size());
   holding.reset(new std::atomic<uint64_t>[progress.size()]());
   for (size_t c = 0; c < children.size(); ++c) {
-    threads.emplace_back([this, c] { DispatchTo(c); });
+    try {
+      threads.emplace_back([this, c] { DispatchTo(c); });
+    } catch (const std::exception& e) {  // the Impl's destructor stops what was started
+      return Status::ResourceExhausted("cannot start the dispatcher thread of worker process ", c,
+                                       ": ", e.what());
+    }
   }
   return Status::OK();
 }

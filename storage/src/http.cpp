@@ -287,8 +287,9 @@ Status Transfer(const Endpoint& endpoint, const std::string& name, const FetchRe
       if (http == 403 || http == 401) {
         return Status::IOError(
             shown, ": access denied (HTTP ", http, ", ", url,
-            "): check the credentials (AWS_ACCESS_KEY_ID, AWS_PROFILE); S3 also answers 403 "
-            "for a missing object when they lack s3:ListBucket");
+            "): check the credentials (AWS_ACCESS_KEY_ID, AWS_PROFILE)",
+            endpoint.s3 ? "; S3 also answers 403 for a missing object when they lack s3:ListBucket"
+                        : "");
       }
       transient = http >= 500 || http == 429 || http == 408;
       last = "HTTP " + std::to_string(http);

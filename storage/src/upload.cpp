@@ -255,6 +255,18 @@ class Client {
     SF_RETURN_IF_ERROR(Send("HEAD", name, "", &none, &r));
     if (r.http == 404) return false;
     if (r.http / 100 == 2) return true;
+    if (r.http == 403) {
+      // A HEAD's 403 has no body: a GET says whether it is only the missing s3:ListBucket
+      // (AccessDenied) or credentials that are wrong anyway (InvalidAccessKeyId,
+      // SignatureDoesNotMatch, ExpiredToken...), which must fail now, not after a build.
+      Reply g;
+      SF_RETURN_IF_ERROR(Send("GET", name, "", &none, &g));
+      if (g.http == 404) return false;
+      if (g.http / 100 == 2) return true;
+      if (g.http != 403 || XmlField(g.body, "Code") != "AccessDenied") {
+        return Refused("GET", name, g);
+      }
+    }
     if (r.http == 403 && denied_means_maybe) return true;  // cannot tell: treated as there
     if (r.http == 403) {
       return Status::IOError(Shown(name),
@@ -273,8 +285,19 @@ class Client {
     Reply r;
     // SigV4's canonical query: parameters sorted, values escaped.
     SF_RETURN_IF_ERROR(
-        Send("GET", "", "list-type=2&max-keys=1&prefix=" + Escape(prefix), &none, &r));
-    if (r.http / 100 == 2) return XmlField(r.body, "Key");
+        Send("GET", "", "list-type=2&max-keys=2&prefix=" + Escape(prefix), &none, &r));
+    if (r.http / 100 == 2) {
+      // The first key but a "folder" marker (the prefix itself, as consoles make them).
+      for (size_t at = 0;;) {
+        const size_t a = r.body.find("<Key>", at);
+        if (a == std::string::npos) return std::string();
+        const size_t b = r.body.find("</Key>", a);
+        if (b == std::string::npos) return std::string();
+        std::string key = r.body.substr(a + 5, b - a - 5);
+        if (key != prefix) return key;
+        at = b;
+      }
+    }
     if (r.http == 403) {
       return Status::IOError(shown,
                              ": cannot tell whether objects are there: listing denied (HTTP "
@@ -283,7 +306,8 @@ class Client {
                              "); grant s3:ListBucket on the bucket, or pass "
                              "--overwrite (same-named objects there are then replaced)");
     }
-    return Refused("listing the objects under", prefix, r);
+    return Status::IOError(shown, ": listing the objects under it failed (HTTP ", r.http, Detail(r),
+                           ")");
   }
 
   Status Delete(const std::string& name, const std::string& query = "", bool cancellable = true) {
@@ -295,8 +319,10 @@ class Client {
   }
 
   // The file at `path` (`size` bytes) as the object `name`.
+  // `replace`: an object may be at `name` already (--overwrite); a multipart upload deletes it
+  // first, so that the object a lost completion reply leaves (Completed) can only be this one.
   Status PutFile(const std::string& path, uint64_t size, const std::string& name,
-                 uint64_t part_size) {
+                 uint64_t part_size, bool replace = false) {
     Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (fd.fd < 0) return Status::IOError(path, ": ", std::strerror(errno));
     if (size <= part_size) {
@@ -307,6 +333,7 @@ class Client {
       SF_RETURN_IF_ERROR(Send("PUT", name, "", &b, &r));
       return r.http / 100 == 2 ? Status::OK() : Refused("PUT", name, r);
     }
+    if (replace) SF_RETURN_IF_ERROR(Delete(name));
     return Multipart(fd.fd, size, name, part_size);
   }
 
@@ -336,7 +363,12 @@ class Client {
                              "UploadId");
     }
     const std::string id_query = "uploadId=" + Escape(id);
-    Status st = Parts(fd, size, name, part_size, id_query);
+    Status st;
+    try {
+      st = Parts(fd, size, name, part_size, id_query);
+    } catch (const std::exception& e) {  // bad_alloc: the parts sent are aborted all the same
+      st = Status::Internal(Shown(name), ": multipart upload: ", e.what());
+    }
     if (!st.ok()) {
       // Abort, so the store keeps no orphaned parts (after a cancel too); the upload's own error
       // is the one to report.
@@ -501,8 +533,13 @@ Status UploadArchive(const std::string& dir, const std::string& location, const 
   auto work = [&] {
     Client client(e, retry);
     for (size_t i; !failed.load() && (i = next.fetch_add(1)) < files.size();) {
-      Status st =
-          client.PutFile(dir + "/" + files[i].name, files[i].size, files[i].name, part_size);
+      Status st;
+      try {
+        st = client.PutFile(dir + "/" + files[i].name, files[i].size, files[i].name, part_size,
+                            options.overwrite);
+      } catch (const std::exception& x) {  // stops the other threads too, as an error does
+        st = Status::Internal(client.Shown(files[i].name), ": upload: ", x.what());
+      }
       if (!st.ok()) {
         std::lock_guard<std::mutex> lock(error_mutex);
         if (!failed.exchange(true)) first_error = st;

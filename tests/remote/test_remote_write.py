@@ -134,7 +134,9 @@ class UploadProxy:
 
     def __init__(self, upstream):
         self.log, self.fail, self.stall, self.lose, self.lost = [], [], [], [], []
-        self.deny = []  # (method, fragment): answered 403 AccessDenied, as S3 without a grant
+        # (method, fragment, code): answered 403 with that error code (no body for HEAD), as
+        # S3 answers without a grant (AccessDenied) or with bad credentials
+        self.deny = []
         self.stalled, self.released = threading.Event(), threading.Event()
         host = upstream.split("//", 1)[1]
         outer = self
@@ -151,10 +153,15 @@ class UploadProxy:
                 if any(f in self.path for f in outer.stall):
                     outer.stalled.set()
                     outer.released.wait(120)  # bounded: the test releases it
-                if any(m == self.command and f in self.path for m, f in outer.deny):
+                denied = [c for m, f, c in outer.deny if m == self.command and f in self.path]
+                if denied:
+                    data = b"" if self.command == "HEAD" else (
+                        b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>" +
+                        denied[0].encode() + b"</Code><Message>denied</Message></Error>")
                     self.send_response(403)
-                    self.send_header("Content-Length", "0")
+                    self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
+                    self.wfile.write(data)
                     return
                 if any(m == self.command and f in self.path for m, f in outer.lost):
                     data = (b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>NoSuchUpload"
@@ -284,7 +291,11 @@ def test_a_manifest_head_denied_without_list_bucket_is_explained_and_overwrite_g
     # s3:ListBucket; pack then failed with "check the credentials", which are fine, and
     # --overwrite did not help. Now the message says why, and --overwrite writes (deleting a
     # manifest that may be there first, so no reader pairs it with the new shards).
-    upload_proxy.deny = [("HEAD", "w-denied/manifest.json")]
+    # S3 without s3:ListBucket: a missing object's HEAD and GET are 403 AccessDenied, and so
+    # is the listing of the prefix
+    upload_proxy.deny = [("HEAD", "w-denied/manifest.json", "AccessDenied"),
+                         ("GET", "w-denied/manifest.json", "AccessDenied"),
+                         ("GET", "prefix=w-denied", "AccessDenied")]
     env.setenv("TMPDIR", str(tmp_path))
     out = cli("pack", GOOD, f"s3://{BUCKET}/w-denied", "-q")
     assert out.returncode != 0
@@ -295,6 +306,12 @@ def test_a_manifest_head_denied_without_list_bucket_is_explained_and_overwrite_g
     assert out.returncode == 0, out.stderr
     assert ("DELETE", f"/{BUCKET}/w-denied/manifest.json") in upload_proxy.log
     assert "manifest.json" in keys(bucket, "w-denied")
+    # Credentials that are wrong anyway fail at once, --overwrite or not (not after a build)
+    upload_proxy.deny = [("HEAD", "w-badkey/manifest.json", "InvalidAccessKeyId"),
+                         ("GET", "w-badkey/manifest.json", "InvalidAccessKeyId")]
+    out = cli("pack", GOOD, f"s3://{BUCKET}/w-badkey", "-q", "--overwrite")
+    assert out.returncode != 0 and "InvalidAccessKeyId" in out.stderr, out.stderr
+    assert not [d for d in os.listdir(tmp_path) if d.startswith("shardfeed-staging-")]
 
 
 def test_a_prefix_with_objects_but_no_manifest_is_refused_without_overwrite(env, bucket,

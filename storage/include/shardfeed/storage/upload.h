@@ -42,8 +42,8 @@ Result<bool> RemoteHas(const std::string& location, const std::string& name,
                        bool denied_means_maybe = false);
 
 // The key of an object under `location`'s prefix (`prefix/...`; the whole bucket without one),
-// or "" when there is none (ListObjectsV2, one key). 403 (no s3:ListBucket) is an error saying
-// that it cannot tell.
+// or "" when there is none (ListObjectsV2; a "folder" marker, the key `prefix/` itself, is not
+// counted). 403 (no s3:ListBucket) is an error saying that it cannot tell.
 Result<std::string> RemoteFirstObject(const std::string& location);
 
 // Deletes the object `name` of `location` (absent already: OK).
