@@ -114,10 +114,12 @@ size_t OnHeader(char* data, size_t size, size_t count, void* user) {
 }
 
 // The text between <tag> and </tag> in an S3 XML reply, or "".
-std::string XmlField(const std::string& xml, const std::string& tag) {
-  const size_t a = xml.find("<" + tag + ">");
-  if (a == std::string::npos) return "";
-  const size_t from = a + tag.size() + 2, b = xml.find("</" + tag + ">", from);
+// With `at`: the search starts there, and *at is moved past the field (npos when none is left).
+std::string XmlField(const std::string& xml, const std::string& tag, size_t* at = nullptr) {
+  const size_t a = xml.find("<" + tag + ">", at ? *at : 0);
+  const size_t from = a + tag.size() + 2;
+  const size_t b = a == std::string::npos ? a : xml.find("</" + tag + ">", from);
+  if (at) *at = b;
   return b == std::string::npos ? "" : xml.substr(from, b - from);
 }
 
@@ -255,28 +257,23 @@ class Client {
     SF_RETURN_IF_ERROR(Send("HEAD", name, "", &none, &r));
     if (r.http == 404) return false;
     if (r.http / 100 == 2) return true;
-    if (r.http == 403) {
-      // A HEAD's 403 has no body: a GET says whether it is only the missing s3:ListBucket
-      // (AccessDenied) or credentials that are wrong anyway (InvalidAccessKeyId,
-      // SignatureDoesNotMatch, ExpiredToken...), which must fail now, not after a build.
-      Reply g;
-      SF_RETURN_IF_ERROR(Send("GET", name, "", &none, &g));
-      if (g.http == 404) return false;
-      if (g.http / 100 == 2) return true;
-      if (g.http != 403 || XmlField(g.body, "Code") != "AccessDenied") {
-        return Refused("GET", name, g);
-      }
+    if (r.http != 403) return Refused("HEAD", name, r);
+    // A HEAD's 403 has no body: a GET says whether it is only the missing s3:ListBucket
+    // (AccessDenied) or credentials that are wrong anyway (InvalidAccessKeyId,
+    // SignatureDoesNotMatch, ExpiredToken...), which must fail now, not after a build.
+    Reply g;
+    SF_RETURN_IF_ERROR(Send("GET", name, "", &none, &g));
+    if (g.http == 404) return false;
+    if (g.http / 100 == 2) return true;
+    if (g.http != 403 || XmlField(g.body, "Code") != "AccessDenied") {
+      return Refused("GET", name, g);
     }
-    if (r.http == 403 && denied_means_maybe) return true;  // cannot tell: treated as there
-    if (r.http == 403) {
-      return Status::IOError(Shown(name),
-                             ": cannot tell whether it exists: HEAD denied (HTTP 403, ", e_.base,
-                             "/", name,
-                             "). S3 answers 403 for a missing object when the credentials lack "
-                             "s3:ListBucket on the bucket: grant it, or pass --overwrite (which "
-                             "replaces the object without this check)");
-    }
-    return Refused("HEAD", name, r);
+    if (denied_means_maybe) return true;  // cannot tell: treated as there
+    return Status::IOError(Shown(name), ": cannot tell whether it exists: HEAD denied (HTTP 403, ",
+                           e_.base, "/", name,
+                           "). S3 answers 403 for a missing object when the credentials lack "
+                           "s3:ListBucket on the bucket: grant it, or pass --overwrite (which "
+                           "replaces the object without this check)");
   }
 
   // The first key under `prefix` in the bucket (this client's base is the bucket's URL), or "".
@@ -288,15 +285,11 @@ class Client {
         Send("GET", "", "list-type=2&max-keys=2&prefix=" + Escape(prefix), &none, &r));
     if (r.http / 100 == 2) {
       // The first key but a "folder" marker (the prefix itself, as consoles make them).
-      for (size_t at = 0;;) {
-        const size_t a = r.body.find("<Key>", at);
-        if (a == std::string::npos) return std::string();
-        const size_t b = r.body.find("</Key>", a);
-        if (b == std::string::npos) return std::string();
-        std::string key = r.body.substr(a + 5, b - a - 5);
-        if (key != prefix) return key;
-        at = b;
+      for (size_t at = 0; at != std::string::npos;) {
+        std::string key = XmlField(r.body, "Key", &at);
+        if (at != std::string::npos && key != prefix) return key;
       }
+      return std::string();
     }
     if (r.http == 403) {
       return Status::IOError(shown,
