@@ -134,7 +134,10 @@ void Loader::Impl::FetchAhead() {
     while (!stopping && fatal.ok()) {
       int64_t s = -1;
       uint64_t for_plan = 0;
-      if (started && current.next_task < current.plan.samples) {
+      if (AbandonedRunsInFlight()) {
+        // The new plan's shards wait, as its runs do (Claim): downloaded now, they would share
+        // the cache with the abandoned runs' shards, which the cache is not sized for.
+      } else if (started && current.next_task < current.plan.samples) {
         s = keeper->NextDownload(current_span, current.next_task, current_plan_id);
         for_plan = current_plan_id;
       } else if (started && ahead.on) {
@@ -147,13 +150,17 @@ void Loader::Impl::FetchAhead() {
         continue;
       }
       lock.unlock();
+      Status fetched;
       try {
-        (void)keeper->archive().OpenShardNow(static_cast<size_t>(s));  // errors: at the read
+        fetched = keeper->archive().OpenShardNow(static_cast<size_t>(s));  // errors: at the read
       } catch (...) {
         // Stops here (a thread boundary): fetching ahead is only a head start, and the read of
         // one of the shard's samples opens it again and reports what goes wrong.
       }
       lock.lock();
+      if (fetched.code() == StatusCode::kResourceExhausted) {
+        keeper->ForgetRefusedDownload(static_cast<uint32_t>(s));
+      }
       if (for_plan != current_plan_id && !(ahead.on && for_plan == ahead_plan_id)) {
         keeper->ReleaseUnneeded(static_cast<uint32_t>(s), current_span, current.next_task,
                                 ahead.on ? &ahead_span : nullptr, ahead.next_task);

@@ -11,8 +11,9 @@
 // most the ring's capacity of batches, spanning a few windows of `shuffle_window` shards) plus
 // those fetched ahead. Loader::Create refuses a cache_limit below it, giving the minimum. The
 // bound is for one plan: after StartEpoch abandons one, no run of the new plan is claimed until
-// the abandoned plan's runs in flight have ended (Loader::Impl::AbandonedRunsInFlight), so the
-// two plans' batches never hold shards at once.
+// the abandoned plan's runs in flight have ended (Loader::Impl::AbandonedRunsInFlight), and no
+// fetcher thread downloads for the new plan until then either, so the two plans' batches never
+// hold shards at once.
 //
 // Thread-safety: every method but Need, ShardsOf and the archive's own calls runs with the
 // loader's lock (Impl::mu) held; ReleaseShard runs there too, so no worker can claim a run of a
@@ -82,6 +83,10 @@ class ShardKeeper {
   // left the shard alone while it was being downloaded): released unless something needs it.
   void ReleaseUnneeded(uint32_t s, const ShardSpan& current, uint64_t current_next,
                        const ShardSpan* ahead, uint64_t ahead_next);
+  // mu held. A download ahead was refused for want of cache room (shards in use fill it now):
+  // the refusal is forgotten (format::Archive keeps an open's error otherwise), so the read of
+  // one of the shard's samples tries again when it comes, and reports its own error.
+  void ForgetRefusedDownload(uint32_t s);
   // mu held. The next shard to fetch ahead (the first `downloads` shards the plan has
   // not begun to read, not fetched already), or -1. Marks it as taken.
   int64_t NextDownload(const ShardSpan& span, uint64_t next, uint64_t plan_id);

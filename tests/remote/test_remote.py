@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -673,3 +674,81 @@ def test_early_breaks_with_a_ragged_field_never_fill_the_cache(env, tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+GATED_CHILD = r"""
+import json, sys
+import shardfeed
+url, cache, limit, e = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+loader = shardfeed.Loader(url, cache_dir=cache, cache_limit=limit, **json.loads(sys.argv[5]))
+it = iter(loader)
+next(it)  # batch 0; a worker holds batch 1's first sample at the gate
+del it    # an early break, with that run still in flight
+print("broke", flush=True)
+loader.set_epoch(e)
+it = iter(loader)
+print("started", flush=True)
+print("done", sum(1 for _ in it), flush=True)
+"""
+
+
+def test_a_new_epoch_fetches_nothing_while_abandoned_runs_hold_their_shards(proxy, env,
+                                                                           many_shards, tmp_path):
+    # REGRESSION (CI): after an early break, Claim hands out no run of the new epoch until the
+    # abandoned epoch's runs in flight have ended (their shards and the new epoch's would not fit
+    # a cache sized for one epoch's windows), but the fetcher threads did not wait: they
+    # downloaded the new epoch's first shards at once, into a cache still holding the abandoned
+    # runs' shards, and a download refused there ("cache ... is full") stayed that shard's error,
+    # failing the new epoch's first batches. Shown with a gate, not a race: a decode of the
+    # abandoned epoch is held (failpoint decode_gate) while the new epoch starts; until it is let
+    # go, no shard that only the new epoch reads may be requested.
+    local, url, total = many_shards
+    opts = dict(BLOCK, batch_size=16, shuffle_window=1, run_ahead=False, prefetch=2)
+
+    def shard_order(e):  # the shards epoch e reads, in order (160 samples a shard), and its batches
+        loader = shardfeed.Loader(local, **opts)
+        loader.set_epoch(e)
+        batches = [b.indices.copy() for b in loader]
+        order = []
+        for i in np.concatenate(batches):
+            if i // 160 not in order:
+                order.append(int(i // 160))
+        return order, batches
+
+    old, batches = shard_order(0)
+    gated = int(batches[1][0])  # a worker decodes it while the consumer takes batch 0
+    # An epoch whose first shards are none of those epoch 0 reads first (or fetches ahead).
+    e = next(e for e in range(1, 60) if not set(shard_order(e)[0][:3]) & set(old[:3]))
+    new_only = ["shard-%05d" % s for s in shard_order(e)[0][:3]]
+    gate = str(tmp_path / "gate")
+    os.mkfifo(gate)
+    child_env = dict(os.environ, SHARDFEED_FAILPOINTS="decode_gate=%d" % gated,
+                     SHARDFEED_FAILPOINT_GATE=gate)
+    child = subprocess.Popen([sys.executable, "-c", GATED_CHILD, url, str(tmp_path / "c"),
+                              str(total // 4), str(e), json.dumps(opts)],
+                             env=child_env, stdout=subprocess.PIPE, text=True)
+    release = -1
+    try:
+        for _ in range(6000):  # bounded (60 s): the child's worker reaches the gate
+            try:
+                release = os.open(gate, os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError:
+                assert child.poll() is None, "the child ended before the gated decode"
+                time.sleep(0.01)
+        assert release >= 0, "the gated sample was never decoded"
+        assert child.stdout.readline() == "broke\n"
+        assert child.stdout.readline() == "started\n"
+        early = []
+        for _ in range(300):  # 3 s with the abandoned run held: time enough to fetch ahead
+            early = [p for p in proxy.shard_gets() if any(s in p for s in new_only)]
+            if early:
+                break
+            time.sleep(0.01)
+    finally:
+        if release >= 0:
+            os.close(release)  # the gated decode goes on, and with it the new epoch
+        out, _ = child.communicate(timeout=120)
+    assert child.returncode == 0
+    assert out == "done %d\n" % len(batches)
+    assert early == [], "fetched for the new epoch while the abandoned run held its shards"
