@@ -427,11 +427,17 @@ const Archive::Shard* Archive::Ready(size_t s, Status* error) const {
     std::lock_guard<std::mutex> lock(shard.mu);
     // A failure is kept (every access reports it at once, no storm of retries) unless it is a
     // remote shard's download that failed for a reason that may pass and a while has gone by:
-    // a loader whose epoch failed while the server was down reads again once it is back.
-    const bool may_pass = remote_ && (shard.status.code() == StatusCode::kIOError ||
-                                      shard.status.code() == StatusCode::kTimeout);
-    const bool retry = shard.failed.load() && may_pass &&
-                       std::chrono::steady_clock::now() - shard.failed_at >= kRetryFailedShardAfter;
+    // a loader whose epoch failed while the server was down reads again once it is back. A
+    // download the cache refused for room is tried again at once: the room is not the shard's
+    // (shards in use are given back all the time), and a refusal met by a download ahead of
+    // the reads must not become the reads' error.
+    const StatusCode code = shard.status.code();
+    const bool may_pass = remote_ && (code == StatusCode::kIOError || code == StatusCode::kTimeout);
+    const bool refused = remote_ && code == StatusCode::kResourceExhausted;
+    const bool retry =
+        shard.failed.load() &&
+        (refused || (may_pass &&
+                     std::chrono::steady_clock::now() - shard.failed_at >= kRetryFailedShardAfter));
     if (!shard.ready.load(std::memory_order_relaxed) && (!shard.failed.load() || retry)) {
       shard.status = OpenShard(s);
       shard.failed.store(!shard.status.ok());

@@ -150,17 +150,13 @@ void Loader::Impl::FetchAhead() {
         continue;
       }
       lock.unlock();
-      Status fetched;
       try {
-        fetched = keeper->archive().OpenShardNow(static_cast<size_t>(s));  // errors: at the read
+        (void)keeper->archive().OpenShardNow(static_cast<size_t>(s));  // errors: at the read
       } catch (...) {
         // Stops here (a thread boundary): fetching ahead is only a head start, and the read of
         // one of the shard's samples opens it again and reports what goes wrong.
       }
       lock.lock();
-      if (fetched.code() == StatusCode::kResourceExhausted) {
-        keeper->ForgetRefusedDownload(static_cast<uint32_t>(s));
-      }
       if (for_plan != current_plan_id && !(ahead.on && for_plan == ahead_plan_id)) {
         keeper->ReleaseUnneeded(static_cast<uint32_t>(s), current_span, current.next_task,
                                 ahead.on ? &ahead_span : nullptr, ahead.next_task);

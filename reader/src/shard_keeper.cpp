@@ -213,12 +213,6 @@ void ShardKeeper::Release(uint32_t s) {
   if (archive_->ShardOpen(s) || archive_->ShardFailed(s)) archive_->ReleaseShard(s);
 }
 
-void ShardKeeper::ForgetRefusedDownload(uint32_t s) {
-  // The error is the only thing to forget (a failed shard has no mapping): ReleaseShard does
-  // not wait, as no open of `s` can be running while its failure stands.
-  if (archive_->ShardFailed(s)) archive_->ReleaseShard(s);
-}
-
 int64_t ShardKeeper::NextDownload(const ShardSpan& span, uint64_t next, uint64_t plan_id) {
   auto it = FirstUnbegun(span, next);
   for (uint32_t i = 0; i < downloads_ && it != span.order.end(); ++i, ++it) {

@@ -83,10 +83,6 @@ class ShardKeeper {
   // left the shard alone while it was being downloaded): released unless something needs it.
   void ReleaseUnneeded(uint32_t s, const ShardSpan& current, uint64_t current_next,
                        const ShardSpan* ahead, uint64_t ahead_next);
-  // mu held. A download ahead was refused for want of cache room (shards in use fill it now):
-  // the refusal is forgotten (format::Archive keeps an open's error otherwise), so the read of
-  // one of the shard's samples tries again when it comes, and reports its own error.
-  void ForgetRefusedDownload(uint32_t s);
   // mu held. The next shard to fetch ahead (the first `downloads` shards the plan has
   // not begun to read, not fetched already), or -1. Marks it as taken.
   int64_t NextDownload(const ShardSpan& span, uint64_t next, uint64_t plan_id);
