@@ -738,8 +738,9 @@ def test_a_new_epoch_fetches_nothing_while_abandoned_runs_hold_their_shards(prox
     old, batches = shard_order(0)
     gated = int(batches[1][0])  # a worker decodes it while the consumer takes batch 0
     # An epoch whose first shards are none of those epoch 0 reads first (or fetches ahead).
-    e = next(e for e in range(1, 60) if not set(shard_order(e)[0][:3]) & set(old[:3]))
-    new_only = ["shard-%05d" % s for s in shard_order(e)[0][:3]]
+    firsts = ((e, shard_order(e)[0][:3]) for e in range(1, 60))  # read until one is found
+    e, first = next((e, f) for e, f in firsts if not set(f) & set(old[:3]))
+    new_only = ["shard-%05d" % s for s in first]
     gate = str(tmp_path / "gate")
     os.mkfifo(gate)
     child_env = dict(os.environ, SHARDFEED_FAILPOINTS="decode_gate=%d" % gated,
