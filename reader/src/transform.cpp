@@ -228,8 +228,7 @@ void SampleDecoder::Finish(const uint8_t* src, uint32_t w, uint32_t h, size_t st
     staging_.resize(size_t{out_w_} * out_h_ * 3);
     hwc = staging_.data();
   }
-  imaging::ResizeInto(src, w, h, stride, 3, hwc, out_w_, out_h_);
-  if (flip) imaging::FlipHorizontal(hwc, out_w_, out_h_, 3, 0);
+  imaging::ResizeInto(src, w, h, stride, 3, hwc, out_w_, out_h_, 0, flip);
   if (!direct) {
     internal::Affine a;
     for (int c = 0; c < 3; ++c) a.scale[c] = scale_[c], a.bias[c] = bias_[c];
