@@ -18,6 +18,7 @@
 #include <mutex>
 
 #include "jpeg_errors.h"
+#include "jpeg_scale.h"
 #include "shardfeed/imaging/image.h"
 
 namespace shardfeed::imaging {
@@ -219,9 +220,6 @@ Status DecodeHeif(const uint8_t* data, size_t size, Image* out, const Limits& li
   return Status::OK();
 }
 
-// A side of `side` pixels decoded at scale n/8 (libjpeg rounds up).
-uint64_t ScaledSide(uint32_t side, int n) { return (uint64_t{side} * unsigned(n) + 7) / 8; }
-
 }  // namespace
 
 struct Decoder::JpegState {
@@ -267,17 +265,8 @@ Status Decoder::DecodeJpegRegion(const uint8_t* data, size_t size, const JpegReg
     return Status::InvalidArgument("region ", rw, "x", rh, "+", rx, "+", ry, " outside a ", iw, "x",
                                    ih, " JPEG");
   }
-  // libjpeg-turbo scales by any n/8 inside the IDCT. Pick the smallest n whose output still
-  // covers the requested size, among 1, 2, 4, 8 (SIMD IDCTs) unless any n is allowed: the other
-  // scales cost more than the next power of two up (see JpegRegion).
-  int n = 8;
-  for (int cand = 1; cand < 8 && region.min_width + region.min_height > 0; ++cand) {
-    if (!region.any_scale && (cand & (cand - 1)) != 0) continue;
-    if (ScaledSide(rw, cand) >= region.min_width && ScaledSide(rh, cand) >= region.min_height) {
-      n = cand;
-      break;
-    }
-  }
+  // libjpeg-turbo scales by any n/8 inside the IDCT (see JpegRegion for which n).
+  const int n = internal::PickJpegScale(rw, rh, region);
   if (scale_num) *scale_num = n;
   cinfo.scale_num = static_cast<unsigned>(n);
   cinfo.scale_denom = 8;
@@ -292,9 +281,20 @@ Status Decoder::DecodeJpegRegion(const uint8_t* data, size_t size, const JpegReg
   uint32_t ex = std::min<uint32_t>(ow, static_cast<uint32_t>((uint64_t{rx + rw} * n + 7) / 8));
   uint32_t ey = std::min<uint32_t>(oh, static_cast<uint32_t>((uint64_t{ry + rh} * n + 7) / 8));
   uint32_t sw = std::max<uint32_t>(1, ex - sx), sh = std::max<uint32_t>(1, ey - sy);
-  // With `exact`, one iMCU of context on every side of the region.
-  const uint32_t imcu_w = region.exact ? cinfo.max_h_samp_factor * cinfo.min_DCT_scaled_size : 0;
-  const uint32_t imcu_h = region.exact ? cinfo.max_v_samp_factor * cinfo.min_DCT_scaled_size : 0;
+  // With `exact`, one iMCU of context on every side of the region where chroma upsampling reads
+  // across block edges (none where libjpeg scaled the chroma up in its IDCT instead).
+  bool across_x = false, across_y = false;
+  for (int c = 0; c < cinfo.num_components; ++c) {
+    const jpeg_component_info& k = cinfo.comp_info[c];
+    across_x |=
+        k.h_samp_factor * k.DCT_scaled_size != cinfo.max_h_samp_factor * cinfo.min_DCT_scaled_size;
+    across_y |=
+        k.v_samp_factor * k.DCT_scaled_size != cinfo.max_v_samp_factor * cinfo.min_DCT_scaled_size;
+  }
+  const uint32_t imcu_w =
+      region.exact && across_x ? cinfo.max_h_samp_factor * cinfo.min_DCT_scaled_size : 0;
+  const uint32_t imcu_h =
+      region.exact && across_y ? cinfo.max_v_samp_factor * cinfo.min_DCT_scaled_size : 0;
   const uint32_t cx = sx > imcu_w ? sx - imcu_w : 0, cy = sy > imcu_h ? sy - imcu_h : 0;
   const uint32_t cw = std::min(ow, ex + imcu_w) - cx;
   uint32_t col0 = sx;

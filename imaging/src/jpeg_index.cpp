@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include "jpeg_errors.h"
+#include "jpeg_scale.h"
 
 namespace shardfeed::imaging {
 namespace {
@@ -30,8 +31,10 @@ struct Header {
   uint32_t mcu_width = 0, mcu_height = 0;  // pixels
   uint32_t mcus_per_row = 0, mcu_rows = 0;
   uint32_t restart_interval = 0;
-  size_t sof = 0;   // offset of the SOF marker
-  size_t scan = 0;  // first entropy-coded byte
+  int components = 0;
+  int h[4] = {}, v[4] = {};  // sampling factors
+  size_t sof = 0;            // offset of the SOF marker
+  size_t scan = 0;           // first entropy-coded byte
 };
 
 // Parses SOI..SOS. Only one baseline/extended Huffman scan holding every component is accepted:
@@ -56,9 +59,14 @@ Status ParseHeader(const uint8_t* d, size_t n, Header* h) {
       if (components < 1 || components > 4 || len < 8 + 3u * components) {
         return Status::Corrupt("indexed JPEG: bad frame header");
       }
+      h->components = components;
       for (int c = 0; c < components; ++c) {
-        hmax = std::max<uint32_t>(hmax, s[7 + 3 * c] >> 4);
-        vmax = std::max<uint32_t>(vmax, s[7 + 3 * c] & 15);
+        h->h[c] = s[7 + 3 * c] >> 4, h->v[c] = s[7 + 3 * c] & 15;
+        if (h->h[c] < 1 || h->h[c] > 4 || h->v[c] < 1 || h->v[c] > 4) {
+          return Status::Corrupt("indexed JPEG: bad sampling factors");
+        }
+        hmax = std::max<uint32_t>(hmax, h->h[c]);
+        vmax = std::max<uint32_t>(vmax, h->v[c]);
       }
     } else if ((m >= 0xC2 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC)) {
       return Status::Corrupt("indexed JPEG is not baseline (marker ", int{m}, ")");
@@ -223,12 +231,19 @@ Status BuildRegionJpeg(const uint8_t* d, size_t n, const JpegRowIndex& index,
     return Status::OK();  // whole image, or a region the plain decode will refuse
   }
   const uint32_t k = h.restart_interval, C = h.mcus_per_row, R = h.mcu_rows;
-  // MCUs the region touches, one more of context on every side, whole segments across.
+  // MCUs the region touches, whole segments across, and one more MCU of context on each side
+  // where the decode at the region's scale upsamples chroma across block edges in that direction
+  // (4:2:0 at 1/8, 2/8 and 4/8 does not: libjpeg scales its chroma up in the IDCT).
+  bool across_x = true, across_y = true;
+  internal::UpsamplesAcross(h.h, h.v, h.components,
+                            internal::PickJpegScale(region.width, region.height, region), &across_x,
+                            &across_y);
+  const uint32_t cx = across_x ? 1 : 0, cy = across_y ? 1 : 0;
   const uint32_t c0 = region.x / h.mcu_width, r0 = region.y / h.mcu_height;
   const uint32_t c1 = (region.x + region.width + h.mcu_width - 1) / h.mcu_width;
   const uint32_t r1 = (region.y + region.height + h.mcu_height - 1) / h.mcu_height;
-  const uint32_t s0 = (c0 > 0 ? c0 - 1 : 0) / k, s1 = (std::min(C, c1 + 1) + k - 1) / k;
-  const uint32_t row0 = r0 > 0 ? r0 - 1 : 0, row1 = std::min(R, r1 + 1);
+  const uint32_t s0 = (c0 > cx ? c0 - cx : 0) / k, s1 = (std::min(C, c1 + cx) + k - 1) / k;
+  const uint32_t row0 = r0 > cy ? r0 - cy : 0, row1 = std::min(R, r1 + cy);
   // Building and starting a second JPEG costs about what decoding a quarter of a small photo's
   // MCUs does (measured): past 3/4 of them, the stored JPEG is decoded as it is.
   if (uint64_t{s1 - s0} * k * (row1 - row0) * 4 > uint64_t{C} * R * 3) return Status::OK();

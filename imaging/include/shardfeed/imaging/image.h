@@ -106,7 +106,9 @@ struct JpegRegion {
   bool any_scale = false;                        // consider every n/8, not only 1, 2, 4, 8
   // Pixels bit for bit those of a whole-image decode at the same scale, cropped: libjpeg-turbo's
   // cropped and skipped decoding treats the crop's edges as image edges in chroma upsampling,
-  // so the decode starts one iMCU further out on every side (where the image has one).
+  // so where the scale upsamples chroma across block edges (4:2:0 at 8/8, 4:2:2 at any scale;
+  // not 4:2:0 at 1/8, 2/8, 4/8, where libjpeg scales chroma up in the IDCT instead) the decode
+  // starts one iMCU further out on those sides (where the image has one).
   bool exact = false;
 };
 
