@@ -226,6 +226,62 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("RGB reductions of 2x or more box-reduce each such axis, then resize bilinearly") {
+  uint32_t seed = 11;
+  auto next = [&] { return seed = seed * 1664525u + 1013904223u; };
+  const uint32_t sizes[][4] = {
+      {460, 340, 224, 224}, {901, 37, 224, 9}, {50, 800, 24, 100}, {4, 4, 1, 1}};
+  for (const auto& s : sizes) {
+    const uint32_t sw = s[0], sh = s[1], dw = s[2], dh = s[3];
+    CAPTURE(sw, sh, dw, dh);
+    std::vector<uint8_t> src(size_t{sw} * sh * 3);
+    for (auto& v : src) v = static_cast<uint8_t>(next() >> 24);
+    // The reference in double precision: box means over floor(src / dst) pixels on each axis
+    // reduced 2x or more, then exact bilinear.
+    std::vector<double> ref(src.begin(), src.end());
+    uint32_t w = sw, h = sh;
+    if (w >= 2 * dw || h >= 2 * dh) {
+      const uint32_t fx = std::max(1u, w / dw), fy = std::max(1u, h / dh);
+      const uint32_t nw = w / fx, nh = h / fy;
+      std::vector<double> box(size_t{nw} * nh * 3);
+      for (uint32_t y = 0; y < nh; ++y)
+        for (uint32_t x = 0; x < nw; ++x)
+          for (uint32_t c = 0; c < 3; ++c) {
+            double sum = 0;
+            for (uint32_t j = 0; j < fy; ++j)
+              for (uint32_t i = 0; i < fx; ++i)
+                sum += ref[(size_t{y * fy + j} * w + x * fx + i) * 3 + c];
+            box[(size_t{y} * nw + x) * 3 + c] = sum / (fx * fy);
+          }
+      ref.swap(box), w = nw, h = nh;
+    }
+    std::vector<uint8_t> got(size_t{dw} * dh * 3), mirrored(got.size());
+    ResizeInto(src.data(), sw, sh, 0, 3, got.data(), dw, dh);
+    ResizeInto(src.data(), sw, sh, 0, 3, mirrored.data(), dw, dh, 0, true);
+    FlipHorizontal(mirrored.data(), dw, dh, 3, 0);
+    CHECK(mirrored == got);
+    double worst = 0;
+    for (uint32_t y = 0; y < dh; ++y)
+      for (uint32_t x = 0; x < dw; ++x)
+        for (uint32_t c = 0; c < 3; ++c) {
+          auto axis = [](uint32_t d, uint32_t n, uint32_t m, uint32_t* i0, uint32_t* i1,
+                         double* t) {
+            double f = std::min(std::max((d + 0.5) * double(n) / m - 0.5, 0.0), double(n - 1));
+            *i0 = static_cast<uint32_t>(f), *i1 = std::min(*i0 + 1, n - 1), *t = f - *i0;
+          };
+          uint32_t x0, x1, y0, y1;
+          double tx, ty;
+          axis(x, w, dw, &x0, &x1, &tx);
+          axis(y, h, dh, &y0, &y1, &ty);
+          auto at = [&](uint32_t xx, uint32_t yy) { return ref[(size_t{yy} * w + xx) * 3 + c]; };
+          const double want = (at(x0, y0) * (1 - tx) + at(x1, y0) * tx) * (1 - ty) +
+                              (at(x0, y1) * (1 - tx) + at(x1, y1) * tx) * ty;
+          worst = std::max(worst, std::abs(want - got[(size_t{y} * dw + x) * 3 + c]));
+        }
+    CHECK(worst <= 1.05);  // the box and the bilinear step round once each
+  }
+}
+
 TEST_CASE("OrientBoxes turns a box with the pixels it encloses") {
   // A bright rectangle at [x0, x1) x [y0, y1) of a 13 x 7 image; for every orientation the
   // turned box is exactly the bounding box of the turned bright pixels.

@@ -156,8 +156,10 @@ class Decoder {
 Result<std::vector<uint8_t>> EncodeJpeg(const Image& image, int quality);
 Result<std::vector<uint8_t>> EncodePng(const Image& image);
 
-// Resampling. Reductions of 2x or more use area averaging (antialiased); smaller reductions and
-// enlargements use bilinear interpolation (ResizeBilinearRgb for 3 channels). `src` and
+// Resampling. Reductions of 2x or more are antialiased: for 3 channels each such axis is first
+// box-reduced by the whole factor floor(src / dst) (a partial last box dropped), other channel
+// counts use area averaging; smaller reductions and enlargements use bilinear interpolation
+// (ResizeBilinearRgb for 3 channels). `src` and
 // `dst` are HWC with the same channel count; strides in bytes (0: tightly packed). With `mirror`
 // the output is mirrored left-right (for RGB bilinear at no cost: the samples are written in
 // reverse order). Thread-safe: no shared state (per-thread scratch).
