@@ -281,8 +281,10 @@ Status Decoder::DecodeJpegRegion(const uint8_t* data, size_t size, const JpegReg
   uint32_t ex = std::min<uint32_t>(ow, static_cast<uint32_t>((uint64_t{rx + rw} * n + 7) / 8));
   uint32_t ey = std::min<uint32_t>(oh, static_cast<uint32_t>((uint64_t{ry + rh} * n + 7) / 8));
   uint32_t sw = std::max<uint32_t>(1, ex - sx), sh = std::max<uint32_t>(1, ey - sy);
-  // With `exact`, one iMCU of context on every side of the region where chroma upsampling reads
-  // across block edges (none where libjpeg scaled the chroma up in its IDCT instead).
+  // With `exact`, one more pixel on every side of the region where chroma upsampling reads
+  // across block edges (none where libjpeg scaled the chroma up in its IDCT instead): the
+  // triangle filter reads the chroma sample next to a pixel's own, which covers that pixel's
+  // neighbour, and libjpeg widens the crop to whole iMCUs around it.
   bool across_x = false, across_y = false;
   for (int c = 0; c < cinfo.num_components; ++c) {
     const jpeg_component_info& k = cinfo.comp_info[c];
@@ -291,12 +293,19 @@ Status Decoder::DecodeJpegRegion(const uint8_t* data, size_t size, const JpegReg
     across_y |=
         k.v_samp_factor * k.DCT_scaled_size != cinfo.max_v_samp_factor * cinfo.min_DCT_scaled_size;
   }
-  const uint32_t imcu_w =
-      region.exact && across_x ? cinfo.max_h_samp_factor * cinfo.min_DCT_scaled_size : 0;
-  const uint32_t imcu_h =
-      region.exact && across_y ? cinfo.max_v_samp_factor * cinfo.min_DCT_scaled_size : 0;
-  const uint32_t cx = sx > imcu_w ? sx - imcu_w : 0, cy = sy > imcu_h ? sy - imcu_h : 0;
-  const uint32_t cw = std::min(ow, ex + imcu_w) - cx;
+  const uint32_t pad_x = region.exact && across_x ? 1 : 0;
+  const uint32_t pad_y = region.exact && across_y ? 1 : 0;
+  uint32_t cx = sx > pad_x ? sx - pad_x : 0;
+  const uint32_t cy = sy > pad_y ? sy - pad_y : 0;
+  uint32_t cw = std::min(ow, ex + pad_x) - cx;
+  // A crop whose chroma is under 2 samples wide makes libjpeg-turbo switch to plain (box)
+  // upsampling (jpeg_crop_scanline re-initialises it): an exact crop is never under
+  // kMinExactWidth, widened right, or left at the image's right edge.
+  if (pad_x > 0 && cw < internal::kMinExactWidth) {
+    cw = std::min(ow - cx, internal::kMinExactWidth);
+    if (cw < internal::kMinExactWidth)
+      cx = ow > internal::kMinExactWidth ? ow - internal::kMinExactWidth : 0, cw = ow - cx;
+  }
   uint32_t col0 = sx;
   if (cw < ow) {
     JDIMENSION xoff = cx, width = cw;

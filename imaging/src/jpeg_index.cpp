@@ -231,22 +231,46 @@ Status BuildRegionJpeg(const uint8_t* d, size_t n, const JpegRowIndex& index,
     return Status::OK();  // whole image, or a region the plain decode will refuse
   }
   const uint32_t k = h.restart_interval, C = h.mcus_per_row, R = h.mcu_rows;
-  // MCUs the region touches, whole segments across, and one more MCU of context on each side
-  // where the decode at the region's scale upsamples chroma across block edges in that direction
-  // (4:2:0 at 1/8, 2/8 and 4/8 does not: libjpeg scales its chroma up in the IDCT).
+  // MCUs the region touches, whole segments across, widened by one pixel of the decode's scale on
+  // each side where it upsamples chroma across block edges in that direction: the context
+  // DecodeJpegRegion takes with `exact` (4:2:0 at 1/8, 2/8 and 4/8 needs none: libjpeg scales its
+  // chroma up in the IDCT). Scaled iMCU edges fall on stored MCU edges.
   bool across_x = true, across_y = true;
-  internal::UpsamplesAcross(h.h, h.v, h.components,
-                            internal::PickJpegScale(region.width, region.height, region), &across_x,
-                            &across_y);
-  const uint32_t cx = across_x ? 1 : 0, cy = across_y ? 1 : 0;
-  const uint32_t c0 = region.x / h.mcu_width, r0 = region.y / h.mcu_height;
-  const uint32_t c1 = (region.x + region.width + h.mcu_width - 1) / h.mcu_width;
-  const uint32_t r1 = (region.y + region.height + h.mcu_height - 1) / h.mcu_height;
-  const uint32_t s0 = (c0 > cx ? c0 - cx : 0) / k, s1 = (std::min(C, c1 + cx) + k - 1) / k;
-  const uint32_t row0 = r0 > cy ? r0 - cy : 0, row1 = std::min(R, r1 + cy);
-  // Building and starting a second JPEG costs about what decoding a quarter of a small photo's
-  // MCUs does (measured): past 3/4 of them, the stored JPEG is decoded as it is.
-  if (uint64_t{s1 - s0} * k * (row1 - row0) * 4 > uint64_t{C} * R * 3) return Status::OK();
+  const uint32_t scale =
+      static_cast<uint32_t>(internal::PickJpegScale(region.width, region.height, region));
+  internal::UpsamplesAcross(h.h, h.v, h.components, static_cast<int>(scale), &across_x, &across_y);
+  // The first and one past the last MCU (in `mcu` stored pixels, `count` of them) holding
+  // [at, at + size) and, with `pad`, the scaled pixel on each side of it.
+  auto span = [scale](uint32_t at, uint32_t size, uint32_t mcu, uint32_t count, bool pad,
+                      uint32_t* first, uint32_t* end) {
+    if (!pad) {
+      *first = at / mcu, *end = (at + size + mcu - 1) / mcu;
+      return;
+    }
+    const uint64_t s = uint64_t{at} * scale / 8,
+                   e = (uint64_t{at + size} * scale + 7) / 8;  // scaled
+    *first = static_cast<uint32_t>((s > 0 ? (s - 1) * 8 / scale : 0) / mcu);
+    *end = std::min<uint32_t>(count, static_cast<uint32_t>(e * 8 / scale / mcu + 1));
+  };
+  uint32_t c0, c1, r0, r1;
+  span(region.x, region.width, h.mcu_width, C, across_x, &c0, &c1);
+  span(region.y, region.height, h.mcu_height, R, across_y, &r0, &r1);
+  uint32_t s0 = c0 / k;
+  const uint32_t s1 = (c1 + k - 1) / k;
+  // No narrower than kMinExactWidth at the decode's scale where chroma is interpolated across
+  // (DecodeJpegRegion's exact crop is never narrower either): more segments to the left.
+  while (across_x && s0 > 0 &&
+         (uint64_t{s1 * k == C ? h.width - s0 * k * h.mcu_width : (s1 - s0) * k * h.mcu_width} *
+              scale +
+          7) / 8 <
+             internal::kMinExactWidth) {
+    --s0;
+  }
+  const uint32_t row0 = r0, row1 = r1;
+  // The stored JPEG's own decode of the region entropy-decodes every MCU down to the region's
+  // last row: unless the synthetic one saves 3% of those (what building it costs, measured on
+  // ~460x400 and camera photos; docs/BENCHMARKS.md "Region decode"), decode the stored one.
+  if (uint64_t{s1 - s0} * k * (row1 - row0) * 100 > uint64_t{C} * row1 * 97) return Status::OK();
 
   synth->clear();
   synth->reserve(

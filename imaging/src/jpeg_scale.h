@@ -9,6 +9,11 @@
 
 namespace shardfeed::imaging::internal {
 
+// The narrowest an exact region decode crops (pixels at the decode's scale), and so the narrowest
+// synthetic image of a region: libjpeg-turbo upsamples a component under 2 samples wide without
+// interpolation, unlike the same component in the whole image. 16 covers a 4x subsampled chroma.
+constexpr uint32_t kMinExactWidth = 16;
+
 // The n of the n/8 scale DecodeJpegRegion picks for a region of `rw` x `rh` stored pixels (see
 // JpegRegion): the smallest whose output still covers the minimum size, among 1, 2, 4, 8 unless
 // any n is allowed.

@@ -57,12 +57,16 @@ struct JpegRowIndex {
 };
 
 // Builds into `synth` a small JPEG holding just the MCUs that `region` (stored pixel coordinates)
-// needs, plus one MCU of context on every side (so chroma upsampling sees the same neighbours),
-// widened to whole restart segments. `*origin_x`/`*origin_y` receive the pixel position of the
-// synthetic image's top-left corner in the source. A decode of the synthetic image at any scale
-// n/8, cropped, equals the same crop of a decode of the source, bit for bit. Checks the index
-// against the headers and every marker it passes; kCorrupt names what disagrees. False in
-// `*worthwhile` (and `synth` untouched) when the region needs over 3/4 of the MCUs anyway.
+// needs, widened to whole restart segments: at the scale n/8 DecodeJpegRegion picks for
+// `region`, its pixels and, where that decode upsamples chroma across block edges in a
+// direction, one more pixel on each side there (the neighbour the triangle filter reads).
+// `*origin_x`/`*origin_y` receive the pixel position of the synthetic image's top-left corner
+// in the source. DecodeJpegRegion of the synthetic image with the region moved by the origin and
+// `exact` set equals the same crop of a whole decode of the source at that scale, bit for bit.
+// Checks the index against the headers and every marker it passes; kCorrupt names what disagrees.
+// False in
+// `*worthwhile` (and `synth` untouched) when it would entropy-decode over 97% of the MCUs a
+// decode of the stored JPEG reads anyway (every one down to the region's last row).
 Status BuildRegionJpeg(const uint8_t* data, size_t size, const JpegRowIndex& index,
                        const JpegRegion& region, std::vector<uint8_t>* synth, uint32_t* origin_x,
                        uint32_t* origin_y, bool* worthwhile);
