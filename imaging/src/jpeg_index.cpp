@@ -216,6 +216,44 @@ Status RelayoutJpeg(const uint8_t* data, size_t size, const Limits& limits,
   return Status::OK();
 }
 
+// The first and one past the last MCU (`mcu` stored pixels each, `count` of them) holding
+// [at, at + size) and, with `pad`, the pixel on each side of it at scale n/8. Scaled iMCU edges
+// fall on stored MCU edges.
+void McuSpan(uint32_t at, uint32_t size, uint32_t mcu, uint32_t count, bool pad, uint32_t n,
+             uint32_t* first, uint32_t* end) {
+  if (!pad) {
+    *first = at / mcu, *end = (at + size + mcu - 1) / mcu;
+    return;
+  }
+  const uint64_t s = uint64_t{at} * n / 8, e = (uint64_t{at + size} * n + 7) / 8;  // scaled
+  *first = static_cast<uint32_t>((s > 0 ? (s - 1) * 8 / n : 0) / mcu);
+  *end = std::min<uint32_t>(count, static_cast<uint32_t>(e * 8 / n / mcu + 1));
+}
+
+// The restart segments [*s0, *s1) of each row and the MCU rows [*row0, *row1) that `region`
+// needs: the MCUs it touches, widened by one pixel of the decode's scale on each side where that
+// decode upsamples chroma across block edges in that direction (the context DecodeJpegRegion
+// takes with `exact`; 4:2:0 at 1/8, 2/8 and 4/8 needs none: libjpeg scales its chroma up in the
+// IDCT), and to at least kMinExactWidth there (DecodeJpegRegion's exact crop is never narrower).
+void NeededMcus(const Header& h, const JpegRegion& region, uint32_t* s0, uint32_t* s1,
+                uint32_t* row0, uint32_t* row1) {
+  const uint32_t k = h.restart_interval, C = h.mcus_per_row;
+  bool across_x = true, across_y = true;
+  const uint32_t n =
+      static_cast<uint32_t>(internal::PickJpegScale(region.width, region.height, region));
+  internal::UpsamplesAcross(h.h, h.v, h.components, static_cast<int>(n), &across_x, &across_y);
+  uint32_t c0, c1;
+  McuSpan(region.x, region.width, h.mcu_width, C, across_x, n, &c0, &c1);
+  McuSpan(region.y, region.height, h.mcu_height, h.mcu_rows, across_y, n, row0, row1);
+  *s0 = c0 / k, *s1 = (c1 + k - 1) / k;
+  auto scaled_width = [&] {
+    const uint64_t w =
+        *s1 * k == C ? h.width - *s0 * k * h.mcu_width : (*s1 - *s0) * k * h.mcu_width;
+    return (w * n + 7) / 8;
+  };
+  while (across_x && *s0 > 0 && scaled_width() < internal::kMinExactWidth) --*s0;
+}
+
 Status BuildRegionJpeg(const uint8_t* d, size_t n, const JpegRowIndex& index,
                        const JpegRegion& region, std::vector<uint8_t>* synth, uint32_t* origin_x,
                        uint32_t* origin_y, bool* worthwhile) {
@@ -231,42 +269,8 @@ Status BuildRegionJpeg(const uint8_t* d, size_t n, const JpegRowIndex& index,
     return Status::OK();  // whole image, or a region the plain decode will refuse
   }
   const uint32_t k = h.restart_interval, C = h.mcus_per_row, R = h.mcu_rows;
-  // MCUs the region touches, whole segments across, widened by one pixel of the decode's scale on
-  // each side where it upsamples chroma across block edges in that direction: the context
-  // DecodeJpegRegion takes with `exact` (4:2:0 at 1/8, 2/8 and 4/8 needs none: libjpeg scales its
-  // chroma up in the IDCT). Scaled iMCU edges fall on stored MCU edges.
-  bool across_x = true, across_y = true;
-  const uint32_t scale =
-      static_cast<uint32_t>(internal::PickJpegScale(region.width, region.height, region));
-  internal::UpsamplesAcross(h.h, h.v, h.components, static_cast<int>(scale), &across_x, &across_y);
-  // The first and one past the last MCU (in `mcu` stored pixels, `count` of them) holding
-  // [at, at + size) and, with `pad`, the scaled pixel on each side of it.
-  auto span = [scale](uint32_t at, uint32_t size, uint32_t mcu, uint32_t count, bool pad,
-                      uint32_t* first, uint32_t* end) {
-    if (!pad) {
-      *first = at / mcu, *end = (at + size + mcu - 1) / mcu;
-      return;
-    }
-    const uint64_t s = uint64_t{at} * scale / 8,
-                   e = (uint64_t{at + size} * scale + 7) / 8;  // scaled
-    *first = static_cast<uint32_t>((s > 0 ? (s - 1) * 8 / scale : 0) / mcu);
-    *end = std::min<uint32_t>(count, static_cast<uint32_t>(e * 8 / scale / mcu + 1));
-  };
-  uint32_t c0, c1, r0, r1;
-  span(region.x, region.width, h.mcu_width, C, across_x, &c0, &c1);
-  span(region.y, region.height, h.mcu_height, R, across_y, &r0, &r1);
-  uint32_t s0 = c0 / k;
-  const uint32_t s1 = (c1 + k - 1) / k;
-  // No narrower than kMinExactWidth at the decode's scale where chroma is interpolated across
-  // (DecodeJpegRegion's exact crop is never narrower either): more segments to the left.
-  while (across_x && s0 > 0 &&
-         (uint64_t{s1 * k == C ? h.width - s0 * k * h.mcu_width : (s1 - s0) * k * h.mcu_width} *
-              scale +
-          7) / 8 <
-             internal::kMinExactWidth) {
-    --s0;
-  }
-  const uint32_t row0 = r0, row1 = r1;
+  uint32_t s0, s1, row0, row1;
+  NeededMcus(h, region, &s0, &s1, &row0, &row1);
   // The stored JPEG's own decode of the region entropy-decodes every MCU down to the region's
   // last row: unless the synthetic one saves 3% of those (what building it costs, measured on
   // ~460x400 and camera photos; docs/BENCHMARKS.md "Region decode"), decode the stored one.
