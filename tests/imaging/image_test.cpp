@@ -229,8 +229,8 @@ TEST_CASE(
 TEST_CASE("RGB reductions of 2x or more box-reduce each such axis, then resize bilinearly") {
   uint32_t seed = 11;
   auto next = [&] { return seed = seed * 1664525u + 1013904223u; };
-  const uint32_t sizes[][4] = {
-      {460, 340, 224, 224}, {901, 37, 224, 9}, {50, 800, 24, 100}, {4, 4, 1, 1}};
+  const uint32_t sizes[][4] = {{460, 340, 224, 224}, {901, 37, 224, 9},    {50, 800, 24, 100},
+                               {4, 4, 1, 1},         {461, 459, 224, 224}, {3, 301, 1, 150}};
   for (const auto& s : sizes) {
     const uint32_t sw = s[0], sh = s[1], dw = s[2], dh = s[3];
     CAPTURE(sw, sh, dw, dh);
