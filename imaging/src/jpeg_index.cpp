@@ -234,7 +234,8 @@ void McuSpan(uint32_t at, uint32_t size, uint32_t mcu, uint32_t count, bool pad,
 // needs: the MCUs it touches, widened by one pixel of the decode's scale on each side where that
 // decode upsamples chroma across block edges in that direction (the context DecodeJpegRegion
 // takes with `exact`; 4:2:0 at 1/8, 2/8 and 4/8 needs none: libjpeg scales its chroma up in the
-// IDCT), and to at least kMinExactWidth there (DecodeJpegRegion's exact crop is never narrower).
+// IDCT), and to at least kMinExactWidth there (DecodeJpegRegion's exact crop is never narrower),
+// by segments to the left, then to the right.
 void NeededMcus(const Header& h, const JpegRegion& region, uint32_t* s0, uint32_t* s1,
                 uint32_t* row0, uint32_t* row1) {
   const uint32_t k = h.restart_interval, C = h.mcus_per_row;
@@ -252,6 +253,7 @@ void NeededMcus(const Header& h, const JpegRegion& region, uint32_t* s0, uint32_
     return (w * n + 7) / 8;
   };
   while (across_x && *s0 > 0 && scaled_width() < internal::kMinExactWidth) --*s0;
+  while (across_x && *s1 * k < C && scaled_width() < internal::kMinExactWidth) ++*s1;
 }
 
 Status BuildRegionJpeg(const uint8_t* d, size_t n, const JpegRowIndex& index,

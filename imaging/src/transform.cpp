@@ -181,8 +181,6 @@ bool HaveSimd() {
 void BoxReduceRgb(const uint8_t* src, uint32_t w, uint32_t h, size_t stride, uint32_t fx,
                   uint32_t fy, std::vector<uint8_t>* out, uint32_t* out_w, uint32_t* out_h) {
   const uint32_t nw = w / fx, nh = h / fy, n = fx * fy;
-  // (sum + n / 2) * scale >> 32 is sum / n rounded to nearest for every sum up to n * 255.
-  const uint64_t scale = ((uint64_t{1} << 32) + n - 1) / n;
   const size_t m = size_t{nw} * 3;
   thread_local std::vector<uint32_t> sums_buffer;
   sums_buffer.resize(m);
@@ -210,7 +208,7 @@ void BoxReduceRgb(const uint8_t* src, uint32_t w, uint32_t h, size_t stride, uin
       }
     }
     for (size_t i = 0; i < m; ++i) {
-      o[i] = static_cast<uint8_t>((uint64_t{sums[i] + n / 2} * scale) >> 32);
+      o[i] = static_cast<uint8_t>((sums[i] + n / 2) / n);  // factors of 3+ only: rare
     }
   }
   *out_w = nw, *out_h = nh;
@@ -265,6 +263,7 @@ void ResizeInto(const uint8_t* src, uint32_t src_w, uint32_t src_h, size_t src_s
                 bool mirror) {
   static SingleThreadedOpenCv once;
   (void)once;
+  if (src_w == 0 || src_h == 0 || dst_w == 0 || dst_h == 0 || channels == 0) return;
   const int type = CV_8UC(static_cast<int>(channels));
   if (src_stride == 0) src_stride = size_t{src_w} * channels;
   if (dst_stride == 0) dst_stride = size_t{dst_w} * channels;

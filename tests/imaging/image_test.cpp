@@ -226,6 +226,17 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("a resize to or from nothing writes nothing") {
+  std::vector<uint8_t> src(10 * 10 * 3, 7), dst(16, 0xAB);
+  for (uint32_t channels : {1u, 3u, 4u}) {
+    ResizeInto(src.data(), 10, 10, 0, channels, dst.data(), 0, 5);  // was SIGFPE for RGB
+    ResizeInto(src.data(), 10, 10, 0, channels, dst.data(), 5, 0);
+    ResizeInto(src.data(), 0, 10, 0, channels, dst.data(), 2, 2);
+  }
+  ResizeBilinearRgb(src.data(), 10, 10, 0, dst.data(), 0, 0, 0, false);
+  CHECK(dst == std::vector<uint8_t>(16, 0xAB));
+}
+
 TEST_CASE("RGB reductions of 2x or more box-reduce each such axis, then resize bilinearly") {
   uint32_t seed = 11;
   auto next = [&] { return seed = seed * 1664525u + 1013904223u; };

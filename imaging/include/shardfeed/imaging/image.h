@@ -162,7 +162,7 @@ Result<std::vector<uint8_t>> EncodePng(const Image& image);
 // (ResizeBilinearRgb for 3 channels). `src` and
 // `dst` are HWC with the same channel count; strides in bytes (0: tightly packed). With `mirror`
 // the output is mirrored left-right (for RGB bilinear at no cost: the samples are written in
-// reverse order). Thread-safe: no shared state (per-thread scratch).
+// reverse order). Thread-safe: no shared state (per-thread scratch). Sizes of 0 do nothing.
 void ResizeInto(const uint8_t* src, uint32_t src_w, uint32_t src_h, size_t src_stride,
                 uint32_t channels, uint8_t* dst, uint32_t dst_w, uint32_t dst_h,
                 size_t dst_stride = 0, bool mirror = false);
