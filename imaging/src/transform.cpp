@@ -274,12 +274,13 @@ void ResizeInto(const uint8_t* src, uint32_t src_w, uint32_t src_h, size_t src_s
   // reader's DCT-scaled decode leaves such residual ratios). For RGB both steps are ours:
   // OpenCV 4.6's INTER_LINEAR does its horizontal pass in scalar code for 3 channels, and its
   // non-integer INTER_AREA costs about as much as decoding the JPEG (0.9 ms for 460x340 ->
-  // 224x224; docs/BENCHMARKS.md "Resize"). Other channel counts use OpenCV.
+  // 224x224; build/resize_bench, docs/BENCHMARKS.md "Region decode", third pass). Other channel
+  // counts use OpenCV.
   const double ratio = std::max(double(src_w) / dst_w, double(src_h) / dst_h);
   if (channels == 3 && (src_w != dst_w || src_h != dst_h)) {
     // RGB: an axis reduced 2x or more is first box-reduced by the whole factor that leaves it
-    // under 2x, then bilinear. As antialiased as area averaging, and 2-3x cheaper than OpenCV's
-    // non-integer INTER_AREA.
+    // under 2x, then bilinear. As antialiased as area averaging, and 2.7-8.5x cheaper than
+    // OpenCV's non-integer INTER_AREA (resize_bench).
     if (src_w >= 2 * dst_w || src_h >= 2 * dst_h) {
       thread_local std::vector<uint8_t> reduced;
       const uint32_t fx = std::max<uint32_t>(1, src_w / dst_w);
