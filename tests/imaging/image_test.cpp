@@ -369,6 +369,29 @@ TEST_CASE("TIFF, HEIC and AVIF decode to upright RGB") {
   CHECK(d.Decode(rgb.data(), rgb.size(), &h, tiny).code() == StatusCode::kResourceExhausted);
 }
 
+TEST_CASE("binary PNM: 8-bit decodes, 16-bit and truncated pixel data are refused by name") {
+  Decoder d;
+  Image img;
+  const std::string header = "P6\n# a comment\n2 2\n255\n";
+  std::string ok = header + std::string(12, '\x40');
+  REQUIRE(d.Decode(reinterpret_cast<const uint8_t*>(ok.data()), ok.size(), &img, {}).ok());
+  CHECK(img.width == 2);
+  CHECK(img.pixels[0] == 0x40);
+  const std::string cut = header + std::string(11, '\x40');
+  Status s = d.Decode(reinterpret_cast<const uint8_t*>(cut.data()), cut.size(), &img, {});
+  CHECK(s.code() == StatusCode::kCorrupt);
+  CHECK(s.message().find("truncated: 11 of 12 bytes") != std::string::npos);
+  // 16-bit: Debian's stb_image read past its buffer on this (decode_fuzz crash 27a0f207).
+  const uint8_t crash[] = {0x50, 0x36, 0x0a, 0x33, 0x38, 0x0a, 0x31, 0x33, 0x32, 0x35, 0x20, 0x0a,
+                           0x31, 0x33, 0x32, 0x35, 0xff, 0xff, 0xff, 0x4e, 0xbe, 0x82, 0xd8};
+  s = d.Decode(crash, sizeof(crash), &img, {});
+  CHECK(s.code() == StatusCode::kUnsupported);
+  CHECK(s.message().find("maxval 1325") != std::string::npos);
+  const std::string wide = "P5 16777217 1 255\n";
+  s = d.Decode(reinterpret_cast<const uint8_t*>(wide.data()), wide.size(), &img, {});
+  CHECK(!s.ok());
+}
+
 TEST_CASE("non-images and unsupported formats are named as such") {
   Decoder d;
   Image img;
