@@ -264,12 +264,8 @@ void ResizeInto(const uint8_t* src, uint32_t src_w, uint32_t src_h, size_t src_s
   static SingleThreadedOpenCv once;
   (void)once;
   if (src_w == 0 || src_h == 0 || dst_w == 0 || dst_h == 0 || channels == 0) return;
-  const int type = CV_8UC(static_cast<int>(channels));
   if (src_stride == 0) src_stride = size_t{src_w} * channels;
   if (dst_stride == 0) dst_stride = size_t{dst_w} * channels;
-  cv::Mat in(static_cast<int>(src_h), static_cast<int>(src_w), type, const_cast<uint8_t*>(src),
-             src_stride);
-  cv::Mat out(static_cast<int>(dst_h), static_cast<int>(dst_w), type, dst, dst_stride);
   // Below a 2x reduction bilinear reads every source pixel anyway and aliasing stays small (the
   // reader's DCT-scaled decode leaves such residual ratios). For RGB both steps are ours:
   // OpenCV 4.6's INTER_LINEAR does its horizontal pass in scalar code for 3 channels, and its
@@ -300,6 +296,10 @@ void ResizeInto(const uint8_t* src, uint32_t src_w, uint32_t src_h, size_t src_s
     ResizeBilinearRgb(src, src_w, src_h, src_stride, dst, dst_w, dst_h, dst_stride, mirror);
     return;
   }
+  const int type = CV_8UC(static_cast<int>(channels));
+  cv::Mat in(static_cast<int>(src_h), static_cast<int>(src_w), type, const_cast<uint8_t*>(src),
+             src_stride);
+  cv::Mat out(static_cast<int>(dst_h), static_cast<int>(dst_w), type, dst, dst_stride);
   if (src_w == dst_w && src_h == dst_h) {
     in.copyTo(out);
   } else {
