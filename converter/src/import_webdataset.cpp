@@ -24,6 +24,7 @@ constexpr uint64_t kMaxValueBytes = uint64_t{1} << 30;  // a non-image member re
 struct Member {
   std::string name;
   uint64_t offset = 0, size = 0;  // the data's byte range in the tar
+  uint64_t header = 0;            // where its header is: the tar's order of members
 };
 
 class Fd {
@@ -68,8 +69,39 @@ bool Number(const char* p, size_t n, uint64_t* v) {
 
 std::string Text(const char* p, size_t n) { return std::string(p, strnlen(p, n)); }
 
-// Lists a tar's regular files. kCorrupt naming the byte offset of a bad header.
-Status ListTar(const std::string& file, std::vector<Member>* members) {
+// A link's target as a member name: a hard link names it from the tar's root, a symbolic link
+// relative to the link's own folder ("." and ".." resolved). Empty when it leaves the tar's tree
+// (an absolute path, or ".." past the root).
+std::string LinkTarget(const std::string& name, const std::string& target, bool symbolic) {
+  if (target.empty() || target[0] == '/') return "";
+  std::vector<std::string> parts;
+  const size_t slash = name.find_last_of('/');
+  std::string path =
+      symbolic && slash != std::string::npos ? name.substr(0, slash + 1) + target : target;
+  for (size_t at = 0; at <= path.size();) {
+    size_t end = path.find('/', at);
+    if (end == std::string::npos) end = path.size();
+    const std::string part = path.substr(at, end - at);
+    if (part == "..") {
+      if (parts.empty()) return "";
+      parts.pop_back();
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+    }
+    at = end + 1;
+  }
+  std::string out;
+  for (const std::string& part : parts) out += (out.empty() ? "" : "/") + part;
+  return out;
+}
+
+// Lists a tar's regular files, and its links to regular files in the same tar as the files they
+// name (a hard link always names an earlier member; a symbolic link, resolved from its folder,
+// may name any). Other members (devices, links out of the tar or to nothing) go to `ignored` with
+// the reason; folders are left out silently. kCorrupt naming the byte offset of a bad header.
+// long: one tar header a pass, with the GNU and pax extensions that carry names into the next.
+Status ListTar(const std::string& file, std::vector<Member>* members,
+               std::vector<SkippedFile>* ignored) {
   Fd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return Status::NotFound(file, ": cannot open: ", std::strerror(errno));
   struct stat st;
@@ -77,8 +109,14 @@ Status ListTar(const std::string& file, std::vector<Member>* members) {
     return Status::InvalidArgument(file, ": not a regular file");
   }
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
-  std::string header, long_name, pax_path;
+  std::string header, long_name, long_link, pax_path, pax_link;
   uint64_t pax_size = UINT64_MAX;
+  std::map<std::string, size_t> regular;  // a file's path ("." and ".." resolved) -> *members
+  struct SymLink {
+    std::string name, target;  // as written
+    uint64_t header;
+  };
+  std::vector<SymLink> symlinks;
   for (uint64_t pos = 0; pos + 512 <= file_size;) {
     Status s = ReadAt(fd.get(), pos, 512, &header);
     if (!s.ok()) return Status::Corrupt(file, ": ", s.message());
@@ -98,15 +136,15 @@ Status ListTar(const std::string& file, std::vector<Member>* members) {
     const char type = h[156];
     std::string name = Text(h, 100);
     if (std::memcmp(h + 257, "ustar", 5) == 0 && h[345]) name = Text(h + 345, 155) + "/" + name;
-    if (type == 'L' || type == 'x') {
+    if (type == 'L' || type == 'K' || type == 'x') {
       if (size > (1u << 20)) {
         return Status::Corrupt(file, ": byte ", pos, ": a long-name or pax header of ", size,
                                " bytes (more than 1 MiB)");
       }
       std::string body;
       SF_RETURN_IF_ERROR(ReadAt(fd.get(), data, static_cast<size_t>(size), &body));
-      if (type == 'L') {
-        long_name = Text(body.data(), body.size());
+      if (type == 'L' || type == 'K') {
+        (type == 'L' ? long_name : long_link) = Text(body.data(), body.size());
       } else {
         // pax records: "LEN key=value\n"
         for (size_t at = 0; at < body.size();) {
@@ -115,22 +153,67 @@ Status ListTar(const std::string& file, std::vector<Member>* members) {
           if (space == std::string::npos || len == 0 || at + len > body.size()) break;
           const std::string record = body.substr(space + 1, at + len - space - 2);
           if (record.rfind("path=", 0) == 0) pax_path = record.substr(5);
+          if (record.rfind("linkpath=", 0) == 0) pax_link = record.substr(9);
           if (record.rfind("size=", 0) == 0)
             pax_size = std::strtoull(record.c_str() + 5, nullptr, 10);
           at += len;
         }
       }
     } else {
+      if (!pax_path.empty()) name = pax_path;
+      if (!long_name.empty()) name = long_name;
+      std::string link = Text(h + 157, 100);
+      if (!pax_link.empty()) link = pax_link;
+      if (!long_link.empty()) link = long_link;
       if (type == '0' || type == '\0' || type == '7') {
-        if (!pax_path.empty()) name = pax_path;
-        if (!long_name.empty()) name = long_name;
-        members->push_back({name, data, size});
+        regular[LinkTarget("", name, false)] = members->size();
+        members->push_back({name, data, size, pos});
+      } else if (type == '1') {  // hard link: the same data as an earlier member
+        const auto it = regular.find(LinkTarget(name, link, false));
+        if (it != regular.end()) {
+          regular[LinkTarget("", name, false)] = members->size();
+          const Member& target = (*members)[it->second];
+          members->push_back({name, target.offset, target.size, pos});
+        } else {
+          ignored->push_back({file + ":" + name, "hard link to " + link +
+                                                     ", which is not an earlier file of the tar"});
+        }
+      } else if (type == '2') {
+        symlinks.push_back({name, link, pos});
+      } else if (type != '5') {
+        ignored->push_back({file + ":" + name,
+                            std::string("not a regular file (tar member type '") + type + "')"});
       }
       long_name.clear();
+      long_link.clear();
       pax_path.clear();
+      pax_link.clear();
       pax_size = UINT64_MAX;
     }
     pos = data + (size + 511) / 512 * 512;
+  }
+  // Symbolic links, once every file is known; a link to a link is followed as far as it goes
+  // within the tar (a bounded number of steps: a cycle goes nowhere).
+  std::map<std::string, std::string> link_of;  // a link's path -> its target's, resolved
+  for (const SymLink& l : symlinks) {
+    link_of[LinkTarget("", l.name, false)] = LinkTarget(l.name, l.target, true);
+  }
+  for (const SymLink& l : symlinks) {
+    std::string at = link_of[LinkTarget("", l.name, false)];
+    for (size_t step = 0; step < symlinks.size() && link_of.count(at); ++step) at = link_of[at];
+    const auto it = regular.find(at);
+    if (it == regular.end()) {
+      ignored->push_back({file + ":" + l.name,
+                          "symbolic link to " + l.target + ", which is not a file in the tar"});
+      continue;
+    }
+    const Member& target = (*members)[it->second];
+    members->push_back({l.name, target.offset, target.size, l.header});
+  }
+  // In the tar's order: samples are runs of members with one key.
+  if (!symlinks.empty()) {
+    std::sort(members->begin(), members->end(),
+              [](const Member& a, const Member& b) { return a.header < b.header; });
   }
   return Status::OK();
 }
@@ -184,7 +267,7 @@ Result<SourceList> ImportWebDataset(const std::string& src, const ImportOptions&
   std::vector<TarSample> samples;
   for (const std::string& tar : tars) {
     std::vector<Member> members;
-    SF_RETURN_IF_ERROR(ListTar(tar, &members));
+    SF_RETURN_IF_ERROR(ListTar(tar, &members, &list.ignored));
     for (Member& m : members) {
       const size_t slash = m.name.find_last_of('/');
       const size_t dot = m.name.find('.', slash == std::string::npos ? 0 : slash + 1);

@@ -291,6 +291,59 @@ def test_webdataset_sample_without_image_is_an_error_naming_the_key(tmp_path):
     assert manifest(tmp_path / "out")["sample_count"] == 1
 
 
+def test_webdataset_links_to_files_in_the_tar_are_followed_and_others_reported(tmp_path):
+    # Hard links (to an earlier member) and symbolic links (relative to their folder) that name a
+    # file of the same tar read that file's bytes; a link out of the tar, and a member that is
+    # not a file, are listed in the report with the reason (they used to vanish unreported,
+    # taking a whole sample of hard links with them).
+    def jpg(color):
+        b = io.BytesIO()
+        Image.new("RGB", (12, 8), color).save(b, "JPEG")
+        return b.getvalue()
+
+    def link(tar, name, target, kind):
+        info = tarfile.TarInfo(name)
+        info.type, info.linkname = kind, target
+        tar.addfile(info)
+
+    with tarfile.open(tmp_path / "a.tar", "w", format=tarfile.GNU_FORMAT) as tar:
+        add_member(tar, "s0.jpg", jpg((200, 0, 0)))
+        add_member(tar, "s0.cls", b"0")
+        add_member(tar, "s0.txt", b"zero")
+        add_member(tar, "s1.jpg", jpg((0, 200, 0)))
+        add_member(tar, "s1.cls", b"1")
+        link(tar, "s1.txt", "s0.txt", tarfile.SYMTYPE)
+        link(tar, "s2.jpg", "s1.jpg", tarfile.LNKTYPE)
+        link(tar, "s2.cls", "s1.cls", tarfile.LNKTYPE)
+        add_member(tar, "s2.txt", b"two")
+        add_member(tar, "sub/s3.jpg", jpg((0, 0, 200)))
+        add_member(tar, "sub/s3.cls", b"0")
+        link(tar, "sub/s3.txt", "../s0.txt", tarfile.SYMTYPE)
+        link(tar, "s4.jpg", "../outside.jpg", tarfile.SYMTYPE)
+        add_member(tar, "s4.cls", b"1")
+        add_member(tar, "s4.txt", b"four")
+        pipe = tarfile.TarInfo("s5.jpg")
+        pipe.type = tarfile.FIFOTYPE
+        tar.addfile(pipe)
+    out, report = tmp_path / "out", tmp_path / "report.json"
+    p = run("pack", tmp_path / "a.tar", out, "-q", check=1)
+    assert "a.tar:s4" in p.stderr and "field 'image'" in p.stderr, p.stderr
+    run("pack", tmp_path / "a.tar", out, "--skip-bad", "--report", report, "-q", check=0)
+    got = samples(out, tmp_path)
+    assert [(s["key"], s["label"], s["txt"]) for s in got] == [
+        ("s0", 0, "zero"), ("s1", 1, "zero"), ("s2", 1, "two"), ("sub/s3", 0, "zero")]
+    ignored = {i["path"].split(":")[-1]: i["reason"] for i in json.loads(report.read_text())["ignored"]}
+    assert "symbolic link to ../outside.jpg" in ignored["s4.jpg"], ignored
+    assert "not a regular file" in ignored["s5.jpg"], ignored
+    extracted = tmp_path / "x"
+    run("extract", out, extracted, "-q", check=0)
+    images = {f: open(os.path.join(d, f), "rb").read()
+              for d, _, files in os.walk(extracted) for f in files if f.endswith(".jpg")}
+    # Samples 1 and 2 hold s1's bytes (s2.jpg is a hard link to it), byte for byte.
+    assert images["00000001.jpg"] == images["00000002.jpg"] == jpg((0, 200, 0)), sorted(images)
+    assert images["00000003.jpg"] == jpg((0, 0, 200))
+
+
 def test_mxnet_list_with_several_labels_keeps_them_all(tmp_path):
     cats = sorted(f for f in os.listdir(os.path.join(GOOD, "cat")) if not f.startswith("."))
     lst = tmp_path / "multi.lst"
