@@ -27,17 +27,27 @@ Result<Json> ReadJson(const std::string& file, const char* what) {
   if (in.bad()) return Status::IOError(file, ": read failed");
   Json j = Json::parse(text.str(), nullptr, false);
   if (j.is_discarded()) return Status::Corrupt(file, ": not valid JSON");
+  const Status exact = CheckJsonIntegers(text.str());
+  if (!exact.ok()) return Status::InvalidArgument(file, ": ", exact.message());
   if (!j.is_object()) return Status::Corrupt(file, ": not a JSON object");
   return j;
 }
 
-// An integer id (COCO's are numbers; some exporters write whole floats).
+// An integer id (COCO's are numbers; some exporters write whole floats): one that an int64
+// holds exactly, or none (an unsigned one past INT64_MAX used to wrap to a negative id, and a
+// float past 2^53 to be rounded or cast out of range).
 bool IdOf(const Json& j, const char* key, int64_t* id) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_number()) return false;
+  if (it->is_number_unsigned()) {
+    if (it->get<uint64_t>() > uint64_t{INT64_MAX}) return false;
+    *id = static_cast<int64_t>(it->get<uint64_t>());
+    return true;
+  }
+  if (it->is_number_integer()) return *id = it->get<int64_t>(), true;
   const double d = it->get<double>();
-  if (it->is_number_float() && d != std::floor(d)) return false;
-  *id = it->is_number_integer() ? it->get<int64_t>() : static_cast<int64_t>(d);
+  if (d != std::floor(d) || std::fabs(d) > 9007199254740992.0) return false;
+  *id = static_cast<int64_t>(d);
   return true;
 }
 
@@ -108,7 +118,7 @@ Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& opti
     const std::string where = "images[" + std::to_string(i) + "]";
     if (!images[i].is_object() || !IdOf(images[i], "id", &id)) {
       usable[i] = false;
-      SF_RETURN_IF_ERROR(bad(where, "field 'image_id': no integer \"id\""));
+      SF_RETURN_IF_ERROR(bad(where, "field 'image_id': no integer \"id\" (an int64, exact)"));
     } else if (!images[i].contains("file_name") || !images[i]["file_name"].is_string()) {
       usable[i] = false;
       SF_RETURN_IF_ERROR(bad(where, "field 'path': no \"file_name\""));

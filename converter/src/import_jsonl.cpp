@@ -39,6 +39,37 @@ std::string SanitizeFieldName(const std::string& text) {
   return name;
 }
 
+Status CheckJsonIntegers(const std::string& text) {
+  size_t line = 1;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') ++line;
+    if (c == '"') {  // a string: skip it, escapes included
+      for (++i; i < text.size() && text[i] != '"'; ++i) i += text[i] == '\\';
+      continue;
+    }
+    if (c != '-' && (c < '0' || c > '9')) continue;
+    size_t end = i + 1;
+    while (end < text.size() && std::strchr("0123456789.eE+-", text[end])) ++end;
+    const std::string number = text.substr(i, end - i);
+    i = end - 1;
+    if (number.find_first_of(".eE") != std::string::npos ||
+        number.find_first_not_of("-0123456789") != std::string::npos)
+      continue;
+    errno = 0;
+    if (number[0] == '-') {
+      (void)std::strtoll(number.c_str(), nullptr, 10);
+    } else {
+      (void)std::strtoull(number.c_str(), nullptr, 10);
+    }
+    if (errno == ERANGE) {
+      return Status::InvalidArgument("integer ", number, " (line ", line,
+                                     ") does not fit 64 bits; write it as a string to keep it");
+    }
+  }
+  return Status::OK();
+}
+
 namespace {
 
 // What a column's values look like, merged over every row.
@@ -371,6 +402,7 @@ Status ValueOf(const FieldSpec& spec, const Json& v, bool text, OwnedValue* out)
       }
       default:
         if (!Json::accept(s)) return Status::InvalidArgument("'", s, "' is not a JSON list");
+        SF_RETURN_IF_ERROR(CheckJsonIntegers(s));
         return ValueOf(spec, Json::parse(s), false, out);
     }
   }
@@ -635,8 +667,11 @@ Result<SourceList> ImportJsonl(const std::string& file, const ImportOptions& opt
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string at = file + ":" + std::to_string(line_no);
     Json object = Json::parse(line, nullptr, false);
-    if (object.is_discarded() || !object.is_object()) {
-      const std::string why = object.is_discarded() ? "not valid JSON" : "not a JSON object";
+    const Status exact = object.is_discarded() ? Status::OK() : CheckJsonIntegers(line);
+    if (object.is_discarded() || !object.is_object() || !exact.ok()) {
+      const std::string why = object.is_discarded() ? "not valid JSON"
+                              : !exact.ok()         ? exact.message()
+                                                    : "not a JSON object";
       if (!options.skip_bad) return Status::Corrupt(at, ": ", why);
       skipped.push_back({at, why});
       continue;

@@ -498,6 +498,42 @@ def test_jsonl_integers_beyond_2_53_stay_exact_or_are_refused(tmp_path):
         p.stderr
 
 
+def test_json_integers_no_64_bit_integer_holds_are_refused_not_rounded(tmp_path):
+    # nlohmann keeps an integer beyond uint64 (or below int64) as a rounded double: a JSONL
+    # column of them became float64 (2^64 + 1 stored as 1.8446744073709552e19), a list float32[*],
+    # a json field re-dumped rounded; COCO wrapped an id past INT64_MAX to -2^63. All exit 0.
+    jpeg(str(tmp_path / "a.jpg"))
+    src = tmp_path / "d.jsonl"
+    for n, value in enumerate([2**64 + 1, -2**63 - 1, [1, 2**64], {"x": {"y": 2**70}}]):
+        src.write_text(json.dumps({"image": "a.jpg", "id": 1}) + "\n" +
+                       json.dumps({"image": "a.jpg", "id": value}) + "\n")
+        p = run("pack", src, tmp_path / ("j%d" % n), "-q")
+        assert p.returncode == 1 and "d.jsonl:2" in p.stderr, (value, p.stderr)
+        assert "does not fit 64 bits" in p.stderr, p.stderr
+    # Exact ones still pack: 2^53 + 1 as int64, 2^63 inside a json field (nlohmann's uint64).
+    src.write_text(json.dumps({"image": "a.jpg", "id": 2**53 + 1, "m": {"big": 2**63}}) + "\n")
+    run("pack", src, tmp_path / "ok", "-q", check=0)
+    got = samples(tmp_path / "ok", tmp_path)
+    assert got[0]["id"] == 2**53 + 1 and got[0]["m"] == {"big": 2**63}, got
+    # A CSV cell holding a JSON list.
+    (tmp_path / "d.csv").write_text('filename,ids\na.jpg,"[1, 2]"\na.jpg,"[1, %d]"\n' % 2**64)
+    p = run("pack", tmp_path / "d.csv", tmp_path / "c", "-q")
+    assert p.returncode == 1 and "d.csv:3" in p.stderr and "64 bits" in p.stderr, p.stderr
+    # COCO: an image id past INT64_MAX, and one past uint64.
+    for n, big in enumerate([2**63, 2**64]):
+        instances, images = coco_source(tmp_path / ("coco%d" % n))
+        data = json.loads(instances.read_text())
+        data["images"][0]["id"] = big
+        for a in data["annotations"]:
+            if a["image_id"] == 100:
+                a["image_id"] = big
+        instances.write_text(json.dumps(data))
+        p = run("pack", instances, tmp_path / ("k%d" % n), "--images", images, "-q")
+        assert p.returncode != 0, p.stderr
+        assert "images[0]" in p.stderr or str(big) in p.stderr, p.stderr
+        assert not (tmp_path / ("k%d" % n)).exists()
+
+
 def test_extract_then_pack_round_trips_masks_bit_for_bit(tmp_path):
     # extract writes a mask as a PNG file (DIR/masks/<field>/I.png) named in samples.jsonl; the
     # JSONL importer reads that path back (before: a bad row, "expected ..." for a string).

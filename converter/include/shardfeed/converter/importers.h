@@ -101,4 +101,9 @@ format::FieldSpec MakeField(const std::string& name, const std::string& type);
 // format::kMaxFieldName bytes, "_" for an empty text.
 std::string SanitizeFieldName(const std::string& text);
 
+// kInvalidArgument naming the first integer literal of the JSON `text` that no 64-bit integer
+// holds (below INT64_MIN or above UINT64_MAX), with its line in `text`: nlohmann would keep it
+// as a rounded double, and an importer must refuse a value rather than change it. OK otherwise.
+Status CheckJsonIntegers(const std::string& text);
+
 }  // namespace shardfeed::converter
