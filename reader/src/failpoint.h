@@ -9,6 +9,10 @@
 //                    reads it to its end (until the test closes it: the release). No sleep.
 //   thread_start_fail=W  starting worker thread W (thread mode) throws std::system_error, as
 //                    std::thread does when the system has no thread to give
+//   finish_gate=B    the run that completes batch B (by its number in the epoch) waits, once a
+//                    process, between FinishRun's two locked sections, at the FIFO named by
+//                    SHARDFEED_FAILPOINT_FINISH_GATE, as decode_gate does (the race a StartEpoch
+//                    there used to win)
 // Unset (the normal case), each check is one comparison with a constant.
 #pragma once
 
@@ -29,8 +33,10 @@ struct Failpoints {
   std::atomic<uint64_t> decode_hang{kOff};
   std::atomic<uint64_t> decode_gate{kOff};
   std::atomic<uint64_t> thread_start_fail{kOff};
-  std::atomic<bool> gate_used{false};
+  std::atomic<uint64_t> finish_gate{kOff};
+  std::atomic<bool> gate_used{false}, finish_gate_used{false};
   std::string gate_path;  // written by Reload only, before any loader of the test exists
+  std::string finish_gate_path;
 
   static Failpoints& Get() {
     static Failpoints* fp = [] {
@@ -42,11 +48,13 @@ struct Failpoints {
   }
 
   // decode_gate: held until the test releases the gate (once per process).
-  void WaitAtGate() {
-    if (gate_used.exchange(true) || gate_path.empty()) return;
+  void WaitAtGate() { WaitAtFifo(gate_used, gate_path); }
+  void WaitAtFinishGate() { WaitAtFifo(finish_gate_used, finish_gate_path); }
+  static void WaitAtFifo(std::atomic<bool>& used, const std::string& path) {
+    if (used.exchange(true) || path.empty()) return;
     int fd;
     do {
-      fd = ::open(gate_path.c_str(), O_RDONLY | O_CLOEXEC);
+      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) return;
     char c;
@@ -64,9 +72,13 @@ struct Failpoints {
     decode_hang = kOff;
     decode_gate = kOff;
     thread_start_fail = kOff;
+    finish_gate = kOff;
     gate_used = false;
+    finish_gate_used = false;
     const char* gate = std::getenv("SHARDFEED_FAILPOINT_GATE");
     gate_path = gate ? gate : "";
+    const char* fgate = std::getenv("SHARDFEED_FAILPOINT_FINISH_GATE");
+    finish_gate_path = fgate ? fgate : "";
     const char* env = std::getenv("SHARDFEED_FAILPOINTS");
     std::string spec = env ? env : "";
     size_t pos = 0;
@@ -81,6 +93,7 @@ struct Failpoints {
         if (item.compare(0, eq, "decode_hang") == 0) decode_hang = v;
         if (item.compare(0, eq, "decode_gate") == 0) decode_gate = v;
         if (item.compare(0, eq, "thread_start_fail") == 0) thread_start_fail = v;
+        if (item.compare(0, eq, "finish_gate") == 0) finish_gate = v;
       }
       pos = end + 1;
     }

@@ -98,6 +98,7 @@ void Loader::Impl::FinishRun(size_t worker, const Task& run, const RunTally& tal
     if (!last) slot.in_flight -= run.count;
   }
   if (!last) return;
+  if (slot.batch == Failpoints::Get().finish_gate) Failpoints::Get().WaitAtFinishGate();
   Status copy_status;
   if (options.device && slot.error.ok()) {
     auto t = Clock::now();

@@ -183,6 +183,69 @@ TEST_CASE("a new epoch while a worker holds a sample mid-batch: its slot comes b
   }
 }
 
+TEST_CASE("a new epoch while the last run of a batch completes cannot free its slot") {
+  // Regression for FinishRun's race (0ae13a7): it used to drop the last run's in_flight in its
+  // first locked section and mark the slot ready in the second without looking, so a StartEpoch
+  // between them freed the slot, another worker began a new batch in it, and the stale mark
+  // declared that half-filled batch ready. A failpoint holds the run that completes batch 2
+  // between the two sections while the epoch is abandoned and the other worker is held filling
+  // epoch 1's batch 0 (in the slot the race would hand it); batch 0 must then not be ready
+  // before its held sample is decoded, and must hold epoch 1's first indices.
+  TempDir dir;
+  auto archive = MakeArchive(dir / "a", 96);
+  LoaderOptions o = Options(WorkerMode::kThreads);
+  o.batch_size = 32;
+  o.workers = 2;
+  o.prefetch = 2;
+  o.run_ahead = false;
+  SamplerOptions so;
+  so.shuffle = o.shuffle;
+  so.seed = o.seed;
+  so.batch_size = o.batch_size;
+  Sampler sampler(96, so);
+  const EpochPlan p0 = sampler.Plan(0), p1 = sampler.Plan(1);
+  // Epoch 0 is read from batch 1: a sample of epoch 1's batch 0 that epoch 0 never decodes.
+  uint64_t pos = 32;
+  for (uint64_t k = 0; k < 32 && pos == 32; ++k) {
+    bool in_epoch0 = false;
+    for (uint64_t j = 32; j < 96; ++j) in_epoch0 |= sampler.At(p0, j) == sampler.At(p1, k);
+    if (!in_epoch0) pos = k;
+  }
+  REQUIRE(pos < 32);
+  testing::FifoGate finish(dir / "finish"), decode(dir / "decode");
+  testing::FailpointScope failpoints(
+      "finish_gate=2,decode_gate=" + std::to_string(sampler.At(p1, pos)),
+      {{"SHARDFEED_FAILPOINT_FINISH_GATE", finish.path()},
+       {"SHARDFEED_FAILPOINT_GATE", decode.path()}});
+  auto loader = Loader::Create(archive, o);
+  REQUIRE(loader.ok());
+  REQUIRE((*loader)->StartEpoch(0, 1).ok());
+  {
+    auto b = (*loader)->Next();  // batch 1; its slot goes back to the ring when dropped
+    REQUIRE(b.ok());
+    REQUIRE(b->number() == 1);
+  }
+  finish.AwaitHeld();  // the run completing batch 2 is between FinishRun's locked sections
+  REQUIRE((*loader)->StartEpoch(1).ok());
+  decode.AwaitHeld();  // the other worker fills epoch 1's batch 0 and is held at `pos`
+  finish.Release();
+  // The held FinishRun has ended once a batch is ready (bounded poll).
+  for (int i = 0; i < 60000 && (*loader)->Stats().ready_batches == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  bool waited = false;
+  auto b = (*loader)->Next([&] {
+    waited = true;
+    decode.Release();
+    return Status::OK();
+  });
+  REQUIRE(b.ok());
+  CHECK(b->number() == 0);
+  CHECK(waited);  // batch 0 cannot be ready while one of its samples is held
+  for (uint32_t j = 0; j < b->size(); ++j) CHECK(b->indices()[j] == sampler.At(p1, j));
+  decode.Release();
+}
+
 TEST_CASE("a new epoch or a resume mid-epoch delivers exactly the rest") {
   TempDir dir;
   auto archive = MakeArchive(dir / "a", 301);
