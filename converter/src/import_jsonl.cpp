@@ -581,12 +581,14 @@ Result<SourceList> ImportRows(const std::vector<Row>& rows, const std::vector<st
   // A class field of strings: class names are the sorted distinct strings.
   const int label_field = schema.label_field();
   std::map<std::string, int64_t> class_ids;
+  std::string first_name;  // where the first class name is, and which
   if (label_field >= 0) {
     for (const Row& r : rows) {
       auto it = r.object->find(column_of["label"]);
       if (it != r.object->end() && it->is_string()) {
         int64_t ignored;
         if (!text_cells || !ParseInt(it->get_ref<const std::string&>(), &ignored)) {
+          if (class_ids.empty()) first_name = "'" + it->get<std::string>() + "' at " + r.where;
           class_ids[it->get<std::string>()] = 0;
         }
       }
@@ -632,6 +634,13 @@ Result<SourceList> ImportRows(const std::vector<Row>& rows, const std::vector<st
         if (row_status.ok()) std::memcpy(&label, v.bytes.data(), 8);
         if (row_status.ok() && (label < 0 || label > INT32_MAX)) {
           row_status = Status::InvalidArgument(label, " is not a class id in 0..2^31-1");
+        }
+        // Class names number the classes in their sorted order: an id given beside them would
+        // mean another class than its writer meant (it used to be taken as that number).
+        if (row_status.ok() && !class_ids.empty()) {
+          row_status =
+              Status::InvalidArgument("class id ", label, " among class names (", first_name,
+                                      "): give every label as a class name, or every one as an id");
         }
         item.label = static_cast<int32_t>(label);
         max_label = std::max(max_label, label);

@@ -190,6 +190,21 @@ def test_csv_with_quotes_and_class_names_from_strings(tmp_path):
     assert "d.csv:3" in p.stderr and "field 'weight'" in p.stderr, p.stderr
 
 
+def test_csv_class_ids_among_class_names_are_refused(tmp_path):
+    # Labels 0, n/a, 0: the names ("n/a") number the classes, so id 0 became class "n/a" for
+    # every row, silently (exit 0). Now each id among names is an error naming it and a name.
+    for i in range(3):
+        jpeg(str(tmp_path / ("%d.jpg" % i)))
+    src = tmp_path / "d.csv"
+    src.write_text("filename,label\n0.jpg,0\n1.jpg,n/a\n2.jpg,0\n")
+    p = run("pack", src, tmp_path / "a", "-q", check=1)
+    assert "d.csv:2" in p.stderr and "field 'label'" in p.stderr, p.stderr
+    assert "class id 0 among class names ('n/a' at" in p.stderr and "d.csv:3" in p.stderr, p.stderr
+    run("pack", src, tmp_path / "b", "--skip-bad", "-q", check=0)
+    assert manifest(tmp_path / "b")["sample_count"] == 1
+    assert manifest(tmp_path / "b")["class_names"] == ["n/a"]
+
+
 def coco_source(tmp_path):
     images = tmp_path / "images"
     for i in range(3):
