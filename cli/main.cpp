@@ -280,8 +280,16 @@ int CmdPack(int argc, char** argv) {
   }
 #endif
 
+  // The report, written whether the pack succeeds or fails (with its error then).
+  auto write_report = [&](const converter::PackResult& result, const Status& st) {
+    if (report.empty()) return;
+    std::ofstream r(report);
+    r << converter::PackReportJson(result, src, st.ok() ? "" : st.message());
+    if (!r) std::fprintf(stderr, "shardfeed: warning: cannot write report %s\n", report.c_str());
+  };
   Result<converter::SourceList> source = converter::ImportSource(src, import);
   if (!source.ok()) {
+    write_report({}, source.status());
     (void)staged->Finish(source.status());  // nothing built: an s3:// OUT's staging folder goes
     // A bad row or annotation in the source is bad data (exit 1), like a --strict skip.
     if (source.status().code() == StatusCode::kCorrupt) {
@@ -309,11 +317,7 @@ int CmdPack(int argc, char** argv) {
   if (tty) std::fprintf(stderr, "\n");
   st = staged->Finish(st);  // an s3:// OUT: uploaded now, the manifest last
   out = remote_out;
-  if (!report.empty()) {
-    std::ofstream r(report);
-    r << converter::PackReportJson(result, src);
-    if (!r) std::fprintf(stderr, "shardfeed: warning: cannot write report %s\n", report.c_str());
-  }
+  write_report(result, st);
   for (size_t i = 0; i < result.skipped.size() && i < 20; ++i) {
     std::fprintf(stderr, "skipped %s: %s\n", result.skipped[i].path.c_str(),
                  result.skipped[i].reason.c_str());

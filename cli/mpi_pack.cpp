@@ -80,7 +80,7 @@ int MpiPack(const std::string& src, const std::string& list, const std::string& 
   Status st = source.ok() ? converter::Pack(*source, mine, opt, &result) : source.status();
   if (!report.empty()) {
     std::ofstream r(report + ".rank" + std::to_string(rank));
-    r << converter::PackReportJson(result, src);
+    r << converter::PackReportJson(result, src, st.ok() ? "" : st.message());
   }
   if (!st.ok()) {
     std::fprintf(stderr, "shardfeed: rank %d of %d: error: %s\n", rank, size,

@@ -191,7 +191,8 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
   return status;
 }
 
-std::string PackReportJson(const PackResult& result, const std::string& source) {
+std::string PackReportJson(const PackResult& result, const std::string& source,
+                           const std::string& error) {
   using nlohmann::json;
   auto list = [](const std::vector<SkippedFile>& files) {
     json a = json::array();
@@ -210,6 +211,7 @@ std::string PackReportJson(const PackResult& result, const std::string& source) 
             {"source_bytes", result.stats.source_bytes},
             {"payload_bytes", result.stats.payload_bytes},
             {"seconds", result.stats.seconds}};
+  if (!error.empty()) j["error"] = error;
   // File names need not be UTF-8: replace invalid bytes rather than fail to write the report.
   return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }

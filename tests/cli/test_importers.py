@@ -153,6 +153,18 @@ def test_a_bad_row_names_file_line_and_field_and_skip_bad_skips_it(tmp_path, jso
     assert "contradict" in p.stderr
 
 
+def test_the_report_is_written_when_the_import_fails(tmp_path, jsonl_source):
+    # docs/CLI.md: "written also when the pack fails"; an import failure (a bad row) returned
+    # before the report was written.
+    src, _ = jsonl_source
+    with open(src, "a") as f:
+        f.write("{not json\n")
+    report = tmp_path / "r.json"
+    p = run("pack", src, tmp_path / "a", "--report", report, "-q", check=1)
+    got = json.loads(report.read_text())
+    assert got["packed"] == 0 and "not valid JSON" in got["error"], (got, p.stderr)
+
+
 def test_a_per_box_field_with_the_wrong_row_count_names_the_sample(tmp_path):
     jpeg(str(tmp_path / "a.jpg"))
     src = tmp_path / "d.jsonl"

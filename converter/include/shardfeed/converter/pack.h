@@ -163,8 +163,10 @@ Status DecodeForRecord(imaging::Decoder& decoder, const uint8_t* data, size_t si
                        const PackOptions& options, imaging::Image* out,
                        imaging::Image* scratch = nullptr);
 
-// The skip report as JSON (written by `pack --report`).
-std::string PackReportJson(const PackResult& result, const std::string& source);
+// The skip report as JSON (written by `pack --report`), with `error` (the pack's, when it
+// failed) as a field when not empty.
+std::string PackReportJson(const PackResult& result, const std::string& source,
+                           const std::string& error = "");
 
 // Deterministic Fisher-Yates shuffle with the splitmix64 stream of `seed` (base/random.h).
 void ShuffleItems(std::vector<SourceItem>* items, uint64_t seed);
