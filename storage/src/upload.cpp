@@ -5,6 +5,7 @@
 #include <curl/curl.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "http.h"
+#include "md5.h"
 #include "shardfeed/storage/remote.h"
 
 namespace shardfeed::storage {
@@ -377,6 +379,8 @@ class Client {
   Status Parts(int fd, uint64_t size, const std::string& name, uint64_t part_size,
                const std::string& id_query) {
     std::string complete = "<CompleteMultipartUpload>";
+    std::string part_md5s;  // each part's MD5 as its ETag gives it, binary; cleared if one is not
+    bool md5s = true;
     const uint64_t parts = (size + part_size - 1) / part_size;
     for (uint64_t p = 0; p < parts; ++p) {
       Body b;
@@ -392,6 +396,7 @@ class Client {
         return Status::IOError(Shown(name), ": part ", number, ": the store sent no ETag");
       }
       complete += "<Part><PartNumber>" + number + "</PartNumber><ETag>" + r.etag + "</ETag></Part>";
+      md5s = md5s && AppendMd5(r.etag, &part_md5s);
     }
     complete += "</CompleteMultipartUpload>";
     Body b;
@@ -400,23 +405,47 @@ class Client {
     Reply r;
     SF_RETURN_IF_ERROR(Send("POST", name, id_query, &b, &r));
     if (r.http / 100 == 2) return Status::OK();
-    if (r.http == 404 && XmlField(r.body, "Code") == "NoSuchUpload" &&
-        Completed(name, size, parts)) {
+    if (r.http == 404 && XmlField(r.body, "Code") == "NoSuchUpload" && md5s &&
+        Completed(name, size, MultipartEtag(part_md5s, parts))) {
       return Status::OK();  // an earlier attempt completed it and its reply was lost
     }
     return Refused("completing the multipart upload", name, r);
   }
 
+  // A part's ETag as S3 gives it (the part's MD5 in hex, in quotes) appended to `md5s` as 16
+  // bytes; false for another form (a store that encrypts with KMS or customer keys, say).
+  static bool AppendMd5(const std::string& etag, std::string* md5s) {
+    if (etag.size() != 34 || etag.front() != '"' || etag.back() != '"') return false;
+    for (size_t i = 1; i < 33; i += 2) {
+      char pair[3] = {etag[i], etag[i + 1], 0}, *end = nullptr;
+      const long v = std::strtol(pair, &end, 16);
+      if (end != pair + 2) return false;
+      md5s->push_back(static_cast<char>(v));
+    }
+    return true;
+  }
+
+  // The ETag S3 (and MinIO, and moto) gives the object of a multipart upload of these parts: the
+  // MD5 of their MD5s, "-" and the number of parts.
+  static std::string MultipartEtag(const std::string& md5s, uint64_t parts) {
+    static const char kHex[] = "0123456789abcdef";
+    std::string hex;
+    for (unsigned char c : internal::Md5(md5s)) hex += kHex[c >> 4], hex += kHex[c & 15];
+    return "\"" + hex + "-" + std::to_string(parts) + "\"";
+  }
+
   // A retried CompleteMultipartUpload answers NoSuchUpload when an attempt whose reply was lost
-  // completed the upload (MinIO at once, S3 after a while): the object is then there, `size`
-  // bytes with a multipart ETag of `parts` parts ("...-N").
-  bool Completed(const std::string& name, uint64_t size, uint64_t parts) {
+  // completed the upload (MinIO at once, S3 after a while). It is also the answer when someone
+  // else aborted our upload (a lifecycle rule, a clean-up job), and another object may then be
+  // at the key. Ours only if it is `size` bytes with the ETag our parts make (`etag`): an object
+  // of the same size and part count but other bytes was taken for ours before, the manifest
+  // published over it and the local build deleted. Where part ETags are not MD5s this cannot be
+  // proved, and the upload fails (the build is kept).
+  bool Completed(const std::string& name, uint64_t size, const std::string& etag) {
     Body none;
     Reply r;
     if (!Send("HEAD", name, "", &none, &r).ok() || r.http / 100 != 2) return false;
-    const std::string suffix = "-" + std::to_string(parts) + "\"";
-    return r.length == static_cast<int64_t>(size) && r.etag.size() > suffix.size() &&
-           r.etag.compare(r.etag.size() - suffix.size(), suffix.size(), suffix) == 0;
+    return r.length == static_cast<int64_t>(size) && strcasecmp(r.etag.c_str(), etag.c_str()) == 0;
   }
 
   const internal::Endpoint& e_;

@@ -285,6 +285,50 @@ def test_a_completed_multipart_upload_whose_reply_was_lost_is_not_an_error(bucke
     assert cli("verify", f"s3://{BUCKET}/w-lost", "-q").returncode == 0
 
 
+def test_no_such_upload_with_a_foreign_object_of_the_same_size_fails_the_pack(bucket, upload_proxy,
+                                                                              tmp_path, env,
+                                                                              moto_url):
+    # REGRESSION: NoSuchUpload is also the answer when someone else aborted our upload (a
+    # lifecycle rule, a clean-up job). An object of the same size and part count, other bytes,
+    # then at the key was taken for ours (size and "-N" were all the check compared): the pack
+    # exited 0, published the manifest over it and deleted the local build. Now the object's
+    # ETag must be the one our parts make; here it is not, so the pack fails, keeping the build.
+    env.setenv("TMPDIR", str(tmp_path))
+    local = str(tmp_path / "local")
+    assert cli("pack", GOOD, local, "-q", *RAW).returncode == 0
+    size = os.path.getsize(os.path.join(local, "shard-00001.mdb"))
+    key = "w-aborted/shard-00001.mdb"
+    upload_proxy.stall = ["shard-00001.mdb?uploadId="]  # hold our CompleteMultipartUpload
+    upload_proxy.lost = [("POST", "shard-00001.mdb?uploadId=")]  # then answer NoSuchUpload
+
+    def meanwhile():
+        assert upload_proxy.stalled.wait(300)
+        for u in bucket.list_multipart_uploads(Bucket=BUCKET, Prefix="w-aborted/").get(
+                "Uploads", []):
+            if u["Key"] == key:
+                bucket.abort_multipart_upload(Bucket=BUCKET, Key=key, UploadId=u["UploadId"])
+        foreign, part = os.urandom(size), 5 << 20
+        mp = bucket.create_multipart_upload(Bucket=BUCKET, Key=key)
+        parts = []
+        for i, at in enumerate(range(0, size, part), 1):
+            r = bucket.upload_part(Bucket=BUCKET, Key=key, UploadId=mp["UploadId"], PartNumber=i,
+                                   Body=foreign[at:at + part])
+            parts.append({"PartNumber": i, "ETag": r["ETag"]})
+        bucket.complete_multipart_upload(Bucket=BUCKET, Key=key, UploadId=mp["UploadId"],
+                                         MultipartUpload={"Parts": parts})
+        upload_proxy.release()
+
+    t = threading.Thread(target=meanwhile)
+    t.start()
+    staging = tmp_path / "staging"
+    out = cli("pack", GOOD, f"s3://{BUCKET}/w-aborted", "-q", "--staging", str(staging), *RAW)
+    t.join()
+    assert out.returncode != 0, out.stderr
+    assert "shard-00001.mdb" in out.stderr and "NoSuchUpload" in out.stderr, out.stderr
+    assert "manifest.json" not in keys(bucket, "w-aborted")
+    assert os.path.exists(staging / "w-aborted" / "manifest.json")  # the build is kept
+
+
 def test_a_manifest_head_denied_without_list_bucket_is_explained_and_overwrite_goes_on(
         bucket, upload_proxy, tmp_path, env):
     # REGRESSION: S3 answers a HEAD of a missing object 403 when the credentials lack
