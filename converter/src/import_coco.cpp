@@ -28,7 +28,7 @@ Result<Json> ReadJson(const std::string& file, const char* what) {
   Json j = Json::parse(text.str(), nullptr, false);
   if (j.is_discarded()) return Status::Corrupt(file, ": not valid JSON");
   const Status exact = CheckJsonIntegers(text.str());
-  if (!exact.ok()) return Status::InvalidArgument(file, ": ", exact.message());
+  if (!exact.ok()) return Status::Corrupt(file, ": ", exact.message());
   if (!j.is_object()) return Status::Corrupt(file, ": not a JSON object");
   return j;
 }

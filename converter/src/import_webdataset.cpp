@@ -69,11 +69,12 @@ bool Number(const char* p, size_t n, uint64_t* v) {
 
 std::string Text(const char* p, size_t n) { return std::string(p, strnlen(p, n)); }
 
-// A link's target as a member name: a hard link names it from the tar's root, a symbolic link
-// relative to the link's own folder ("." and ".." resolved). Empty when it leaves the tar's tree
-// (an absolute path, or ".." past the root).
+// A link's target as a member path: a hard link names it from the tar's root (a leading '/'
+// dropped: an archive path, as tar -P writes), a symbolic link relative to the link's own folder
+// ("." and ".." resolved). Empty when it leaves the tar's tree (a symbolic link to an absolute
+// path, or ".." past the root); empty is never a member's key.
 std::string LinkTarget(const std::string& name, const std::string& target, bool symbolic) {
-  if (target.empty() || target[0] == '/') return "";
+  if (target.empty() || (symbolic && target[0] == '/')) return "";
   std::vector<std::string> parts;
   const size_t slash = name.find_last_of('/');
   std::string path =
@@ -136,6 +137,10 @@ Status ListTar(const std::string& file, std::vector<Member>* members,
     const char type = h[156];
     std::string name = Text(h, 100);
     if (std::memcmp(h + 257, "ustar", 5) == 0 && h[345]) name = Text(h + 345, 155) + "/" + name;
+    if (type == 'g' || type == 'V') {  // a pax global header (git archive), a volume label
+      pos = data + (size + 511) / 512 * 512;
+      continue;
+    }
     if (type == 'L' || type == 'K' || type == 'x') {
       if (size > (1u << 20)) {
         return Status::Corrupt(file, ": byte ", pos, ": a long-name or pax header of ", size,
@@ -166,12 +171,15 @@ Status ListTar(const std::string& file, std::vector<Member>* members,
       if (!pax_link.empty()) link = pax_link;
       if (!long_link.empty()) link = long_link;
       if (type == '0' || type == '\0' || type == '7') {
-        regular[LinkTarget("", name, false)] = members->size();
+        const std::string key = LinkTarget("", name, false);
+        if (!key.empty()) regular[key] = members->size();
         members->push_back({name, data, size, pos});
       } else if (type == '1') {  // hard link: the same data as an earlier member
-        const auto it = regular.find(LinkTarget(name, link, false));
+        const std::string target = LinkTarget(name, link, false);
+        const auto it = target.empty() ? regular.end() : regular.find(target);
         if (it != regular.end()) {
-          regular[LinkTarget("", name, false)] = members->size();
+          const std::string key = LinkTarget("", name, false);
+          if (!key.empty()) regular[key] = members->size();
           const Member& target = (*members)[it->second];
           members->push_back({name, target.offset, target.size, pos});
         } else {
@@ -200,8 +208,9 @@ Status ListTar(const std::string& file, std::vector<Member>* members,
   }
   for (const SymLink& l : symlinks) {
     std::string at = link_of[LinkTarget("", l.name, false)];
-    for (size_t step = 0; step < symlinks.size() && link_of.count(at); ++step) at = link_of[at];
-    const auto it = regular.find(at);
+    // At most 40 links in a chain, as Linux follows: a cycle ends there, in O(links) steps.
+    for (int step = 0; step < 40 && !at.empty() && link_of.count(at); ++step) at = link_of[at];
+    const auto it = at.empty() ? regular.end() : regular.find(at);
     if (it == regular.end()) {
       ignored->push_back({file + ":" + l.name,
                           "symbolic link to " + l.target + ", which is not a file in the tar"});

@@ -74,8 +74,10 @@ void Loader::Impl::FinishRun(size_t worker, const Task& run, const RunTally& tal
     }
   };
   bool last;
+  uint64_t batch;  // the slot's, read under `mu`
   {
     std::lock_guard<std::mutex> lock(mu);
+    batch = slot.batch;
     if (keeper) KeeperFinished(run);
     progress[worker].busy = false;
     completions += run.count;
@@ -98,7 +100,7 @@ void Loader::Impl::FinishRun(size_t worker, const Task& run, const RunTally& tal
     if (!last) slot.in_flight -= run.count;
   }
   if (!last) return;
-  if (slot.batch == Failpoints::Get().finish_gate) Failpoints::Get().WaitAtFinishGate();
+  if (batch == Failpoints::Get().finish_gate) Failpoints::Get().WaitAtFinishGate();
   Status copy_status;
   if (options.device && slot.error.ok()) {
     auto t = Clock::now();

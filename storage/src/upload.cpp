@@ -379,8 +379,8 @@ class Client {
   Status Parts(int fd, uint64_t size, const std::string& name, uint64_t part_size,
                const std::string& id_query) {
     std::string complete = "<CompleteMultipartUpload>";
-    std::string part_md5s;  // each part's MD5 as its ETag gives it, binary; cleared if one is not
-    bool md5s = true;
+    std::string part_md5s;  // each part's MD5 as its ETag gives it, binary
+    bool md5s = true;       // every part's ETag was an MD5
     const uint64_t parts = (size + part_size - 1) / part_size;
     for (uint64_t p = 0; p < parts; ++p) {
       Body b;
@@ -409,6 +409,12 @@ class Client {
         Completed(name, size, MultipartEtag(part_md5s, parts))) {
       return Status::OK();  // an earlier attempt completed it and its reply was lost
     }
+    if (r.http == 404 && !md5s) {
+      return Refused(
+          "completing the multipart upload (the store's part ETags are not MD5s: an upload "
+          "completed by an earlier attempt cannot be told from another object)",
+          name, r);
+    }
     return Refused("completing the multipart upload", name, r);
   }
 
@@ -416,11 +422,16 @@ class Client {
   // bytes; false for another form (a store that encrypts with KMS or customer keys, say).
   static bool AppendMd5(const std::string& etag, std::string* md5s) {
     if (etag.size() != 34 || etag.front() != '"' || etag.back() != '"') return false;
+    auto nibble = [](char c) {
+      return c >= '0' && c <= '9'   ? c - '0'
+             : c >= 'a' && c <= 'f' ? c - 'a' + 10
+             : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                    : -1;
+    };
     for (size_t i = 1; i < 33; i += 2) {
-      char pair[3] = {etag[i], etag[i + 1], 0}, *end = nullptr;
-      const long v = std::strtol(pair, &end, 16);
-      if (end != pair + 2) return false;
-      md5s->push_back(static_cast<char>(v));
+      const int hi = nibble(etag[i]), lo = nibble(etag[i + 1]);
+      if (hi < 0 || lo < 0) return false;
+      md5s->push_back(static_cast<char>(hi << 4 | lo));
     }
     return true;
   }
