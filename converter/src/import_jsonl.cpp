@@ -39,37 +39,6 @@ std::string SanitizeFieldName(const std::string& text) {
   return name;
 }
 
-Status CheckJsonIntegers(const std::string& text) {
-  size_t line = 1;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == '\n') ++line;
-    if (c == '"') {  // a string: skip it, escapes included
-      for (++i; i < text.size() && text[i] != '"'; ++i) i += text[i] == '\\';
-      continue;
-    }
-    if (c != '-' && (c < '0' || c > '9')) continue;
-    size_t end = i + 1;
-    while (end < text.size() && std::strchr("0123456789.eE+-", text[end])) ++end;
-    const std::string number = text.substr(i, end - i);
-    i = end - 1;
-    if (number.find_first_of(".eE") != std::string::npos ||
-        number.find_first_not_of("-0123456789") != std::string::npos)
-      continue;
-    errno = 0;
-    if (number[0] == '-') {
-      (void)std::strtoll(number.c_str(), nullptr, 10);
-    } else {
-      (void)std::strtoull(number.c_str(), nullptr, 10);
-    }
-    if (errno == ERANGE) {
-      return Status::InvalidArgument("integer ", number, " (line ", line,
-                                     ") does not fit 64 bits; write it as a string to keep it");
-    }
-  }
-  return Status::OK();
-}
-
 namespace {
 
 // What a column's values look like, merged over every row.
@@ -517,6 +486,35 @@ Status InferSchema(const std::vector<Row>& rows, const std::vector<std::string>&
 }
 
 }  // namespace
+
+Status CheckJsonIntegers(const std::string& text) {
+  size_t line = 1;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') ++line;
+    if (c == '"') {  // a string: skip it, escapes included
+      for (++i; i < text.size() && text[i] != '"'; ++i) i += text[i] == '\\';
+      continue;
+    }
+    if (c != '-' && (c < '0' || c > '9')) continue;
+    size_t end = i + 1;
+    while (end < text.size() && std::strchr("0123456789.eE+-", text[end])) ++end;
+    const std::string number = text.substr(i, end - i);
+    i = end - 1;
+    if (!IntegerText(number)) continue;  // a fraction or an exponent: a float as written
+    errno = 0;
+    if (number[0] == '-') {
+      (void)std::strtoll(number.c_str(), nullptr, 10);
+    } else {
+      (void)std::strtoull(number.c_str(), nullptr, 10);
+    }
+    if (errno == ERANGE) {
+      return Status::InvalidArgument("integer ", number, " (line ", line,
+                                     ") does not fit 64 bits; write it as a string to keep it");
+    }
+  }
+  return Status::OK();
+}
 
 Result<SourceList> ImportParsedRows(const std::string& file,
                                     std::vector<nlohmann::ordered_json>* objects,

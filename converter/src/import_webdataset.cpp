@@ -69,16 +69,11 @@ bool Number(const char* p, size_t n, uint64_t* v) {
 
 std::string Text(const char* p, size_t n) { return std::string(p, strnlen(p, n)); }
 
-// A link's target as a member path: a hard link names it from the tar's root (a leading '/'
-// dropped: an archive path, as tar -P writes), a symbolic link relative to the link's own folder
-// ("." and ".." resolved). Empty when it leaves the tar's tree (a symbolic link to an absolute
-// path, or ".." past the root); empty is never a member's key.
-std::string LinkTarget(const std::string& name, const std::string& target, bool symbolic) {
-  if (target.empty() || (symbolic && target[0] == '/')) return "";
+// A member path with "." and ".." resolved and a leading '/' dropped (an archive path, as
+// tar -P writes): how members and hard-link targets are matched. Empty when ".." climbs past the
+// tar's root; empty is never a member's key.
+std::string Normalize(const std::string& path) {
   std::vector<std::string> parts;
-  const size_t slash = name.find_last_of('/');
-  std::string path =
-      symbolic && slash != std::string::npos ? name.substr(0, slash + 1) + target : target;
   for (size_t at = 0; at <= path.size();) {
     size_t end = path.find('/', at);
     if (end == std::string::npos) end = path.size();
@@ -94,6 +89,14 @@ std::string LinkTarget(const std::string& name, const std::string& target, bool 
   std::string out;
   for (const std::string& part : parts) out += (out.empty() ? "" : "/") + part;
   return out;
+}
+
+// What the symbolic link `name` -> `target` names, normalised: relative to the link's own
+// folder; empty for an absolute target (outside the tar) or one that climbs out of it.
+std::string SymlinkTarget(const std::string& name, const std::string& target) {
+  if (target.empty() || target[0] == '/') return "";
+  const size_t slash = name.find_last_of('/');
+  return Normalize(slash == std::string::npos ? target : name.substr(0, slash + 1) + target);
 }
 
 // Lists a tar's regular files, and its links to regular files in the same tar as the files they
@@ -116,6 +119,7 @@ Status ListTar(const std::string& file, std::vector<Member>* members,
   struct SymLink {
     std::string name, target;  // as written
     uint64_t header;
+    std::string path, resolved;  // Normalize(name), SymlinkTarget(name, target)
   };
   std::vector<SymLink> symlinks;
   for (uint64_t pos = 0; pos + 512 <= file_size;) {
@@ -171,23 +175,23 @@ Status ListTar(const std::string& file, std::vector<Member>* members,
       if (!pax_link.empty()) link = pax_link;
       if (!long_link.empty()) link = long_link;
       if (type == '0' || type == '\0' || type == '7') {
-        const std::string key = LinkTarget("", name, false);
+        const std::string key = Normalize(name);
         if (!key.empty()) regular[key] = members->size();
         members->push_back({name, data, size, pos});
       } else if (type == '1') {  // hard link: the same data as an earlier member
-        const std::string target = LinkTarget(name, link, false);
+        const std::string target = Normalize(link);
         const auto it = target.empty() ? regular.end() : regular.find(target);
         if (it != regular.end()) {
-          const std::string key = LinkTarget("", name, false);
+          const std::string key = Normalize(name);
           if (!key.empty()) regular[key] = members->size();
-          const Member& target = (*members)[it->second];
-          members->push_back({name, target.offset, target.size, pos});
+          const Member& file_linked = (*members)[it->second];
+          members->push_back({name, file_linked.offset, file_linked.size, pos});
         } else {
           ignored->push_back({file + ":" + name, "hard link to " + link +
                                                      ", which is not an earlier file of the tar"});
         }
       } else if (type == '2') {
-        symlinks.push_back({name, link, pos});
+        symlinks.push_back({name, link, pos, Normalize(name), SymlinkTarget(name, link)});
       } else if (type != '5') {
         ignored->push_back({file + ":" + name,
                             std::string("not a regular file (tar member type '") + type + "')"});
@@ -203,11 +207,9 @@ Status ListTar(const std::string& file, std::vector<Member>* members,
   // Symbolic links, once every file is known; a link to a link is followed as far as it goes
   // within the tar (a bounded number of steps: a cycle goes nowhere).
   std::map<std::string, std::string> link_of;  // a link's path -> its target's, resolved
+  for (const SymLink& l : symlinks) link_of[l.path] = l.resolved;
   for (const SymLink& l : symlinks) {
-    link_of[LinkTarget("", l.name, false)] = LinkTarget(l.name, l.target, true);
-  }
-  for (const SymLink& l : symlinks) {
-    std::string at = link_of[LinkTarget("", l.name, false)];
+    std::string at = l.resolved;
     // At most 40 links in a chain, as Linux follows: a cycle ends there, in O(links) steps.
     for (int step = 0; step < 40 && !at.empty() && link_of.count(at); ++step) at = link_of[at];
     const auto it = at.empty() ? regular.end() : regular.find(at);
