@@ -35,7 +35,9 @@ __version__ = "0.1.0"
 
 class Archive:
     """An opened archive. Opens its file mapping lazily in each process that uses it, so an
-    Archive created before fork() (or pickled into DataLoader workers) works in the child."""
+    Archive created before fork() (or pickled into DataLoader workers) works in the child.
+    Opening it and reading from it release the GIL while they wait (a remote shard's download):
+    other Python threads run meanwhile, and several threads may read one Archive at once."""
 
     def __init__(self, path, index_check="auto", cache_dir=None, cache_limit=None):
         """index_check: 'full' checks every shard and index entry at open (O(samples)); 'lazy'

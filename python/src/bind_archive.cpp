@@ -63,23 +63,52 @@ PyArchive Open(const std::string& path, const std::string& check, const py::obje
   } else if (check != "auto") {
     throw py::value_error("index_check must be 'auto', 'full' or 'lazy'");
   }
+  Result<std::shared_ptr<format::Archive>> opened = Status::Internal("unset");
+  {
+    py::gil_scoped_release release;  // a remote archive downloads its manifest (and more)
+    opened = format::Archive::Open(path, options);
+  }
   PyArchive a;
-  a.archive = Check(format::Archive::Open(path, options));
+  a.archive = Check(std::move(opened));
   a.pid = ::getpid();
   return a;
 }
 
+// Archive::At(i) without the GIL: it opens the sample's shard on first use, which for a remote
+// archive is a download (seconds, or a wait for another process's); other Python threads run.
+format::RecordView At(const PyArchive& a, uint64_t i) {
+  Result<format::RecordView> r = Status::Internal("unset");
+  {
+    py::gil_scoped_release release;
+    r = a.archive->At(i);
+  }
+  return Check(std::move(r));
+}
+
 py::array_t<int64_t> Labels(const PyArchive& a) {
-  py::array_t<int64_t> out(static_cast<ssize_t>(a.archive->size()));
-  auto* p = out.mutable_data();
-  for (uint64_t i = 0; i < a.archive->size(); ++i) p[i] = Check(a.archive->At(i)).entry->label;
+  const uint64_t n = a.archive->size();
+  py::array_t<int64_t> out(static_cast<ssize_t>(n));
+  int64_t* p = out.mutable_data();  // owned by `out`, which this call holds
+  Status s;
+  {
+    py::gil_scoped_release release;  // every shard is opened: downloads, for a remote archive
+    for (uint64_t i = 0; i < n && s.ok(); ++i) {
+      Result<format::RecordView> r = a.archive->At(i);
+      if (r.ok()) {
+        p[i] = r->entry->label;
+      } else {
+        s = r.status();
+      }
+    }
+  }
+  Check(s);
   return out;
 }
 
 // The stored payload, zero-copy: a read-only array over the mapping.
 py::array_t<uint8_t> Record(const PyArchive& a, uint64_t i) {
   if (i >= a.archive->size()) throw py::index_error("sample index out of range");
-  const format::RecordView r = Check(a.archive->At(i));
+  const format::RecordView r = At(a, i);
   auto arr = View<uint8_t>(const_cast<uint8_t*>(r.data), {static_cast<ssize_t>(r.size)}, a.archive);
   py::detail::array_proxy(arr.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
   return arr;
@@ -161,7 +190,7 @@ py::object FieldObject(const PyArchive& a, const format::FieldSpec& spec,
 py::dict Sample(const PyArchive& a, int64_t index) {
   const uint64_t i = CheckedIndex(a, index);
   const format::Schema& schema = a.archive->schema();
-  const format::RecordView r = Check(a.archive->At(i));
+  const format::RecordView r = At(a, i);
   py::dict out;
   for (size_t f = 0; f < schema.size(); ++f) {
     const format::FieldSpec& spec = schema.fields()[f];
@@ -235,7 +264,7 @@ void BindArchive(py::module_& m) {
       .def("label",
            [](const PyArchive& a, uint64_t i) {
              if (i >= a.archive->size()) throw py::index_error("sample index out of range");
-             return Check(a.archive->At(i)).entry->label;
+             return At(a, i).entry->label;
            })
       .def("labels", &Labels)
       .def("record", &Record);

@@ -806,3 +806,44 @@ def test_a_download_refused_for_cache_room_is_tried_again_at_the_next_read(env, 
     del first
     gc.collect()
     assert bytes(second.record(320)) == bytes(shardfeed.Archive(local).record(320))
+
+
+def test_a_read_that_waits_for_a_download_lets_other_python_threads_run(env, many_shards, tmp_path):
+    # REGRESSION: Archive(...), record(), labels() and sample() opened shards (a remote
+    # archive's first read of a shard is its download, or a wait for another process's) with
+    # the GIL held: every other Python thread stopped for the whole download. A thread that
+    # would have ended the wait (here: it gives back the cache's lock the download needs) could
+    # not run, and the read failed after 60 s ("not free after 60 s"; the deadlock seen in
+    # CacheWatch, whose thread takes that lock to measure the cache).
+    local, url, _ = many_shards
+    reference = shardfeed.Archive(local)
+    lazy = dict(index_check="lazy")  # shards opened (downloaded) at their first read
+    cases = [
+        ("open", {}, lambda a: bytes(a.record(5)), bytes(reference.record(5))),
+        ("record", lazy, lambda a: bytes(a.record(5)), bytes(reference.record(5))),
+        ("labels", lazy, lambda a: a.labels().tolist(), reference.labels().tolist()),
+        ("sample", lazy, lambda a: a.sample(341)["label"], reference.sample(341)["label"]),
+    ]
+    for name, opts, read, expected in cases:
+        cache = tmp_path / name
+        os.makedirs(cache)
+        a = None if name == "open" else shardfeed.Archive(url, cache_dir=str(cache), **opts)
+        lock = os.open(cache / ".cache.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(lock, fcntl.LOCK_EX)  # every download reserves its room under this lock
+        released = threading.Event()
+
+        def give_back():
+            time.sleep(0.5)  # the read is waiting for the lock by then
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            released.set()
+
+        t = threading.Thread(target=give_back)
+        t.start()
+        try:
+            if a is None:
+                a = shardfeed.Archive(url, cache_dir=str(cache), **opts)  # downloads every shard
+            assert read(a) == expected, name
+        finally:
+            t.join()
+            os.close(lock)
+        assert released.is_set(), name
