@@ -219,6 +219,10 @@ struct Archive::Shard {
   // When it failed: a remote shard whose download failed for a reason that may pass (an I/O
   // error, a timeout: the server down) is tried again kRetryFailedShardAfter later.
   mutable std::chrono::steady_clock::time_point failed_at{};
+  // A download the cache refused for room: storage::CacheRoomGeneration() before that attempt,
+  // and how many refusals in a row (the wait before the next try without room given back).
+  mutable uint64_t refused_generation = 0;
+  mutable uint32_t refusals = 0;
   // A remote archive's cached copy of the file, held while mapped (destroyed after `store`).
   mutable std::unique_ptr<storage::CachedFile> lease;
   mutable std::unique_ptr<ShardStore> store;
@@ -428,20 +432,30 @@ const Archive::Shard* Archive::Ready(size_t s, Status* error) const {
     // A failure is kept (every access reports it at once, no storm of retries) unless it is a
     // remote shard's download that failed for a reason that may pass and a while has gone by:
     // a loader whose epoch failed while the server was down reads again once it is back. A
-    // download the cache refused for room is tried again at once: the room is not the shard's
-    // (shards in use are given back all the time), and a refusal met by a download ahead of
-    // the reads must not become the reads' error.
+    // download the cache refused for room is tried again as soon as this process gave room
+    // back (the room is not the shard's: shards in use are given back all the time, and a
+    // refusal met by a download ahead of the reads must not become the reads' error), else
+    // after 50 ms doubling to 2 s (room other processes give back). Each try lists the whole
+    // cache under its lock: trying at every access cost 4 system calls a cached file per
+    // sample, and held up every process sharing the cache.
     const StatusCode code = shard.status.code();
     const bool may_pass = remote_ && (code == StatusCode::kIOError || code == StatusCode::kTimeout);
     const bool refused = remote_ && code == StatusCode::kResourceExhausted;
-    const bool retry =
-        shard.failed.load() &&
-        (refused || (may_pass &&
-                     std::chrono::steady_clock::now() - shard.failed_at >= kRetryFailedShardAfter));
+    const auto now = std::chrono::steady_clock::now();
+    const std::chrono::milliseconds backoff(
+        std::min<int64_t>(2000, int64_t{50} << std::min<uint32_t>(shard.refusals, 6)));
+    const bool retry = shard.failed.load() &&
+                       (refused ? storage::CacheRoomGeneration() != shard.refused_generation ||
+                                      now - shard.failed_at >= backoff
+                                : may_pass && now - shard.failed_at >= kRetryFailedShardAfter);
     if (!shard.ready.load(std::memory_order_relaxed) && (!shard.failed.load() || retry)) {
+      const uint64_t generation = storage::CacheRoomGeneration();  // before: room given meanwhile
       shard.status = OpenShard(s);
       shard.failed.store(!shard.status.ok());
       if (!shard.status.ok()) shard.failed_at = std::chrono::steady_clock::now();
+      const bool room = remote_ && shard.status.code() == StatusCode::kResourceExhausted;
+      shard.refusals = room ? shard.refusals + 1 : 0;
+      shard.refused_generation = generation;
       if (shard.status.ok()) shard.ready.store(true, std::memory_order_release);
     }
     if (shard.failed.load()) {

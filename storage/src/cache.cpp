@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -127,10 +128,15 @@ uint64_t Survey(const std::string& root, std::vector<Entry>* entries) {
   return total;
 }
 
+std::atomic<uint64_t> g_room_generation{0};
+
 }  // namespace
+
+uint64_t CacheRoomGeneration() { return g_room_generation.load(std::memory_order_acquire); }
 
 CachedFile::~CachedFile() {
   if (fd_ >= 0) ::close(fd_);  // releases the shared flock
+  g_room_generation.fetch_add(1, std::memory_order_acq_rel);
 }
 
 bool IsRemote(const std::string& location) {
@@ -293,6 +299,7 @@ Result<int> Reserve(const std::string& cache_dir, uint64_t limit, const std::str
       Fd fd(::open(e.path.c_str(), O_RDONLY | O_CLOEXEC));
       if (fd.fd < 0 || ::flock(fd.fd, LOCK_EX | LOCK_NB) != 0) continue;  // in use: never evicted
       if (::unlink(e.path.c_str()) == 0) {
+        g_room_generation.fetch_add(1, std::memory_order_acq_rel);
         total -= std::min(total, e.bytes);
         internal::CountStat(&FetchStats::evictions, 1);
       }

@@ -808,6 +808,43 @@ def test_a_download_refused_for_cache_room_is_tried_again_at_the_next_read(env, 
     assert bytes(second.record(320)) == bytes(shardfeed.Archive(local).record(320))
 
 
+def test_a_refused_shard_is_not_tried_again_at_every_read(env, many_shards, tmp_path):
+    # REGRESSION (review): a shard the cache refused for room was tried again at every access,
+    # and each try lists the whole cache (4 system calls a file) under the cache-wide lock, which
+    # every process on the node shares: 2.7 ms a sample with 500 cached files, 37 ms with 5,000,
+    # and with another process holding the lock, each read waited for it (60 s, then a timeout).
+    # The refusal is now kept until this process gives room back (or a backoff of 50 ms doubling
+    # to 2 s passes, for room given back elsewhere).
+    local, url, total = many_shards
+    with open(os.path.join(local, "manifest.json")) as f:
+        biggest = max(s["file_bytes"] for s in json.load(f)["shards"])
+    cache = tmp_path / "c"
+    opts = dict(cache_dir=str(cache), cache_limit=2 * biggest + biggest // 2)
+    first = shardfeed.Archive(url, **opts)
+    first.record(0), first.record(160)  # the cache's room, held
+    second = shardfeed.Archive(url, **opts)
+    with pytest.raises(shardfeed.Error, match="is full"):
+        second.record(320)  # refused: one survey of the cache
+    # Every survey (and download) takes <cache>/.cache.lock: hold it. A kept refusal answers at
+    # once with its error; a survey would wait for the lock and fail with a timeout instead.
+    lock = os.open(cache / ".cache.lock", os.O_RDWR)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    errors = []
+    try:
+        for i in range(50):
+            try:
+                second.record(321 + i)
+            except shardfeed.Error as e:
+                errors.append(str(e))
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        os.close(lock)
+    assert len(errors) == 50 and all("is full" in e for e in errors), errors[:2]
+    del first
+    gc.collect()  # room given back in this process: tried again at the next read
+    assert bytes(second.record(320)) == bytes(shardfeed.Archive(local).record(320))
+
+
 def test_a_read_that_waits_for_a_download_lets_other_python_threads_run(env, many_shards, tmp_path):
     # REGRESSION: Archive(...), record(), labels() and sample() opened shards (a remote
     # archive's first read of a shard is its download, or a wait for another process's) with

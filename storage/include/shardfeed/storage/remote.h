@@ -90,6 +90,11 @@ struct FetchStats {
 };
 FetchStats GetFetchStats();
 
+// Goes up whenever this process gives cache room back (a CachedFile released, a file evicted).
+// A reader whose shard the cache refused for room tries again once it changed (or after a
+// while, for room given back by other processes) instead of at every access. Thread-safe.
+uint64_t CacheRoomGeneration();
+
 // A shard file in the cache, held (shared flock) while this object lives: eviction skips it.
 // Destroy it only after the file is unmapped. Not copyable; thread-compatible.
 class CachedFile {
