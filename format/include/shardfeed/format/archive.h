@@ -148,12 +148,14 @@ class Archive {
   // it (the next access tries to open it again: a transient failure, such as a network outage,
   // need not last), or, for a remote shard whose download failed with kIOError or kTimeout,
   // for 2 s: an access after that downloads it again; one the cache refused for room
-  // (kResourceExhausted) is not kept at all. Otherwise a no-op if `s` is not open.
+  // (kResourceExhausted) until this process gives cache room back (a cached file released or
+  // evicted: storage::CacheRoomGeneration) or 50 ms doubling to 2 s pass (room other processes
+  // give back). Otherwise a no-op if `s` is not open.
   void ReleaseShard(size_t s);
   // Opens shard `s` now (for a remote archive: downloads it into the cache if absent), so that
   // the first access does not wait; its error, if any, is also what accesses will report (a
   // remote download's I/O error or timeout until 2 s have passed, then it is tried again; a
-  // refusal for cache room only by this call: the next access tries again).
+  // refusal for cache room until room is given back, as ReleaseShard says).
   // Thread-safe. True when the shard is open (mapped) now.
   Status OpenShardNow(size_t s) const;
   bool ShardOpen(size_t s) const;
