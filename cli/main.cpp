@@ -318,6 +318,7 @@ int CmdPack(int argc, char** argv) {
   st = staged->Finish(st);  // an s3:// OUT: uploaded now, the manifest last
   out = remote_out;
   write_report(result, st);
+  for (const std::string& note : result.notes) std::fprintf(stderr, "note: %s\n", note.c_str());
   for (size_t i = 0; i < result.skipped.size() && i < 20; ++i) {
     std::fprintf(stderr, "skipped %s: %s\n", result.skipped[i].path.c_str(),
                  result.skipped[i].reason.c_str());
@@ -341,6 +342,16 @@ int CmdPack(int argc, char** argv) {
               out.c_str(), std::string(format::EncodingName(result.encoding)).c_str(),
               backend.c_str(), static_cast<unsigned long long>(result.skipped.size()),
               result.ignored.size());
+  if (source->kind != "folder" && source->kind != "list") {  // the schema the importer made
+    std::string fields;
+    for (const format::FieldSpec& f : source->schema.fields()) {
+      fields += (fields.empty() ? "" : ", ") + f.name + " " + f.TypeName();
+      if (&f - source->schema.fields().data() == source->schema.label_field()) {
+        fields += " (the class field, " + std::to_string(source->class_names.size()) + " classes)";
+      }
+    }
+    std::printf("fields: %s\n", fields.c_str());
+  }
   if (s.reencoded > 0) {
     std::printf("%llu re-encoded (%s); the rest keep their bytes\n",
                 static_cast<unsigned long long>(s.reencoded),

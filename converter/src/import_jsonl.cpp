@@ -454,30 +454,86 @@ Status MaskFromPng(const std::string& file, OwnedValue* out) {
   return Status::OK();
 }
 
+// What a value of this kind is, for a note.
+const char* KindName(Seen s) {
+  switch (s) {
+    case Seen::kInt:
+    case Seen::kFloat:
+      return "a number";
+    case Seen::kStr:
+      return "text";
+    case Seen::kJson:
+      return "an object";
+    default:
+      return "a list";
+  }
+}
+
+// A value as a note shows it: its JSON, at most 40 characters.
+std::string Shown(const Json& v) {
+  std::string text = v.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return text.size() > 40 ? text.substr(0, 37) + "..." : text;
+}
+
 // The inferred schema of `rows`: image, then every other column in order of first appearance
-// (path, from the image column, unless a column is called path).
+// (path, from the image column, unless a column is called path). What a user may not expect
+// goes to *notes (pack prints them and writes them in its report): a column that became str or
+// json because its values are of different kinds (one word among numbers), and a column no row
+// gives a value, which is not stored.
+// long: one pass per column, the notes beside it.
 Status InferSchema(const std::vector<Row>& rows, const std::vector<std::string>& columns,
                    bool text_cells, const std::string& image_column, Schema* schema,
-                   std::map<std::string, std::string>* column_of) {
+                   std::map<std::string, std::string>* column_of, std::vector<std::string>* notes) {
   SF_RETURN_IF_ERROR(schema->Add(MakeField("image", "image")));
   (*column_of)["image"] = image_column;
   std::set<std::string> taken = {"image"};
   for (const std::string& c : columns) {
     if (c == image_column) continue;
     ColumnType t;
+    std::string first, mixed;  // the first value and where; the first of another kind and why
+    bool ids_or_names = true;  // every value an integer or a string
     for (const Row& r : rows) {
       auto it = r.object->find(c);
-      if (it != r.object->end()) t = Merge(t, TypeOf(*it, text_cells), text_cells);
+      if (it == r.object->end()) continue;
+      const ColumnType u = TypeOf(*it, text_cells);
+      const ColumnType merged = Merge(t, u, text_cells);
+      ids_or_names =
+          ids_or_names && (u.seen == Seen::kNull || u.seen == Seen::kInt || u.seen == Seen::kStr);
+      if (first.empty() && u.seen != Seen::kNull) {
+        first = std::string(KindName(u.seen)) + " (" + Shown(*it) + ") at " + r.where;
+      }
+      const bool mixes = (merged.seen == Seen::kStr || merged.seen == Seen::kJson) &&
+                         t.seen != Seen::kNull && u.seen != Seen::kNull &&
+                         std::string(KindName(t.seen)) != KindName(u.seen) &&
+                         (merged.seen != t.seen || merged.seen != u.seen);
+      if (mixes && mixed.empty()) {
+        mixed = std::string(KindName(u.seen)) + " (" + Shown(*it) + ") at " + r.where;
+      }
+      t = merged;
     }
-    if (t.seen == Seen::kNull) continue;  // never given a value
+    if (t.seen == Seen::kNull) {  // never given a value
+      notes->push_back("column '" + c + "' has no value in any row: not stored");
+      continue;
+    }
     std::string name = SanitizeFieldName(c);
     for (int n = 2; taken.count(name); ++n) name = SanitizeFieldName(c) + "_" + std::to_string(n);
     taken.insert(name);
     FieldSpec spec;
-    if (name == "label" && t.seen == Seen::kStr) t.seen = Seen::kInt;  // class names
+    // Class names; ids among them are refused row by row (ImportRows), as in CSV.
+    if (name == "label" && (t.seen == Seen::kStr || (t.seen == Seen::kJson && ids_or_names))) {
+      t.seen = Seen::kInt;
+      mixed.clear();
+    }
     SF_RETURN_IF_ERROR(TypeFor(name, t, &spec));
     SF_RETURN_IF_ERROR(schema->Add(spec));
     (*column_of)[name] = c;
+    if (!mixed.empty()) {
+      notes->push_back("column '" + c + "' stored as " + spec.TypeName() +
+                       (name == "label" ? " (not as the class field)" : "") +
+                       ": its values are of different kinds, " + first + ", " + mixed +
+                       " (give --schema to store it as one type; rows that do not fit it then "
+                       "fail, or are skipped with --skip-bad)");
+    }
   }
   if (!taken.count("path")) {
     SF_RETURN_IF_ERROR(schema->Add(MakeField("path", "str")));
@@ -568,14 +624,19 @@ Result<SourceList> ImportRows(const std::vector<Row>& rows, const std::vector<st
         "--schema with the image field's column name)");
   }
   if (options.schema_json.empty()) {
-    SF_RETURN_IF_ERROR(InferSchema(rows, columns, text_cells, image_column, &schema, &column_of));
+    SF_RETURN_IF_ERROR(
+        InferSchema(rows, columns, text_cells, image_column, &schema, &column_of, &list.notes));
   }
   list.schema = schema;
   // `path` is filled by Pack (the image's path relative to the manifest) unless a column gives it.
+  // (No entry for path: the field inference added. Never column_of["path"], which would make
+  // one naming the column "" that pandas' unnamed index column is.)
   const int path_field = schema.Find("path");
-  list.path_field = path_field >= 0 && schema.fields()[path_field].kind == FieldKind::kStr &&
-                    (column_of["path"] == image_column ||
-                     std::find(columns.begin(), columns.end(), column_of["path"]) == columns.end());
+  const auto path_column = column_of.find("path");
+  list.path_field =
+      path_field >= 0 && schema.fields()[path_field].kind == FieldKind::kStr &&
+      (path_column == column_of.end() || path_column->second == image_column ||
+       std::find(columns.begin(), columns.end(), path_column->second) == columns.end());
   // A class field of strings: class names are the sorted distinct strings.
   const int label_field = schema.label_field();
   std::map<std::string, int64_t> class_ids;

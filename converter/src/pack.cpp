@@ -127,6 +127,7 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
   result = PackResult();
   result.output = out;
   result.ignored = source.ignored;
+  result.notes = source.notes;
   result.skipped = source.skipped;
   result.encoding = options.encoding;
   SF_RETURN_IF_ERROR(ValidatePackOptions(options));
@@ -185,6 +186,7 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
   const std::vector<SkippedFile> skipped_rows = std::move(result.skipped);
   result = writer.result();
   result.ignored = source.ignored;
+  result.notes = source.notes;
   result.skipped.insert(result.skipped.begin(), skipped_rows.begin(), skipped_rows.end());
   result.stats.total = total + skipped_rows.size();
   result.stats.done += skipped_rows.size();
@@ -208,6 +210,7 @@ std::string PackReportJson(const PackResult& result, const std::string& source,
             {"skipped_count", result.skipped.size()},
             {"skipped", list(result.skipped)},
             {"ignored", list(result.ignored)},
+            {"notes", result.notes},
             {"source_bytes", result.stats.source_bytes},
             {"payload_bytes", result.stats.payload_bytes},
             {"seconds", result.stats.seconds}};

@@ -217,6 +217,54 @@ def test_csv_class_ids_among_class_names_are_refused(tmp_path):
     assert manifest(tmp_path / "b")["class_names"] == ["n/a"]
 
 
+
+def test_inference_says_what_a_user_may_not_expect(tmp_path):
+    # REGRESSION: one word among numbers made a CSV column str, and a column with no value in
+    # any row was left out, both silently (exit 0, nothing printed, nothing in the report);
+    # JSONL labels mixing ids and names became a json field with no classes. Now the first two
+    # are notes (stderr and the report's "notes") and the third is refused as in CSV.
+    for i in range(4):
+        jpeg(str(tmp_path / ("%d.jpg" % i)))
+    src = tmp_path / "d.csv"
+    src.write_text("filename,score,comment\n0.jpg,0.5,\n1.jpg,n/a,\n2.jpg,1,\n3.jpg,2,\n")
+    p = run("pack", src, tmp_path / "a", "--report", tmp_path / "r.json", "-q", check=0)
+    assert fields(tmp_path / "a") == {"image": "image", "score": "str", "path": "str"}
+    assert [s["score"] for s in samples(tmp_path / "a", tmp_path)] == ["0.5", "n/a", "1", "2"]
+    notes = json.loads((tmp_path / "r.json").read_text())["notes"]
+    assert len(notes) == 2, notes
+    assert notes[0].startswith("column 'score' stored as str") and "d.csv:2" in notes[0]
+    assert '"n/a"' in notes[0] and "d.csv:3" in notes[0], notes[0]
+    assert notes[1] == "column 'comment' has no value in any row: not stored"
+    assert "note: " + notes[0] in p.stderr and "note: " + notes[1] in p.stderr, p.stderr
+    assert "fields: image image, score str, path str" in p.stdout, p.stdout
+
+    rows = tmp_path / "d.jsonl"
+    rows.write_text('{"image": "0.jpg", "label": "dog"}\n{"image": "1.jpg", "label": 1}\n')
+    p = run("pack", rows, tmp_path / "b", "-q", check=1)
+    assert "d.jsonl:2" in p.stderr and "class id 1 among class names ('dog' at" in p.stderr
+    rows.write_text('{"image": "0.jpg", "label": "dog"}\n{"image": "1.jpg", "label": "cat"}\n')
+    p = run("pack", rows, tmp_path / "c", "-q", check=0)
+    assert manifest(tmp_path / "c")["class_names"] == ["cat", "dog"]
+    assert "fields: image image, label int64 (the class field, 2 classes), path str" in p.stdout
+    rows.write_text('{"image": "0.jpg", "label": [1]}\n{"image": "1.jpg", "label": "cat"}\n')
+    p = run("pack", rows, tmp_path / "d", "-q", check=0)
+    assert fields(tmp_path / "d")["label"] == "json"
+    assert "note: column 'label' stored as json (not as the class field)" in p.stderr, p.stderr
+
+
+def test_a_pandas_index_column_does_not_take_the_path_field(tmp_path):
+    # REGRESSION (found by a stranger's test): df.to_csv() writes an unnamed index column (a
+    # header cell ""); the implicit `path` field looked its column up as column_of["path"],
+    # which made an entry "" and so read the index: path was '0', '1', ... instead of the image.
+    for i in range(2):
+        jpeg(str(tmp_path / "img" / ("%d.jpg" % i)))
+    src = tmp_path / "d.csv"
+    src.write_text(",image,label\n0,img/0.jpg,cat\n1,img/1.jpg,dog\n")
+    run("pack", src, tmp_path / "a", "-q", check=0)
+    got = samples(tmp_path / "a", tmp_path)
+    assert [s["path"] for s in got] == ["img/0.jpg", "img/1.jpg"]
+    assert [s["_"] for s in got] == [0, 1]  # the index itself is kept, as a field "_"
+
 def coco_source(tmp_path):
     images = tmp_path / "images"
     for i in range(3):

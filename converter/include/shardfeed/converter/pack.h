@@ -66,6 +66,9 @@ struct SourceList {
   // filled in by Pack rather than held per item.
   bool path_field = true;
   std::string kind = "folder";  // folder, list, jsonl, csv, coco, webdataset (the manifest's)
+  // What the importer decided that its user may not expect (a column typed str for one word
+  // among numbers, a column with no value left out): Pack copies them to its result.
+  std::vector<std::string> notes;
 };
 
 // An ImageFolder tree: each sub-directory of `root` is a class (labels by sorted name, as
@@ -136,6 +139,7 @@ struct PackResult {
   PackStats stats;
   std::vector<SkippedFile> skipped;
   std::vector<SkippedFile> ignored;
+  std::vector<std::string> notes;  // the source's (SourceList::notes): printed, and in the report
   std::string output;
   // The encoding the archive was packed with: options.encoding, except auto with a size (jpeg).
   format::Encoding encoding = format::Encoding::kAuto;
