@@ -26,7 +26,9 @@ Result<Json> ReadJson(const std::string& file, const char* what) {
   text << in.rdbuf();
   if (in.bad()) return Status::IOError(file, ": read failed");
   Json j = Json::parse(text.str(), nullptr, false);
-  if (j.is_discarded()) return Status::Corrupt(file, ": not valid JSON");
+  if (j.is_discarded()) {
+    return Status::Corrupt(file, ": not valid JSON: ", JsonSyntaxError(text.str()));
+  }
   const Status exact = CheckJsonIntegers(text.str());
   if (!exact.ok()) return Status::Corrupt(file, ": ", exact.message());
   if (!j.is_object()) return Status::Corrupt(file, ": not a JSON object");

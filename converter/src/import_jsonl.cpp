@@ -1,5 +1,8 @@
 // JSONL manifests, and the row machinery JSONL and CSV share: schema inference, the image
 // column, conversion of a JSON value (or a CSV cell's text) to a field's value.
+// long file: one unit of the row machinery (inference and its notes, value typing, mask PNGs,
+// the row loop) and the JSON text checks every importer shares; split, each part would reach
+// into the others' helpers.
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -572,6 +575,26 @@ Status CheckJsonIntegers(const std::string& text) {
   return Status::OK();
 }
 
+std::string JsonSyntaxError(const std::string& text) {
+  try {
+    const Json parsed = Json::parse(text);
+    (void)parsed;
+    return "";
+  } catch (const Json::parse_error& e) {
+    std::string why = e.what();  // "[json.exception.parse_error.101] parse error at line ..."
+    const size_t tag = why.find("] ");
+    if (tag != std::string::npos) why.erase(0, tag + 2);
+    const size_t from = e.byte > 8 ? e.byte - 8 : 0;
+    const std::string near = text.substr(std::min(from, text.size()), 16);
+    if (near.find("NaN") != std::string::npos || near.find("Infinity") != std::string::npos) {
+      why +=
+          " (NaN and Infinity are not JSON; Python's json.dump writes them unless "
+          "allow_nan=False: write null or a number)";
+    }
+    return why;
+  }
+}
+
 Result<SourceList> ImportParsedRows(const std::string& file,
                                     std::vector<nlohmann::ordered_json>* objects,
                                     const std::vector<std::string>& where,
@@ -737,7 +760,7 @@ Result<SourceList> ImportJsonl(const std::string& file, const ImportOptions& opt
     Json object = Json::parse(line, nullptr, false);
     const Status exact = object.is_discarded() ? Status::OK() : CheckJsonIntegers(line);
     if (object.is_discarded() || !object.is_object() || !exact.ok()) {
-      const std::string why = object.is_discarded() ? "not valid JSON"
+      const std::string why = object.is_discarded() ? "not valid JSON: " + JsonSyntaxError(line)
                               : !exact.ok()         ? exact.message()
                                                     : "not a JSON object";
       if (!options.skip_bad) return Status::Corrupt(at, ": ", why);

@@ -379,7 +379,19 @@ Result<SourceList> ImportWebDataset(const std::string& src, const ImportOptions&
         const size_t b = bytes.find_last_not_of(" \t\r\n");
         bytes = a == std::string::npos ? "" : bytes.substr(a, b - a + 1);
       }
-      row = ValueFromText(schema.fields()[f], bytes, &v);
+      if (schema.fields()[f].kind == format::FieldKind::kJson) {
+        // A member is a JSON document (ValueFromText would keep text that is not JSON as a
+        // JSON string, as it does for a CSV cell): one that does not parse is bad data.
+        const std::string why = JsonSyntaxError(bytes);
+        if (!why.empty()) {
+          row = Status::InvalidArgument("member ", m.name, " is not valid JSON: ", why);
+          break;
+        }
+        row = CheckJsonIntegers(bytes);
+        if (row.ok()) v = OwnedValue::Text(bytes);
+      } else {
+        row = ValueFromText(schema.fields()[f], bytes, &v);
+      }
       if (!row.ok()) break;
       if (f == schema.label_field()) {
         int64_t label;

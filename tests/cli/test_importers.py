@@ -366,6 +366,42 @@ def test_webdataset_sample_without_image_is_an_error_naming_the_key(tmp_path):
     assert manifest(tmp_path / "out")["sample_count"] == 1
 
 
+
+def test_webdataset_json_member_that_does_not_parse_is_bad_data(tmp_path):
+    # REGRESSION (found by a stranger's test): a .json member holding `{bad` was stored as the
+    # JSON string "{bad" (exit 0, verify OK), as a CSV cell that is not JSON text is; a member is
+    # a JSON document, so it is now an error naming the tar, key and member, with the reason.
+    with tarfile.open(tmp_path / "a.tar", "w") as tar:
+        for key, doc in (("good", b'{"k": 1}'), ("list", b"[1, 2]\n"), ("bad", b"{bad")):
+            b = io.BytesIO()
+            Image.new("RGB", (8, 8)).save(b, "PNG")
+            add_member(tar, key + ".png", b.getvalue())
+            add_member(tar, key + ".json", doc)
+    p = run("pack", tmp_path / "a.tar", tmp_path / "out", "-q", check=1)
+    assert "a.tar:bad: field 'json': member bad.json is not valid JSON: parse error at line 1, " \
+           "column 2" in p.stderr, p.stderr
+    run("pack", tmp_path / "a.tar", tmp_path / "out", "--skip-bad", "-q", check=0)
+    got = samples(tmp_path / "out", tmp_path)
+    assert [s["json"] for s in got] == [{"k": 1}, [1, 2]]
+
+
+def test_json_that_does_not_parse_is_refused_saying_where_and_why(tmp_path):
+    # REGRESSION (found by a stranger's test): a COCO file that is not JSON said only "not valid
+    # JSON", with no line, column or reason, and JSONL lines named the line only. Python's
+    # json.dump writes NaN by default (pycocotools loads it): that gets a hint.
+    instances, images = coco_source(tmp_path)
+    text = instances.read_text().replace('"iscrowd": 1', '"iscrowd": 1, "area": NaN')
+    instances.write_text(text)
+    p = run("pack", instances, tmp_path / "a", "--images", images, "-q", check=1)
+    assert "instances.json: not valid JSON: parse error at line 1, column" in p.stderr, p.stderr
+    assert "NaN and Infinity are not JSON" in p.stderr and "allow_nan=False" in p.stderr
+    jpeg(str(tmp_path / "0.jpg"))
+    rows = tmp_path / "d.jsonl"
+    rows.write_text('{"image": "0.jpg", "w": 1}\n{"image": "0.jpg", "w": }\n')
+    p = run("pack", rows, tmp_path / "b", "-q", check=1)
+    assert "d.jsonl:2: not valid JSON: parse error at line 1, column 25: syntax error" in p.stderr
+    assert "NaN" not in p.stderr, p.stderr
+
 def test_webdataset_links_to_files_in_the_tar_are_followed_and_others_reported(tmp_path):
     # Hard links (to an earlier member) and symbolic links (relative to their folder) that name a
     # file of the same tar read that file's bytes; a link out of the tar, and a member that is

@@ -106,4 +106,9 @@ std::string SanitizeFieldName(const std::string& text);
 // as a rounded double, and an importer must refuse a value rather than change it. OK otherwise.
 Status CheckJsonIntegers(const std::string& text);
 
+// Why `text` is not JSON: nlohmann's reason with its line and column ("syntax error while
+// parsing value - invalid literal; last read: 'N'" at line 3, column 20), plus a hint for NaN
+// and Infinity (Python's json.dump writes them by default). Empty when it parses.
+std::string JsonSyntaxError(const std::string& text);
+
 }  // namespace shardfeed::converter
