@@ -46,15 +46,53 @@ CropRect StoredRect(const CropRect& r, int orientation, uint32_t w, uint32_t h) 
   }
 }
 
+namespace {
+
+// The source of `data` as stored and its orientation (only JPEGs have one: imaging/image.h),
+// given `decoded`, its full-size upright decode when it is not a JPEG.
+Status SourceFrame(const uint8_t* data, size_t size, const imaging::Image& decoded,
+                   const imaging::Limits& limits, Reshape* r) {
+  r->kept = false;
+  r->orientation = 1;
+  r->source_width = decoded.width, r->source_height = decoded.height;
+  if (imaging::SniffFormat(data, size) != imaging::ImageFormat::kJpeg) return Status::OK();
+  SF_ASSIGN_OR_RETURN(imaging::JpegInfo info, imaging::ProbeJpeg(data, size, false, limits));
+  r->source_width = info.width, r->source_height = info.height;
+  r->orientation = info.orientation;
+  return Status::OK();
+}
+
+// The whole of an upright decode of `w` x `h`, uncropped.
+void Via(uint32_t w, uint32_t h, Reshape* r) {
+  r->via_width = r->crop_width = w;
+  r->via_height = r->crop_height = h;
+  r->crop_x = r->crop_y = 0;
+}
+
+}  // namespace
+
 Status DecodeForPixels(imaging::Decoder& decoder, const uint8_t* data, size_t size,
-                       const EncodeOptions& options, imaging::Image* out, imaging::Image* scratch) {
-  if (options.size == 0) return decoder.Decode(data, size, out, options.limits, /*strict=*/true);
+                       const EncodeOptions& options, imaging::Image* out, imaging::Image* scratch,
+                       Reshape* reshape) {
+  Reshape local_reshape;
+  Reshape& r = reshape ? *reshape : local_reshape;
+  if (options.size == 0) {
+    SF_RETURN_IF_ERROR(decoder.Decode(data, size, out, options.limits, /*strict=*/true));
+    Via(out->width, out->height, &r);
+    return SourceFrame(data, size, *out, options.limits, &r);
+  }
   imaging::Image local;
   imaging::Image& full = scratch ? *scratch : local;
   SF_RETURN_IF_ERROR(
       decoder.DecodeAtLeast(data, size, options.size, &full, options.limits, /*strict=*/true));
   imaging::ResizeShortSide(full, options.size, options.center_crop, out);
-  return Status::OK();
+  Via(full.width, full.height, &r);
+  if (options.center_crop) {  // ResizeShortSide's crop: the centre square of the short side
+    const uint32_t side = std::min(full.width, full.height);
+    r.crop_x = (full.width - side) / 2, r.crop_y = (full.height - side) / 2;
+    r.crop_width = r.crop_height = side;
+  }
+  return SourceFrame(data, size, full, options.limits, &r);
 }
 
 namespace {
@@ -142,6 +180,7 @@ class JpegCodec final : public Codec {
   Status Encode(Context& ctx, const EncodeOptions& o, imaging::Bytes* payload, IndexEntry* e,
                 bool* resized) const override {
     *resized = false;
+    ctx.reshape = Reshape{};
     const imaging::ImageFormat format = imaging::SniffFormat(payload->data(), payload->size());
     if (format == imaging::ImageFormat::kUnknown) {
       return Status::Unsupported("not an image (unrecognised file signature)");
@@ -184,6 +223,12 @@ class JpegCodec final : public Codec {
       SF_RETURN_IF_ERROR(
           ctx.decoder.Decode(source.data(), source.size(), &full, o.limits, /*strict=*/true));
     }
+    Reshape& r = ctx.reshape;
+    SF_RETURN_IF_ERROR(SourceFrame(source.data(), source.size(), full, o.limits, &r));
+    Via(full.width, full.height, &r);
+    const bool turned = r.orientation >= 5;
+    const uint32_t upright_w = turned ? r.source_height : r.source_width;
+    const uint32_t upright_h = turned ? r.source_width : r.source_height;
     uint32_t w = 0, h = 0;
     CappedSize(full.width, full.height, o, &w, &h);
     const imaging::Image* img = &full;
@@ -192,8 +237,10 @@ class JpegCodec final : public Codec {
       imaging::ResizeInto(full.pixels.data(), full.width, full.height, 0, 3,
                           ctx.scratch.pixels.data(), w, h);
       img = &ctx.scratch;
-      *resized = true;
     }
+    // Smaller than the source: also when DCT scaling at decode did all of it (it used to be
+    // counted only when a resize followed).
+    *resized = w != upright_w || h != upright_h;
     SF_ASSIGN_OR_RETURN(std::vector<uint8_t> jpeg, imaging::EncodeJpeg(*img, o.quality));
     e->height = static_cast<uint16_t>(img->height);
     e->width = static_cast<uint16_t>(img->width);
@@ -340,8 +387,9 @@ class PixelCodec final : public Codec {
       return Status::Unsupported("not an image (unrecognised file signature)");
     }
     imaging::Image& img = ctx.scratch;
-    SF_RETURN_IF_ERROR(
-        DecodeForPixels(ctx.decoder, payload->data(), payload->size(), o, &img, &ctx.image));
+    ctx.reshape = Reshape{};
+    SF_RETURN_IF_ERROR(DecodeForPixels(ctx.decoder, payload->data(), payload->size(), o, &img,
+                                       &ctx.image, &ctx.reshape));
     if (img.width > 65535 || img.height > 65535) {
       return Status::Unsupported("image of ", img.width, "x", img.height,
                                  " is too large for a raw record (pass --size)");

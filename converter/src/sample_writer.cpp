@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -204,8 +205,71 @@ Status CheckFields(const format::Schema& schema, const Sample& s, const IndexEnt
   return Status::OK();
 }
 
+// Boxes and masks are given in the source image's pixels (as stored, before EXIF orientation).
+// When the codec made the record's pixels anew (turned upright, resized, cropped: `r`), they
+// follow the image into the record's frame (`e`): boxes mapped corner by corner (and, with a
+// crop, clamped to it: a box outside it keeps its row as a zero-area box, so per-box fields stay
+// aligned), masks turned and resampled nearest-neighbour (class ids are never blended).
+// long: one case per field kind that has geometry.
+Status FollowImage(const format::Schema& schema, const codec::Reshape& r, const IndexEntry& e,
+                   Sample* s) {
+  const bool turned = r.orientation >= 5;
+  const uint32_t uw = turned ? r.source_height : r.source_width;  // the source, upright
+  const uint32_t uh = turned ? r.source_width : r.source_height;
+  if (uw == 0 || uh == 0 || r.crop_width == 0 || r.crop_height == 0) {
+    return Status::Internal("the codec did not say how it made the record");
+  }
+  const bool cropped = r.crop_width != r.via_width || r.crop_height != r.via_height;
+  for (size_t f = 0; f < s->values.size() && f < schema.size(); ++f) {
+    const format::FieldSpec& spec = schema.fields()[f];
+    OwnedValue& v = s->values[f];
+    if (!v.present || v.ndim != 2) continue;
+    if (spec.kind == format::FieldKind::kBoxes) {
+      const size_t n = v.dims[0];
+      if (v.bytes.size() != n * 4 * sizeof(float)) continue;  // CheckFields says what is wrong
+      std::vector<float> b(n * 4);
+      std::memcpy(b.data(), v.bytes.data(), v.bytes.size());
+      imaging::OrientBoxes(b.data(), n, r.source_width, r.source_height, r.orientation);
+      const double sx = double(r.via_width) / uw, sy = double(r.via_height) / uh;
+      const double ox = double(e.width) / r.crop_width, oy = double(e.height) / r.crop_height;
+      for (size_t i = 0; i < n * 4; ++i) {
+        const bool is_x = i % 2 == 0;
+        double c = b[i] * (is_x ? sx : sy) - (is_x ? r.crop_x : r.crop_y);
+        if (cropped) c = std::clamp(c, 0.0, double(is_x ? r.crop_width : r.crop_height));
+        b[i] = static_cast<float>(c * (is_x ? ox : oy));
+      }
+      std::memcpy(v.bytes.data(), b.data(), v.bytes.size());
+    } else if (spec.kind == format::FieldKind::kMask) {
+      if (v.dims[0] != r.source_height || v.dims[1] != r.source_width) {
+        return Status::InvalidArgument("field '", spec.name, "': mask is ", v.dims[0], "x",
+                                       v.dims[1], ", the image is ", r.source_height, "x",
+                                       r.source_width, " (masks are in the source image's pixels)");
+      }
+      imaging::Image upright;
+      upright.Resize(r.source_width, r.source_height, 1);
+      if (v.bytes.size() != upright.pixels.size()) continue;
+      std::memcpy(upright.pixels.data(), v.bytes.data(), v.bytes.size());
+      imaging::ApplyOrientation(&upright, r.orientation);
+      std::vector<uint8_t> out(size_t{e.width} * e.height);
+      for (uint32_t y = 0; y < e.height; ++y) {
+        const double vy = r.crop_y + (y + 0.5) * r.crop_height / e.height;
+        const uint32_t uy =
+            std::min<uint32_t>(uh - 1, static_cast<uint32_t>(vy * uh / r.via_height));
+        for (uint32_t x = 0; x < e.width; ++x) {
+          const double vx = r.crop_x + (x + 0.5) * r.crop_width / e.width;
+          const uint32_t ux =
+              std::min<uint32_t>(uw - 1, static_cast<uint32_t>(vx * uw / r.via_width));
+          out[size_t{y} * e.width + x] = upright.pixels[size_t{uy} * uw + ux];
+        }
+      }
+      v = OwnedValue::Array(out.data(), out.size(), {e.height, e.width});
+    }
+  }
+  return Status::OK();
+}
+
 // Makes the sample's record: reads or takes its image, lets the encoding's codec make the record
-// of it, then checks its fields.
+// of it, then checks its fields (boxes and masks moved with the image first: FollowImage).
 void PrepareSample(codec::Context& ctx, const RecordCodecs& codecs, const codec::EncodeOptions& opt,
                    const format::Schema& schema, Sample& s, Prepared* out) {
   out->status = out->field_status = Status::OK();
@@ -241,7 +305,9 @@ void PrepareSample(codec::Context& ctx, const RecordCodecs& codecs, const codec:
   e.orientation = 1;
   out->status = codec.Encode(ctx, opt, &file, &e, &out->resized);
   out->reencoded = !(codec.encoding() == format::Encoding::kJpeg && jpeg_input && !out->resized);
-  if (out->status.ok()) out->field_status = CheckFields(schema, s, e);
+  if (!out->status.ok()) return;
+  if (!ctx.reshape.kept) out->field_status = FollowImage(schema, ctx.reshape, e, &s);
+  if (out->field_status.ok()) out->field_status = CheckFields(schema, s, e);
 }
 
 bool OnlyImageAndLabel(const format::Schema& schema) {

@@ -130,3 +130,69 @@ def test_masks_follow_the_image(tmp_path):
                     checked += 1
         loader.close()
     assert checked >= 20
+
+
+def rect_of(image):
+    """(x0, y0, x1, y1) of the bright pixels (edges), as a box gives them."""
+    ys, xs = np.nonzero(image.astype(int).sum(-1) > 3 * 128)
+    return xs.min(), ys.min(), xs.max() + 1, ys.max() + 1
+
+
+@pytest.mark.parametrize("opts", [["--encoding", "raw"], ["--encoding", "jpeg", "--size", "40"],
+                                  ["--encoding", "raw", "--size", "40"],
+                                  ["--encoding", "zstd", "--size", "40", "--crop", "center"]])
+def test_boxes_follow_the_image_when_pack_remakes_it(tmp_path, archive, opts):
+    # REGRESSION (found by a stranger's test): pack options that make the record's pixels anew
+    # (decoded upright, resized, centre-cropped) stored the boxes as given, in the source's
+    # pixels: a box at (40, 20, 120, 60) of a 400x200 photo packed with --size 100 still said so
+    # on the 200x100 image, and EXIF-turned sources' boxes were not turned; exit 0. Boxes now
+    # follow the image (turned, scaled, clamped to a crop), and `resized` counts the records
+    # made smaller, also when DCT scaling at decode did it all (it said 0).
+    src = os.path.dirname(archive)
+    out = str(tmp_path / "b.sf")
+    r = subprocess.run([CLI, "pack", os.path.join(src, "m.jsonl"), out, "--schema",
+                        os.path.join(src, "schema.json"), "--report", str(tmp_path / "r.json"),
+                        "-q", *opts], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    a = shardfeed.Archive(out)
+    assert len(a) == 8
+    for i in range(len(a)):
+        s = a.sample(i)
+        (box,) = s["boxes"]
+        got = rect_of(s["image"])
+        h, w = s["image"].shape[:2]
+        if "--size" in opts:
+            assert min(h, w) == 40
+        else:
+            assert (h, w) in ((64, 96), (96, 64))
+        # JPEG's blur and the resize filter: within 1.5 pixels of the rectangle's edges.
+        assert np.allclose(box, got, atol=1.5), (i, box.tolist(), got)
+    report = json.load(open(tmp_path / "r.json"))
+    assert report["resized"] == (8 if opts[1] == "jpeg" else 0)
+
+
+def test_masks_follow_the_image_when_pack_remakes_it(tmp_path):
+    # Masks are given in the source's pixels too (the writer used to refuse one at the source's
+    # size when the record was smaller: "mask is 64x96, the image is stored as 40x60"): turned,
+    # resized nearest-neighbour (only the mask's own values) and cropped with the image.
+    out = str(tmp_path / "m.sf")
+    x0, y0, x1, y1 = 30, 10, 80, 40
+    pixels = np.full((64, 96, 3), 20, np.uint8)
+    pixels[y0:y1, x0:x1] = 235
+    mask = np.zeros((64, 96), np.uint8)
+    mask[y0:y1, x0:x1] = 7
+    with shardfeed.Writer(out, schema={"image": "image", "mask": "mask", "boxes": "boxes"},
+                          encoding="zstd", size=32, crop="center", skip_bad=True) as w:
+        w.write({"image": pixels, "mask": mask, "boxes": np.array([[x0, y0, x1, y1]], np.float32)})
+        w.write({"image": pixels, "mask": np.zeros((32, 32), np.uint8),  # the record's size
+                 "boxes": np.zeros((0, 4), np.float32)})
+    assert [s["sample"] for s in w.skipped] == [1]
+    assert "mask is 32x32, the image is 64x96" in w.skipped[0]["reason"], w.skipped
+    s = shardfeed.Archive(out).sample(0)
+    assert s["image"].shape == (32, 32, 3) and s["mask"].shape == (32, 32)
+    assert set(np.unique(s["mask"])) == {0, 7}
+    bright = s["image"].astype(int).sum(-1) > 3 * 128
+    m = s["mask"] == 7
+    assert (m & bright).sum() / (m | bright).sum() >= 0.9
+    # The centre 64x64 of the 96-wide image is x 16..80, scaled by 1/2: the box is clamped there.
+    assert np.allclose(s["boxes"][0], [(30 - 16) / 2, 10 / 2, (80 - 16) / 2, 40 / 2])

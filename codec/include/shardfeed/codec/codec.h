@@ -74,6 +74,20 @@ struct Region {
   size_t stride = 0;
 };
 
+// How Codec::Encode made a record's pixels from its source image's, so that values given in
+// the source's pixels (boxes, masks) can follow the image (converter's SampleWriter). `kept`:
+// the record holds the source's bytes (its frame is the source's). Otherwise the source
+// (source_width x source_height as stored) was turned upright by EXIF `orientation`, scaled to
+// via_width x via_height, the rectangle crop_* of that taken (the whole of it without a crop),
+// and that scaled to the record's width x height (its IndexEntry).
+struct Reshape {
+  bool kept = true;
+  uint32_t source_width = 0, source_height = 0;
+  int orientation = 1;
+  uint32_t via_width = 0, via_height = 0;
+  uint32_t crop_x = 0, crop_y = 0, crop_width = 0, crop_height = 0;
+};
+
 // One thread's scratch, reused across records.
 class Context {
  public:
@@ -87,6 +101,7 @@ class Context {
   imaging::Bytes pixels;
   std::vector<uint8_t> jpeg;  // a re-laid JPEG (pack) or a region's synthetic JPEG (read)
   imaging::JpegRestartLayout layout;
+  Reshape reshape;  // what the last Encode did (Codec::Encode)
   struct Zstd;
   std::unique_ptr<Zstd> zstd;
 };
@@ -105,9 +120,9 @@ class Codec {
   virtual bool CapsResolution(const EncodeOptions& options) const = 0;
 
   // Pack: `payload` holds a source file's bytes; on success it holds the record, `entry` its
-  // height, width, channels, orientation and flags, and `*resized` says whether the image was
-  // re-encoded smaller than its source. Bad files: kCorrupt / kUnsupported /
-  // kResourceExhausted with the reason.
+  // height, width, channels, orientation and flags, `*resized` says whether the record's image
+  // is smaller than its source's (upright), and ctx.reshape how the record's pixels were made
+  // from the source's. Bad files: kCorrupt / kUnsupported / kResourceExhausted with the reason.
   virtual Status Encode(Context& ctx, const EncodeOptions& options, imaging::Bytes* payload,
                         format::IndexEntry* entry, bool* resized) const = 0;
   // The whole record as an upright RGB image. With `strict`, data a decoder had to guess at is
@@ -133,8 +148,9 @@ Result<const Codec*> CodecFor(const format::IndexEntry& entry);
 
 // Decodes a source image the way raw/zstd records are made (short side to `size`, optionally
 // the centre square): the definition a pixel record is tested against.
+// `reshape` (if set) receives how `out` was made from the source (never `kept`).
 Status DecodeForPixels(imaging::Decoder& decoder, const uint8_t* data, size_t size,
                        const EncodeOptions& options, imaging::Image* out,
-                       imaging::Image* scratch = nullptr);
+                       imaging::Image* scratch = nullptr, Reshape* reshape = nullptr);
 
 }  // namespace shardfeed::codec
