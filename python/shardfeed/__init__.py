@@ -81,7 +81,8 @@ class Archive:
         return len(self._handle())
 
     def __getitem__(self, index):
-        """(image, label): the sample decoded to an upright HWC uint8 RGB array."""
+        """(image, label): the sample decoded to an upright HWC uint8 RGB array, and its class id
+        (None when the samples have no class field, as a COCO pack's per-box labels)."""
         return self._handle()[index]
 
     @property
@@ -116,6 +117,7 @@ class Archive:
         return self._handle().shape
 
     def labels(self):
+        """Every sample's class id (int64 array); None when the samples have no class field."""
         return self._handle().labels()
 
     def record(self, index):

@@ -43,6 +43,7 @@ py::tuple GetItem(const PyArchive& a, int64_t index) {
   }
   Check(s);
   auto arr = View<uint8_t>(image->pixels.data(), {image->height, image->width, 3}, image);
+  if (a.archive->schema().label_field() < 0) return py::make_tuple(arr, py::none());
   return py::make_tuple(arr, a.archive->Label(i));
 }
 
@@ -85,7 +86,10 @@ format::RecordView At(const PyArchive& a, uint64_t i) {
   return Check(std::move(r));
 }
 
-py::array_t<int64_t> Labels(const PyArchive& a) {
+// Every sample's class id; None when the samples have no class field (an index entry's label is
+// then 0 for every sample, which is no class).
+py::object Labels(const PyArchive& a) {
+  if (a.archive->schema().label_field() < 0) return py::none();
   const uint64_t n = a.archive->size();
   py::array_t<int64_t> out(static_cast<ssize_t>(n));
   int64_t* p = out.mutable_data();  // owned by `out`, which this call holds
@@ -262,9 +266,10 @@ void BindArchive(py::module_& m) {
       .def_property_readonly("shape", &Shape)
       .def_property_readonly("opened_in_pid", [](const PyArchive& a) { return a.pid; })
       .def("label",
-           [](const PyArchive& a, uint64_t i) {
+           [](const PyArchive& a, uint64_t i) -> py::object {
              if (i >= a.archive->size()) throw py::index_error("sample index out of range");
-             return At(a, i).entry->label;
+             if (a.archive->schema().label_field() < 0) return py::none();
+             return py::int_(At(a, i).entry->label);
            })
       .def("labels", &Labels)
       .def("record", &Record);

@@ -380,3 +380,31 @@ def test_exact_duplicates_are_equal_pixels_not_equal_sums(tmp_path):
     assert s["duplicates"] == [[0, 2]]
     exact = [(x["index"], x["other_index"]) for x in s["leaks"] if x["kind"] == "exact"]
     assert exact == [(1, 0)]
+
+
+def test_an_archive_without_a_class_field_has_no_class_counts(tmp_path):
+    # REGRESSION (found by a stranger's test): a COCO pack's class names are its categories and
+    # its labels are per box; every index entry's label is 0, and stats counted every image as
+    # the first category (by_name {"person": 8, "car": 0}), so --fail-on imbalance always
+    # failed ("inf > 100"). Archive.labels() and archive[i][1] said 0 too; they say None now.
+    from PIL import Image
+    for i in range(4):
+        save(tmp_path / "images" / ("%d.jpg" % i), Image.new("RGB", (32, 24), (90 + 20 * i,) * 3))
+    (tmp_path / "inst.json").write_text(json.dumps({
+        "images": [{"id": i, "file_name": "%d.jpg" % i, "width": 32, "height": 24}
+                   for i in range(4)],
+        "categories": [{"id": 1, "name": "person"}, {"id": 2, "name": "car"}],
+        "annotations": [{"id": 1, "image_id": 0, "category_id": 2, "bbox": [1, 1, 4, 4]}]}))
+    out = tmp_path / "a"
+    p = run("pack", tmp_path / "inst.json", out, "--images", tmp_path / "images", "-q")
+    assert p.returncode == 0, p.stderr
+    p = run("stats", out, "--json", "-", "-q", "--fail-on", "imbalance=100")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["labels"] == {"names": [], "counts": [], "by_name": {},
+                                              "imbalance_ratio": 0.0}
+    if PYTHONPATH:
+        code = ("import shardfeed; a = shardfeed.Archive(%r); "
+                "print(a.labels(), a[0][1], a.sample(0)['labels'].tolist())" % str(out))
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=PYTHONPATH), timeout=60)
+        assert p.stdout.split() == ["None", "None", "[1]"], p.stdout + p.stderr

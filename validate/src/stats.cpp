@@ -382,8 +382,11 @@ void FindLeaks(const std::vector<SampleStat>& mine, const std::string& name,
 void Summarize(const format::Archive& archive, const std::vector<SampleStat>& s,
                const StatsOptions& o, StatsReport* r) {
   const auto& m = archive.manifest();
-  r->class_names = m.class_names;
-  r->label_counts.assign(m.class_names.size(), 0);
+  // Per-sample class counts only where the samples have a class field: without one (COCO's
+  // per-box labels) every index entry's label is 0, and counting it made every image the first
+  // category (and --fail-on imbalance always fail).
+  if (archive.schema().label_field() >= 0) r->class_names = m.class_names;
+  r->label_counts.assign(r->class_names.size(), 0);
   std::vector<double> widths, heights, aspects, bytes;
   for (uint64_t i = 0; i < s.size(); ++i) {
     const SampleStat& x = s[i];
