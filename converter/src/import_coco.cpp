@@ -206,6 +206,12 @@ Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& opti
     const std::string name = images[i]["file_name"].get<std::string>();
     item.path = name[0] == '/' ? name : options.images + "/" + name;
     item.name = file + ": images[" + std::to_string(i) + "] (" + name + ")";
+    int64_t declared_w = 0, declared_h = 0;  // checked against the image by the writer
+    if (IdOf(images[i], "width", &declared_w) && IdOf(images[i], "height", &declared_h) &&
+        declared_w > 0 && declared_h > 0 && declared_w <= 65535 && declared_h <= 65535) {
+      item.declared_width = static_cast<uint32_t>(declared_w);
+      item.declared_height = static_cast<uint32_t>(declared_h);
+    }
     item.values.resize(list.schema.size());
     const uint32_t n = static_cast<uint32_t>(p.labels.size());
     item.values[1] = OwnedValue::Array(p.boxes.data(), p.boxes.size() * 4, {n, 4});

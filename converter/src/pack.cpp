@@ -166,6 +166,8 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
     sample.length = item.length;
     sample.label = item.label;
     sample.values = std::move(item.values);
+    sample.declared_width = item.declared_width;
+    sample.declared_height = item.declared_height;
     if (path_field >= 0) {
       sample.values.resize(source.schema.size());
       sample.values[path_field] = OwnedValue::Text(ValidUtf8(RelativePath(source.root, item.path)));

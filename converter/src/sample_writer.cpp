@@ -268,8 +268,41 @@ Status FollowImage(const format::Schema& schema, const codec::Reshape& r, const 
   return Status::OK();
 }
 
+// The sample's declared size (Sample::declared_width) against its source image (stored
+// `width` x `height`, EXIF `orientation`): boxes drawn on the upright image (declared upright
+// size, orientation 5..8) are turned back into the stored frame; another size is an error.
+Status CheckDeclaredSize(const format::Schema& schema, uint32_t width, uint32_t height,
+                         int orientation, Sample* s) {
+  if (s->declared_width == 0 || (s->declared_width == width && s->declared_height == height)) {
+    return Status::OK();
+  }
+  const bool turned = orientation >= 5 && orientation <= 8;
+  if (!turned || s->declared_width != height || s->declared_height != width) {
+    return Status::InvalidArgument(
+        "the annotations say the image is ", s->declared_width, "x", s->declared_height,
+        " (width x height), the file is ", width, "x", height, turned ? " (upright: " : "",
+        turned ? std::to_string(height) + "x" + std::to_string(width) + ")" : "",
+        ": its boxes' frame is unknown");
+  }
+  // Upright -> stored: the inverse orientation, on the upright image's size (6 and 8 are each
+  // other's inverse; 5 and 7 their own).
+  const int inverse = orientation == 6 ? 8 : orientation == 8 ? 6 : orientation;
+  for (size_t f = 0; f < s->values.size() && f < schema.size(); ++f) {
+    OwnedValue& v = s->values[f];
+    if (schema.fields()[f].kind != format::FieldKind::kBoxes || !v.present || v.ndim != 2) continue;
+    const size_t n = v.dims[0];
+    if (v.bytes.size() != n * 4 * sizeof(float)) continue;  // CheckFields says what is wrong
+    std::vector<float> b(n * 4);
+    std::memcpy(b.data(), v.bytes.data(), v.bytes.size());
+    imaging::OrientBoxes(b.data(), n, height, width, inverse);
+    std::memcpy(v.bytes.data(), b.data(), v.bytes.size());
+  }
+  return Status::OK();
+}
+
 // Makes the sample's record: reads or takes its image, lets the encoding's codec make the record
-// of it, then checks its fields (boxes and masks moved with the image first: FollowImage).
+// of it, then checks its fields (boxes in the declared frame, and boxes and masks moved with the
+// image: CheckDeclaredSize, FollowImage).
 void PrepareSample(codec::Context& ctx, const RecordCodecs& codecs, const codec::EncodeOptions& opt,
                    const format::Schema& schema, Sample& s, Prepared* out) {
   out->status = out->field_status = Status::OK();
@@ -306,7 +339,11 @@ void PrepareSample(codec::Context& ctx, const RecordCodecs& codecs, const codec:
   out->status = codec.Encode(ctx, opt, &file, &e, &out->resized);
   out->reencoded = !(codec.encoding() == format::Encoding::kJpeg && jpeg_input && !out->resized);
   if (!out->status.ok()) return;
-  if (!ctx.reshape.kept) out->field_status = FollowImage(schema, ctx.reshape, e, &s);
+  const codec::Reshape& r = ctx.reshape;
+  out->field_status =
+      r.kept ? CheckDeclaredSize(schema, e.width, e.height, e.orientation, &s)
+             : CheckDeclaredSize(schema, r.source_width, r.source_height, r.orientation, &s);
+  if (out->field_status.ok() && !r.kept) out->field_status = FollowImage(schema, r, e, &s);
   if (out->field_status.ok()) out->field_status = CheckFields(schema, s, e);
 }
 

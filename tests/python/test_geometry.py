@@ -196,3 +196,44 @@ def test_masks_follow_the_image_when_pack_remakes_it(tmp_path):
     assert (m & bright).sum() / (m | bright).sum() >= 0.9
     # The centre 64x64 of the 96-wide image is x 16..80, scaled by 1/2: the box is clamped there.
     assert np.allclose(s["boxes"][0], [(30 - 16) / 2, 10 / 2, (80 - 16) / 2, 40 / 2])
+
+
+def test_coco_boxes_follow_the_frame_its_width_and_height_name(tmp_path):
+    # REGRESSION (found by a stranger's test): COCO's width/height were never read. For a photo
+    # with EXIF orientation 6 whose JSON gives the upright size (as tools that show the photo
+    # upright write it), the boxes were drawn on the upright image but taken as stored-frame
+    # and turned once more at read; a size that fits neither frame (999x999 for 96x64) packed
+    # silently. Now boxes of a declared upright size are turned back into the stored frame, and
+    # another size is a bad sample naming the image.
+    images = tmp_path / "images"
+    images.mkdir()
+    stored = np.full((64, 96, 3), 20, np.uint8)
+    stored[10:30, 50:90] = 235  # stored frame: x 50..90, y 10..30
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    for name in ("turned.jpg", "wrong.jpg"):
+        Image.fromarray(stored).save(images / name, quality=98, exif=exif.tobytes())
+    Image.fromarray(stored).save(images / "plain.jpg", quality=98)
+    # Upright (orientation 6: 90 degrees clockwise) the image is 64x96 and the rectangle is at
+    # x 64-30..64-10, y 50..90.
+    coco = {"images": [{"id": 1, "file_name": "turned.jpg", "width": 64, "height": 96},
+                       {"id": 2, "file_name": "plain.jpg", "width": 96, "height": 64},
+                       {"id": 3, "file_name": "wrong.jpg", "width": 999, "height": 999}],
+            "categories": [{"id": 1, "name": "rect"}],
+            "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [34, 50, 20, 40]},
+                            {"id": 2, "image_id": 2, "category_id": 1, "bbox": [50, 10, 40, 20]},
+                            {"id": 3, "image_id": 3, "category_id": 1, "bbox": [1, 1, 2, 2]}]}
+    (tmp_path / "inst.json").write_text(json.dumps(coco))
+    out = str(tmp_path / "a.sf")
+    args = [CLI, "pack", str(tmp_path / "inst.json"), out, "--images", str(images), "-q"]
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 1, r.stderr
+    assert "images[2] (wrong.jpg)" in r.stderr and "999x999" in r.stderr, r.stderr
+    assert "the file is 96x64 (upright: 64x96)" in r.stderr, r.stderr
+    r = subprocess.run(args + ["--skip-bad"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    a = shardfeed.Archive(out)
+    assert len(a) == 2
+    for i in range(2):
+        s = a.sample(i)
+        assert np.allclose(s["boxes"][0], rect_of(s["image"]), atol=1.5), (i, s["boxes"])

@@ -46,6 +46,9 @@ struct SourceItem {
   // `path` is filled by Pack when SourceList::path_field). Empty for folder and list packs.
   std::vector<OwnedValue> values;
   std::string name;  // how errors name the sample ("train.jsonl:12"); empty: `path`
+  // The image's size as the source's annotations declare it (COCO's width/height); 0: none.
+  // The writer checks it against the image and reads boxes in the frame it names (Sample).
+  uint32_t declared_width = 0, declared_height = 0;
 };
 
 struct SkippedFile {

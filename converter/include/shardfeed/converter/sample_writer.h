@@ -60,6 +60,11 @@ struct Sample {
   // One value per schema field, in schema order; the image's and the class field's entries are
   // not read (they may be left absent). Empty: allowed only when the schema has no other field.
   std::vector<OwnedValue> values;
+  // The image's size as the annotations declare it (COCO's width/height; 0: not declared). It
+  // must be the image's as stored, or, for an EXIF orientation that turns it (5..8), as shown
+  // upright: then its boxes were drawn on the upright image and are turned back into the
+  // stored frame. Any other size is a bad sample (the boxes' frame is unknown).
+  uint32_t declared_width = 0, declared_height = 0;
 };
 
 class SampleWriter {
