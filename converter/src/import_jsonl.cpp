@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -344,10 +345,21 @@ bool DecodeBase64(const std::string& in, std::string* out) {
 }
 
 // The value of field `spec` in a row: `v` (a JSON value, or with `text` a CSV cell's string).
+// A null (JSON null, an empty CSV cell of a non-text field: pandas' NaN either way) is a value
+// where the type has one: NaN for float32/float64 (as pandas reads it back), null for json.
+// Elsewhere it is refused, saying so (the key is there, its value is not).
 Status ValueOf(const FieldSpec& spec, const Json& v, bool text, OwnedValue* out) {
   if (v.is_null() || (text && v.is_string() && v.get_ref<const std::string&>().empty() &&
                       spec.kind != FieldKind::kStr && spec.kind != FieldKind::kBytes)) {
-    return Status::InvalidArgument("missing");
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    if (spec.kind == FieldKind::kFloat64) return *out = OwnedValue::Float64(nan), Status::OK();
+    if (spec.kind == FieldKind::kFloat32) {
+      return *out = OwnedValue::Float32(static_cast<float>(nan)), Status::OK();
+    }
+    if (spec.kind == FieldKind::kJson) return *out = OwnedValue::Text("null"), Status::OK();
+    return Status::InvalidArgument(v.is_null() ? "null" : "empty", ": no value, and a field of "
+                                   "type ", spec.TypeName(), " needs one (float fields keep a "
+                                   "missing value as NaN, json fields as null)");
   }
   if (text && v.is_string()) {
     const std::string& s = v.get_ref<const std::string&>();

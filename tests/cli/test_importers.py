@@ -4,6 +4,7 @@ built), schema inference and --schema, errors naming file:line and the field, --
 the path field of a folder pack."""
 import io
 import json
+import math
 import os
 import subprocess
 import sys
@@ -251,6 +252,31 @@ def test_inference_says_what_a_user_may_not_expect(tmp_path):
     assert fields(tmp_path / "d")["label"] == "json"
     assert "note: column 'label' stored as json (not as the class field)" in p.stderr, p.stderr
 
+
+
+def test_null_and_empty_values_are_nan_in_float_fields_and_null_in_json(tmp_path):
+    # REGRESSION (found by a stranger's test): pandas writes a missing value as an empty CSV
+    # cell (to_csv) or null (to_json): every such row failed the pack with "missing", although
+    # the key was there, and --skip-bad dropped the whole sample. Float fields now keep it as
+    # NaN (what pandas reads back), json fields as null; other types say why they refuse it.
+    for i in range(3):
+        jpeg(str(tmp_path / ("%d.jpg" % i)))
+    src = tmp_path / "d.csv"
+    src.write_text('filename,score,meta\n0.jpg,0.5,"{""a"": 1}"\n1.jpg,,\n2.jpg,1.5,[2]\n')
+    run("pack", src, tmp_path / "a", "-q", check=0)
+    assert fields(tmp_path / "a") == {"image": "image", "score": "float64", "meta": "json",
+                                      "path": "str"}
+    got = samples(tmp_path / "a", tmp_path)
+    assert got[0]["score"] == 0.5 and math.isnan(got[1]["score"]) and got[2]["score"] == 1.5
+    assert [s["meta"] for s in got] == [{"a": 1}, None, [2]]
+    rows = tmp_path / "d.jsonl"
+    rows.write_text('{"image": "0.jpg", "w": 0.25, "n": 1}\n{"image": "1.jpg", "w": null, "n": 2}\n'
+                    '{"image": "2.jpg", "w": 1, "n": null}\n')
+    p = run("pack", rows, tmp_path / "b", "-q", check=1)
+    assert "d.jsonl:3: field 'n': null: no value, and a field of type int64 needs one" in p.stderr
+    run("pack", rows, tmp_path / "b", "-q", "--skip-bad", check=0)
+    got = samples(tmp_path / "b", tmp_path)
+    assert got[0]["w"] == 0.25 and math.isnan(got[1]["w"]) and len(got) == 2
 
 def test_a_pandas_index_column_does_not_take_the_path_field(tmp_path):
     # REGRESSION (found by a stranger's test): df.to_csv() writes an unnamed index column (a
