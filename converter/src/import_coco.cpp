@@ -140,8 +140,16 @@ Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& opti
         SF_RETURN_IF_ERROR(bad(where, "field 'image_id': no image with this id"));
         continue;
       }
-      if (!IdOf(a, "category_id", &category) || !label_of.count(category)) {
-        SF_RETURN_IF_ERROR(bad(where, "field 'labels': category_id not in \"categories\""));
+      if (!IdOf(a, "category_id", &category)) {
+        SF_RETURN_IF_ERROR(bad(where, "field 'labels': category_id " +
+                                          (a.contains("category_id") ? a["category_id"].dump()
+                                                                     : std::string("(none)")) +
+                                          " is not an integer"));
+        continue;
+      }
+      if (!label_of.count(category)) {
+        SF_RETURN_IF_ERROR(bad(where, "field 'labels': category_id " + std::to_string(category) +
+                                          " not in \"categories\""));
         continue;
       }
       auto bbox = a.find("bbox");

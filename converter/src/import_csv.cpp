@@ -97,8 +97,12 @@ Result<SourceList> ImportCsv(const std::string& file, const ImportOptions& optio
     if (!got) break;
     if (cells.size() == 1 && cells[0].empty()) continue;  // a blank line
     if (cells.size() != header.size()) {
+      // A file separated by ';' (spreadsheets in many locales) reads as one column.
+      const bool semicolons = header.size() == 1 && header[0].find(';') != std::string::npos;
       const std::string why =
-          std::to_string(cells.size()) + " cells, the header has " + std::to_string(header.size());
+          std::to_string(cells.size()) + " cells, the header has " + std::to_string(header.size()) +
+          (semicolons ? " (the header holds ';': only ',' separates cells, and tabs in *.tsv)"
+                      : "");
       if (!options.skip_bad) return Status::Corrupt(at, ": ", why);
       skipped.push_back({at, why});
       continue;

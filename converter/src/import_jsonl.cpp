@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <limits>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -357,8 +357,11 @@ Status ValueOf(const FieldSpec& spec, const Json& v, bool text, OwnedValue* out)
       return *out = OwnedValue::Float32(static_cast<float>(nan)), Status::OK();
     }
     if (spec.kind == FieldKind::kJson) return *out = OwnedValue::Text("null"), Status::OK();
-    return Status::InvalidArgument(v.is_null() ? "null" : "empty", ": no value, and a field of "
-                                   "type ", spec.TypeName(), " needs one (float fields keep a "
+    return Status::InvalidArgument(v.is_null() ? "null" : "empty",
+                                   ": no value, and a field of "
+                                   "type ",
+                                   spec.TypeName(),
+                                   " needs one (float fields keep a "
                                    "missing value as NaN, json fields as null)");
   }
   if (text && v.is_string()) {
@@ -654,9 +657,13 @@ Result<SourceList> ImportRows(const std::vector<Row>& rows, const std::vector<st
     column_of[image_name] = image_column;
   }
   if (image_column.empty()) {
+    const bool semicolons = columns.size() == 1 && columns[0].find(';') != std::string::npos;
     return Status::InvalidArgument(
         "no image column: name one image, image_path, file_name, path or filename (or give "
-        "--schema with the image field's column name)");
+        "--schema with the image field's column name)",
+        semicolons ? "; the one column's name holds ';': only ',' separates CSV cells (tabs in "
+                     "*.tsv)"
+                   : "");
   }
   if (options.schema_json.empty()) {
     SF_RETURN_IF_ERROR(

@@ -278,6 +278,28 @@ def test_null_and_empty_values_are_nan_in_float_fields_and_null_in_json(tmp_path
     got = samples(tmp_path / "b", tmp_path)
     assert got[0]["w"] == 0.25 and math.isnan(got[1]["w"]) and len(got) == 2
 
+
+def test_messages_point_at_the_cause(tmp_path):
+    # Found by a stranger's test: a string category_id ("90") was reported as "not in
+    # categories", and a ';'-separated CSV as "2 cells, the header has 1" or "no image column"
+    # with no word about the separator.
+    instances, images = coco_source(tmp_path)
+    coco = json.loads(instances.read_text())
+    coco["annotations"][0]["category_id"] = "18"
+    instances.write_text(json.dumps(coco))
+    p = run("pack", instances, tmp_path / "a", "--images", images, "-q", check=1)
+    assert "annotations[0]: field 'labels': category_id \"18\" is not an integer" in p.stderr
+    coco["annotations"][0]["category_id"] = 5
+    instances.write_text(json.dumps(coco))
+    p = run("pack", instances, tmp_path / "a", "--images", images, "-q", check=1)
+    assert "category_id 5 not in \"categories\"" in p.stderr, p.stderr
+    jpeg(str(tmp_path / "0.jpg"))
+    src = tmp_path / "d.csv"
+    for text in ("image;label\n0.jpg;cat\n", "image;score\n0.jpg;0,5\n"):
+        src.write_text(text)
+        p = run("pack", src, tmp_path / "b", "-q")
+        assert p.returncode in (1, 2) and "only ',' separates" in p.stderr, p.stderr
+
 def test_a_pandas_index_column_does_not_take_the_path_field(tmp_path):
     # REGRESSION (found by a stranger's test): df.to_csv() writes an unnamed index column (a
     # header cell ""); the implicit `path` field looked its column up as column_of["path"],
