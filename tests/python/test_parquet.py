@@ -137,11 +137,27 @@ def test_a_bad_row_is_named_and_skip_bad_skips_it(tmp_path):
     args = [sys.executable, "-m", "shardfeed.importers.parquet", str(tmp_path / "t.parquet"),
             str(tmp_path / "out")]
     run = subprocess.run(args, capture_output=True, text=True)
-    assert run.returncode == 1 and "sample 1: field 'label'" in run.stderr
+    assert run.returncode == 1 and "row 1): field 'label'" in run.stderr, run.stderr
     assert not (tmp_path / "out").exists()
     run = subprocess.run(args + ["--skip-bad"], capture_output=True, text=True)
     assert run.returncode == 0 and "skipped sample 1" in run.stdout
     assert len(shardfeed.Archive(tmp_path / "out")) == 2
+
+
+def test_a_bad_row_names_its_file_and_row(tmp_path):
+    # Found by a stranger's test: a bad row of a directory of files was "sample 2: ...", its
+    # number counted over every file, which no user can find; it now names the file and row.
+    d = tmp_path / "d"
+    d.mkdir()
+    pq.write_table(pa.table({"image": [jpeg(0), jpeg(1)], "label": [0, 1]}), d / "a.parquet")
+    pq.write_table(pa.table({"image": [jpeg(2), None], "label": [1, 0]}), d / "b.parquet")
+    args = [sys.executable, "-m", "shardfeed.importers.parquet", str(d), str(tmp_path / "out")]
+    run = subprocess.run(args, capture_output=True, text=True)
+    assert run.returncode == 1, run.stderr
+    assert "sample 3 (%s, row 1): field 'image'" % (d / "b.parquet") in run.stderr, run.stderr
+    run = subprocess.run(args + ["--skip-bad"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "skipped sample 3 (%s, row 1): field 'image'" % (d / "b.parquet") in run.stdout
 
 
 def test_without_pyarrow_the_error_says_so(tmp_path):

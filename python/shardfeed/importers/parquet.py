@@ -22,6 +22,7 @@ Exit status: 0 packed, 1 a bad row (without --skip-bad: no archive is written), 
 error (pyarrow missing, SRC unreadable, OUT refused).
 """
 import argparse
+import bisect
 import glob
 import json
 import os
@@ -101,12 +102,17 @@ class Source:
             raise SystemExit2("%s: %s" % (path, e)) from None
 
     def batches(self):
+        """Every record batch, in order; self.starts gets (first row number, file) per file."""
         pa = _pyarrow()
+        self.starts, first = [], 0
         for path in self.files:
+            self.starts.append((first, path))
             reader = self._open(path)
             batches = reader.iter_batches(batch_size=256) if self.kind == "parquet" else reader
             try:
-                yield from batches
+                for batch in batches:
+                    first += batch.num_rows
+                    yield batch
             except (pa.ArrowException, OSError) as e:  # damage past the footer
                 raise SystemExit2("%s: %s" % (path, e)) from None
 
@@ -238,6 +244,16 @@ def rows(source, schema, image_col, image_field):
             yield sample
 
 
+def _located(text, starts):
+    """'sample N: ...' (N counting rows over every file) with the file and its row added."""
+    head, sep, rest = text.partition(": ")
+    if not sep or not head.startswith("sample ") or not head[7:].isdigit() or not starts:
+        return text
+    n = int(head[7:])
+    first, path = starts[bisect.bisect_right([f for f, _ in starts], n) - 1]
+    return "sample %d (%s, row %d): %s" % (n, path, n - first, rest)
+
+
 def _image_field(schema):
     for name, t in schema.items():
         if (t.get("type") if isinstance(t, dict) else t) == "image":
@@ -258,9 +274,14 @@ def pack_parquet(src, out, schema=None, image_column_name=None, class_names=None
     if class_names is None:
         class_names = names
     image_field = _image_field(schema)
-    with Writer(out, schema=schema, class_names=class_names, **writer_options) as w:
-        w.write_many(rows(source, schema, image_col, image_field))
+    try:
+        with Writer(out, schema=schema, class_names=class_names, **writer_options) as w:
+            w.write_many(rows(source, schema, image_col, image_field))
+    except ValueError as e:  # a bad row: say which file and row it is
+        raise ValueError(_located(str(e), getattr(source, "starts", []))) from None
     report = w.report
+    for s in report.get("skipped", []):  # "sample N (file, row R)"
+        s["where"] = _located("sample %d: -" % s["sample"], source.starts).rsplit(": ", 1)[0]
     report["source"] = source.src
     report["schema"] = w.schema
     return report
@@ -340,7 +361,7 @@ def main(argv=None):
     print("packed %d samples from %s into %s (%d skipped)" % (
         report["packed"], report["source"], args.out, report["skipped_count"]))
     for s in report["skipped"][:20]:
-        print("  skipped sample %s: %s" % (s["sample"], s["reason"]))
+        print("  skipped %s: %s" % (s.get("where", "sample %s" % s["sample"]), s["reason"]))
     return 0
 
 
