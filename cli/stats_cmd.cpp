@@ -40,8 +40,12 @@ void PrintSummary(const validate::StatsReport& r) {
               r.size ? " after the centre crop" : "");
   std::printf("std   %.4f %.4f %.4f  (0-255: %.2f %.2f %.2f)\n", r.std[0], r.std[1], r.std[2],
               r.std[0] * 255, r.std[1] * 255, r.std[2] * 255);
-  std::printf("labels: %zu classes, imbalance ratio %.2f\n", r.class_names.size(),
-              r.imbalance_ratio);
+  if (r.class_names.empty()) {
+    std::printf("labels: none (the samples have no class field)\n");
+  } else {
+    std::printf("labels: %zu classes, imbalance ratio %.2f\n", r.class_names.size(),
+                r.imbalance_ratio);
+  }
   std::printf(
       "sizes: width %.0f..%.0f, height %.0f..%.0f; %llu grayscale, %llu CMYK, %llu "
       "EXIF-rotated\n",

@@ -482,6 +482,8 @@ const char* KindName(Seen s) {
       return "text";
     case Seen::kJson:
       return "an object";
+    case Seen::kRows:
+      return "a list of lists";
     default:
       return "a list";
   }
@@ -522,7 +524,7 @@ Status InferSchema(const std::vector<Row>& rows, const std::vector<std::string>&
       }
       const bool mixes = (merged.seen == Seen::kStr || merged.seen == Seen::kJson) &&
                          t.seen != Seen::kNull && u.seen != Seen::kNull &&
-                         std::string(KindName(t.seen)) != KindName(u.seen) &&
+                         !(t.seen == u.seen && t.k == u.k) &&
                          (merged.seen != t.seen || merged.seen != u.seen);
       if (mixes && mixed.empty()) {
         mixed = std::string(KindName(u.seen)) + " (" + Shown(*it) + ") at " + r.where;
@@ -601,7 +603,8 @@ std::string JsonSyntaxError(const std::string& text) {
     if (tag != std::string::npos) why.erase(0, tag + 2);
     const size_t from = e.byte > 8 ? e.byte - 8 : 0;
     const std::string near = text.substr(std::min(from, text.size()), 16);
-    if (near.find("NaN") != std::string::npos || near.find("Infinity") != std::string::npos) {
+    if (why.find("invalid literal") != std::string::npos &&
+        (near.find("NaN") != std::string::npos || near.find("Infinity") != std::string::npos)) {
       why +=
           " (NaN and Infinity are not JSON; Python's json.dump writes them unless "
           "allow_nan=False: write null or a number)";

@@ -276,6 +276,13 @@ Status CheckDeclaredSize(const format::Schema& schema, uint32_t width, uint32_t 
   if (s->declared_width == 0 || (s->declared_width == width && s->declared_height == height)) {
     return Status::OK();
   }
+  bool boxes = false;  // an image without boxes has no frame to get wrong
+  for (size_t f = 0; f < s->values.size() && f < schema.size(); ++f) {
+    const OwnedValue& v = s->values[f];
+    boxes = boxes || (schema.fields()[f].kind == format::FieldKind::kBoxes && v.present &&
+                      v.ndim == 2 && v.dims[0] > 0);
+  }
+  if (!boxes) return Status::OK();
   const bool turned = orientation >= 5 && orientation <= 8;
   if (!turned || s->declared_width != height || s->declared_height != width) {
     return Status::InvalidArgument(
@@ -296,6 +303,18 @@ Status CheckDeclaredSize(const format::Schema& schema, uint32_t width, uint32_t 
     std::memcpy(b.data(), v.bytes.data(), v.bytes.size());
     imaging::OrientBoxes(b.data(), n, height, width, inverse);
     std::memcpy(v.bytes.data(), b.data(), v.bytes.size());
+  }
+  return Status::OK();
+}
+
+// Boxes as given: finite, x0 <= x1, y0 <= y1 (format::CheckValue), checked before they move with
+// the image (turning sorts each box's corners and a crop clamps them: a bad box would come out
+// looking good, and be refused or not depending on the encoding and the photo's orientation).
+Status CheckBoxesAsGiven(const format::Schema& schema, const Sample& s, const IndexEntry& e) {
+  for (size_t f = 0; f < s.values.size() && f < schema.size(); ++f) {
+    if (schema.fields()[f].kind != format::FieldKind::kBoxes || !s.values[f].present) continue;
+    SF_RETURN_IF_ERROR(
+        format::CheckValue(schema.fields()[f], s.values[f].view(), e.height, e.width, -1));
   }
   return Status::OK();
 }
@@ -340,6 +359,8 @@ void PrepareSample(codec::Context& ctx, const RecordCodecs& codecs, const codec:
   out->reencoded = !(codec.encoding() == format::Encoding::kJpeg && jpeg_input && !out->resized);
   if (!out->status.ok()) return;
   const codec::Reshape& r = ctx.reshape;
+  out->field_status = CheckBoxesAsGiven(schema, s, e);
+  if (!out->field_status.ok()) return;
   out->field_status =
       r.kept ? CheckDeclaredSize(schema, e.width, e.height, e.orientation, &s)
              : CheckDeclaredSize(schema, r.source_width, r.source_height, r.orientation, &s);

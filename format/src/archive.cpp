@@ -442,8 +442,8 @@ const Archive::Shard* Archive::Ready(size_t s, Status* error) const {
     const bool may_pass = remote_ && (code == StatusCode::kIOError || code == StatusCode::kTimeout);
     const bool refused = remote_ && code == StatusCode::kResourceExhausted;
     const auto now = std::chrono::steady_clock::now();
-    const std::chrono::milliseconds backoff(
-        std::min<int64_t>(2000, int64_t{50} << std::min<uint32_t>(shard.refusals, 6)));
+    const std::chrono::milliseconds backoff(std::min<int64_t>(
+        2000, int64_t{50} << std::min<uint32_t>(shard.refusals - 1, 6)));  // refusals >= 1 here
     const bool retry = shard.failed.load() &&
                        (refused ? storage::CacheRoomGeneration() != shard.refused_generation ||
                                       now - shard.failed_at >= backoff

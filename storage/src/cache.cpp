@@ -429,6 +429,7 @@ Result<std::unique_ptr<CachedFile>> Remote::Fetch(const std::string& name, uint6
       }
     }
     ::unlink(part.c_str());  // a damaged or partial body is never used
+    g_room_generation.fetch_add(1, std::memory_order_acq_rel);  // its reservation given back
     if (got.code() != StatusCode::kChecksumMismatch || attempt >= 1) return got;
   }
 }

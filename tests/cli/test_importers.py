@@ -247,6 +247,10 @@ def test_inference_says_what_a_user_may_not_expect(tmp_path):
     p = run("pack", rows, tmp_path / "c", "-q", check=0)
     assert manifest(tmp_path / "c")["class_names"] == ["cat", "dog"]
     assert "fields: image image, label int64 (the class field, 2 classes), path str" in p.stdout
+    rows.write_text('{"image": "0.jpg", "b": [[1, 2, 3, 4]]}\n{"image": "1.jpg", "b": [1, 2]}\n')
+    p = run("pack", rows, tmp_path / "e", "-q", check=0)
+    assert "note: column 'b' stored as json: its values are of different kinds, a list of " \
+           "lists ([[1,2,3,4]]) at" in p.stderr and "a list ([1,2]) at" in p.stderr, p.stderr
     rows.write_text('{"image": "0.jpg", "label": [1]}\n{"image": "1.jpg", "label": "cat"}\n')
     p = run("pack", rows, tmp_path / "d", "-q", check=0)
     assert fields(tmp_path / "d")["label"] == "json"

@@ -401,7 +401,9 @@ def test_an_archive_without_a_class_field_has_no_class_counts(tmp_path):
     p = run("stats", out, "--json", "-", "-q", "--fail-on", "imbalance=100")
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["labels"] == {"names": [], "counts": [], "by_name": {},
-                                              "imbalance_ratio": 0.0}
+                                              "imbalance_ratio": None}
+    p = run("stats", out, "-q")
+    assert "labels: none (the samples have no class field)" in p.stdout, p.stdout
     if PYTHONPATH:
         code = ("import shardfeed; a = shardfeed.Archive(%r); "
                 "print(a.labels(), a[0][1], a.sample(0)['labels'].tolist())" % str(out))

@@ -411,6 +411,7 @@ void Summarize(const format::Archive& archive, const std::vector<SampleStat>& s,
     if (std::max(aspect, 1 / aspect) > o.extreme_aspect) r->extreme_aspect.push_back(i);
     if (std::min(x.width, x.height) < o.tiny) r->tiny.push_back(i);
   }
+  r->imbalance_ratio = std::numeric_limits<double>::quiet_NaN();  // no classes: null in JSON
   if (!r->label_counts.empty()) {
     const auto [lo, hi] = std::minmax_element(r->label_counts.begin(), r->label_counts.end());
     r->imbalance_ratio = *lo == 0 ? std::numeric_limits<double>::infinity() : double(*hi) / *lo;
@@ -614,7 +615,7 @@ std::string FailureSummary(const StatsReport& r, const FailOn& f) {
                            r.extreme_aspect.size() + r.tiny.size() + r.errors.size();
     if (flagged) parts.push_back(count(flagged, "flagged sample"));
   }
-  if (f.imbalance > 0 && !(r.imbalance_ratio <= f.imbalance)) {
+  if (f.imbalance > 0 && !r.class_names.empty() && !(r.imbalance_ratio <= f.imbalance)) {
     std::ostringstream o;
     o << "class imbalance " << r.imbalance_ratio << " > " << f.imbalance;
     parts.push_back(o.str());

@@ -107,10 +107,15 @@ Result<std::string> StatsHtml(const StatsReport& r, const format::Archive& archi
     o << "<tr><td>" << c << "</td><td>" << Escape(r.class_names[c]) << "</td><td>"
       << r.label_counts[c] << "</td></tr>";
   }
-  o << "</table><p>imbalance ratio " << r.imbalance_ratio << "</p>\n<h2>Sizes</h2>"
-    << Bars("width", r.width) << Bars("height", r.height) << Bars("aspect (w/h)", r.aspect)
-    << Bars("record bytes", r.file_bytes) << "<p>grayscale " << r.grayscale << ", CMYK " << r.cmyk
-    << ", EXIF-rotated " << r.exif_rotated << "</p>\n";
+  o << "</table><p>";
+  if (r.class_names.empty()) {
+    o << "no class field";
+  } else {
+    o << "imbalance ratio " << r.imbalance_ratio;
+  }
+  o << "</p>\n<h2>Sizes</h2>" << Bars("width", r.width) << Bars("height", r.height)
+    << Bars("aspect (w/h)", r.aspect) << Bars("record bytes", r.file_bytes) << "<p>grayscale "
+    << r.grayscale << ", CMYK " << r.cmyk << ", EXIF-rotated " << r.exif_rotated << "</p>\n";
   auto groups = [&](const char* title, const std::vector<std::vector<uint64_t>>& list) {
     o << "<h2>" << title << " (" << list.size() << " groups)</h2>\n";
     uint32_t shown = 0;

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "shardfeed/base/cpus.h"
 #include "fields_io.h"
+#include "shardfeed/base/cpus.h"
 #include "shardfeed/codec/codec.h"
 
 namespace shardfeed::validate {

@@ -73,7 +73,8 @@ struct StatsReport {
   double mean[3] = {0, 0, 0}, std[3] = {0, 0, 0};  // 0..1 units; *255 for 0..255
   std::vector<std::string> class_names;
   std::vector<uint64_t> label_counts;
-  double imbalance_ratio = 0;  // largest class / smallest; +inf when a class is empty
+  // Largest class / smallest; +inf when a class is empty, NaN when there are no classes.
+  double imbalance_ratio = 0;
   Histogram width, height, aspect, file_bytes;
   uint64_t grayscale = 0, cmyk = 0, exif_rotated = 0;
   // Sample indices per flag, ascending.
