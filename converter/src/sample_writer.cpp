@@ -205,12 +205,29 @@ Status CheckFields(const format::Schema& schema, const Sample& s, const IndexEnt
   return Status::OK();
 }
 
+// Lets `edit(b, n)` change each present boxes value of the sample as n x 4 floats, copied out
+// and back (a value's bytes need not be float-aligned). A value of the wrong shape is skipped:
+// CheckFields says what is wrong with it.
+template <typename Edit>
+void EditBoxes(const format::Schema& schema, Sample* s, Edit edit) {
+  std::vector<float> b;
+  for (size_t f = 0; f < s->values.size() && f < schema.size(); ++f) {
+    OwnedValue& v = s->values[f];
+    if (schema.fields()[f].kind != format::FieldKind::kBoxes || !v.present || v.ndim != 2) continue;
+    const size_t n = v.dims[0];
+    if (v.bytes.size() != n * 4 * sizeof(float)) continue;
+    b.resize(n * 4);
+    std::memcpy(b.data(), v.bytes.data(), v.bytes.size());
+    edit(b.data(), n);
+    std::memcpy(v.bytes.data(), b.data(), v.bytes.size());
+  }
+}
+
 // Boxes and masks are given in the source image's pixels (as stored, before EXIF orientation).
 // When the codec made the record's pixels anew (turned upright, resized, cropped: `r`), they
 // follow the image into the record's frame (`e`): boxes mapped corner by corner (and, with a
 // crop, clamped to it: a box outside it keeps its row as a zero-area box, so per-box fields stay
 // aligned), masks turned and resampled nearest-neighbour (class ids are never blended).
-// long: one case per field kind that has geometry.
 Status FollowImage(const format::Schema& schema, const codec::Reshape& r, const IndexEntry& e,
                    Sample* s) {
   const bool turned = r.orientation >= 5;
@@ -220,26 +237,22 @@ Status FollowImage(const format::Schema& schema, const codec::Reshape& r, const 
     return Status::Internal("the codec did not say how it made the record");
   }
   const bool cropped = r.crop_width != r.via_width || r.crop_height != r.via_height;
+  const double sx = double(r.via_width) / uw, sy = double(r.via_height) / uh;
+  const double ox = double(e.width) / r.crop_width, oy = double(e.height) / r.crop_height;
+  EditBoxes(schema, s, [&](float* b, size_t n) {
+    imaging::OrientBoxes(b, n, r.source_width, r.source_height, r.orientation);
+    for (size_t i = 0; i < n * 4; ++i) {
+      const bool is_x = i % 2 == 0;
+      double c = b[i] * (is_x ? sx : sy) - (is_x ? r.crop_x : r.crop_y);
+      if (cropped) c = std::clamp(c, 0.0, double(is_x ? r.crop_width : r.crop_height));
+      b[i] = static_cast<float>(c * (is_x ? ox : oy));
+    }
+  });
   for (size_t f = 0; f < s->values.size() && f < schema.size(); ++f) {
     const format::FieldSpec& spec = schema.fields()[f];
     OwnedValue& v = s->values[f];
     if (!v.present || v.ndim != 2) continue;
-    if (spec.kind == format::FieldKind::kBoxes) {
-      const size_t n = v.dims[0];
-      if (v.bytes.size() != n * 4 * sizeof(float)) continue;  // CheckFields says what is wrong
-      std::vector<float> b(n * 4);
-      std::memcpy(b.data(), v.bytes.data(), v.bytes.size());
-      imaging::OrientBoxes(b.data(), n, r.source_width, r.source_height, r.orientation);
-      const double sx = double(r.via_width) / uw, sy = double(r.via_height) / uh;
-      const double ox = double(e.width) / r.crop_width, oy = double(e.height) / r.crop_height;
-      for (size_t i = 0; i < n * 4; ++i) {
-        const bool is_x = i % 2 == 0;
-        double c = b[i] * (is_x ? sx : sy) - (is_x ? r.crop_x : r.crop_y);
-        if (cropped) c = std::clamp(c, 0.0, double(is_x ? r.crop_width : r.crop_height));
-        b[i] = static_cast<float>(c * (is_x ? ox : oy));
-      }
-      std::memcpy(v.bytes.data(), b.data(), v.bytes.size());
-    } else if (spec.kind == format::FieldKind::kMask) {
+    if (spec.kind == format::FieldKind::kMask) {
       if (v.dims[0] != r.source_height || v.dims[1] != r.source_width) {
         return Status::InvalidArgument("field '", spec.name, "': mask is ", v.dims[0], "x",
                                        v.dims[1], ", the image is ", r.source_height, "x",
@@ -276,13 +289,9 @@ Status CheckDeclaredSize(const format::Schema& schema, uint32_t width, uint32_t 
   if (s->declared_width == 0 || (s->declared_width == width && s->declared_height == height)) {
     return Status::OK();
   }
-  bool boxes = false;  // an image without boxes has no frame to get wrong
-  for (size_t f = 0; f < s->values.size() && f < schema.size(); ++f) {
-    const OwnedValue& v = s->values[f];
-    boxes = boxes || (schema.fields()[f].kind == format::FieldKind::kBoxes && v.present &&
-                      v.ndim == 2 && v.dims[0] > 0);
-  }
-  if (!boxes) return Status::OK();
+  size_t boxes = 0;  // an image without boxes has no frame to get wrong
+  EditBoxes(schema, s, [&](float*, size_t n) { boxes += n; });
+  if (boxes == 0) return Status::OK();
   const bool turned = orientation >= 5 && orientation <= 8;
   if (!turned || s->declared_width != height || s->declared_height != width) {
     return Status::InvalidArgument(
@@ -294,16 +303,8 @@ Status CheckDeclaredSize(const format::Schema& schema, uint32_t width, uint32_t 
   // Upright -> stored: the inverse orientation, on the upright image's size (6 and 8 are each
   // other's inverse; 5 and 7 their own).
   const int inverse = orientation == 6 ? 8 : orientation == 8 ? 6 : orientation;
-  for (size_t f = 0; f < s->values.size() && f < schema.size(); ++f) {
-    OwnedValue& v = s->values[f];
-    if (schema.fields()[f].kind != format::FieldKind::kBoxes || !v.present || v.ndim != 2) continue;
-    const size_t n = v.dims[0];
-    if (v.bytes.size() != n * 4 * sizeof(float)) continue;  // CheckFields says what is wrong
-    std::vector<float> b(n * 4);
-    std::memcpy(b.data(), v.bytes.data(), v.bytes.size());
-    imaging::OrientBoxes(b.data(), n, height, width, inverse);
-    std::memcpy(v.bytes.data(), b.data(), v.bytes.size());
-  }
+  EditBoxes(schema, s,
+            [&](float* b, size_t n) { imaging::OrientBoxes(b, n, height, width, inverse); });
   return Status::OK();
 }
 
