@@ -1,5 +1,5 @@
 // COCO instances files: one sample per image (in the file's order), its annotations as boxes
-// with per-box labels and iscrowd, captions from a COCO captions file. Masks (segmentation
+// with per-box labels (0..K-1), iscrowd and the file's own category ids, captions from a COCO captions file. Masks (segmentation
 // polygons/RLE) are not imported.
 #include <sys/stat.h>
 
@@ -55,7 +55,7 @@ bool IdOf(const Json& j, const char* key, int64_t* id) {
 
 struct PerImage {
   std::vector<float> boxes;
-  std::vector<int64_t> labels, iscrowd;
+  std::vector<int64_t> labels, iscrowd, category_ids;
   Json captions = Json::array();
 };
 
@@ -177,6 +177,7 @@ Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& opti
       p.boxes.insert(p.boxes.end(), {float(x), float(y), float(x + w), float(y + h)});
       p.labels.push_back(label_of[category]);
       p.iscrowd.push_back(crowd);
+      p.category_ids.push_back(category);
     }
   }
   const bool captions = !options.captions.empty();
@@ -203,7 +204,8 @@ Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& opti
   }
   std::string schema_json =
       R"({"image": "image", "boxes": "boxes", "labels": {"type": "int64[*]", "per": "boxes"},
-          "iscrowd": {"type": "int64[*]", "per": "boxes"}, "image_id": "int64", "path": "str")";
+          "iscrowd": {"type": "int64[*]", "per": "boxes"},
+          "category_id": {"type": "int64[*]", "per": "boxes"}, "image_id": "int64", "path": "str")";
   schema_json += captions ? R"(, "captions": "json"})" : "}";
   SF_ASSIGN_OR_RETURN(list.schema, format::Schema::FromJson(schema_json));
   list.path_field = true;
@@ -225,10 +227,11 @@ Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& opti
     item.values[1] = OwnedValue::Array(p.boxes.data(), p.boxes.size() * 4, {n, 4});
     item.values[2] = OwnedValue::Array(p.labels.data(), p.labels.size() * 8, {n});
     item.values[3] = OwnedValue::Array(p.iscrowd.data(), p.iscrowd.size() * 8, {n});
+    item.values[4] = OwnedValue::Array(p.category_ids.data(), p.category_ids.size() * 8, {n});
     int64_t id = 0;
     IdOf(images[i], "id", &id);
-    item.values[4] = OwnedValue::Int64(id);
-    if (captions) item.values[6] = OwnedValue::Text(p.captions.dump());
+    item.values[5] = OwnedValue::Int64(id);
+    if (captions) item.values[7] = OwnedValue::Text(p.captions.dump());
     list.items.push_back(std::move(item));
   }
   return list;

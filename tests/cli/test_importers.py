@@ -348,13 +348,16 @@ def test_coco_boxes_labels_iscrowd_captions(tmp_path):
     assert m["sample_count"] == 3  # the image without annotations is kept
     assert m["class_names"] == ["person", "car", "dog"]  # category ids 1, 3, 18 -> 0, 1, 2
     assert fields(out) == {"image": "image", "boxes": "boxes", "labels": "int64[*]",
-                           "iscrowd": "int64[*]", "image_id": "int64", "path": "str",
+                           "iscrowd": "int64[*]", "category_id": "int64[*]",
+                           "image_id": "int64", "path": "str",
                            "captions": "json"}
-    assert {f["name"]: f.get("per") for f in m["fields"]}["labels"] == "boxes"
+    per = {f["name"]: f.get("per") for f in m["fields"]}
+    assert per["labels"] == per["category_id"] == "boxes"
     got = samples(out, tmp_path)
     assert got[0]["boxes"] == [[1, 2, 11, 22], [5, 5, 7.5, 8]]
     assert got[0]["labels"] == [2, 0]
     assert got[0]["iscrowd"] == [0, 1]
+    assert got[0]["category_id"] == [18, 1] and got[2]["category_id"] == [3]  # COCO's own ids
     assert got[1]["boxes"] == [] and got[1]["labels"] == []
     assert got[2]["labels"] == [1]
     assert [s["image_id"] for s in got] == [100, 101, 102]

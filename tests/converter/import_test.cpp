@@ -173,11 +173,12 @@ TEST_CASE("a COCO file: xywh boxes, contiguous labels, iscrowd, captions, empty 
   CHECK(Elements<float>(a.values[1]) == std::vector<float>{1, 2, 11, 22, 0.5f, 0, 1.5f, 1});
   CHECK(Elements<int64_t>(a.values[2]) == std::vector<int64_t>{1, 0});
   CHECK(Elements<int64_t>(a.values[3]) == std::vector<int64_t>{0, 1});
-  CHECK(Elements<int64_t>(a.values[4]) == std::vector<int64_t>{10});
-  CHECK(Str(a.values[6]) == "[]");
+  CHECK(Elements<int64_t>(a.values[4]) == std::vector<int64_t>{90, 3});  // the file's ids
+  CHECK(Elements<int64_t>(a.values[5]) == std::vector<int64_t>{10});
+  CHECK(Str(a.values[7]) == "[]");
   const auto& b = list->items[1];
   CHECK(b.values[1].dims[0] == 0);  // kept, with no boxes
-  CHECK(Str(b.values[6]) == R"(["two","three"])");
+  CHECK(Str(b.values[7]) == R"(["two","three"])");
   // A box without a known category: the file, the annotation and the field.
   Write(dir / "bad.json", R"({"images": [{"id": 1, "file_name": "a.jpg"}],
       "categories": [{"id": 1, "name": "a"}],
