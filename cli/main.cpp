@@ -235,6 +235,11 @@ int CmdPack(int argc, char** argv) {
   if (Status s = cli::ApplyOptionTable(vm, converter::PackOptionTable(), &opt); !s.ok())
     return Fail(s);
   if (Status s = converter::ValidatePackOptions(opt); !s.ok()) return Fail(s);
+  // The report is a new file (or a previous report, with --overwrite), checked before any work.
+  if (!report.empty()) {
+    if (Status s = converter::CheckReportPath(report, opt.writer.overwrite); !s.ok())
+      return Fail(s);
+  }
   if (!schema_file.empty()) {
     std::ifstream f(schema_file);
     std::stringstream text;
@@ -283,9 +288,10 @@ int CmdPack(int argc, char** argv) {
   // The report, written whether the pack succeeds or fails (with its error then).
   auto write_report = [&](const converter::PackResult& result, const Status& st) {
     if (report.empty()) return;
-    std::ofstream r(report);
-    r << converter::PackReportJson(result, src, st.ok() ? "" : st.message());
-    if (!r) std::fprintf(stderr, "shardfeed: warning: cannot write report %s\n", report.c_str());
+    const Status w = converter::WriteReport(
+        report, converter::PackReportJson(result, src, st.ok() ? "" : st.message()),
+        opt.writer.overwrite);
+    if (!w.ok()) std::fprintf(stderr, "shardfeed: warning: %s\n", w.message().c_str());
   };
   Result<converter::SourceList> source = converter::ImportSource(src, import);
   if (!source.ok()) {

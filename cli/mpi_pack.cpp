@@ -79,8 +79,14 @@ int MpiPack(const std::string& src, const std::string& list, const std::string& 
   converter::PackResult result;
   Status st = source.ok() ? converter::Pack(*source, mine, opt, &result) : source.status();
   if (!report.empty()) {
-    std::ofstream r(report + ".rank" + std::to_string(rank));
-    r << converter::PackReportJson(result, src, st.ok() ? "" : st.message());
+    const std::string file = report + ".rank" + std::to_string(rank);
+    Status w = converter::CheckReportPath(file, opt.writer.overwrite);
+    if (w.ok()) {
+      w = converter::WriteReport(
+          file, converter::PackReportJson(result, src, st.ok() ? "" : st.message()),
+          opt.writer.overwrite);
+    }
+    if (!w.ok()) std::fprintf(stderr, "shardfeed: warning: %s\n", w.message().c_str());
   }
   if (!st.ok()) {
     std::fprintf(stderr, "shardfeed: rank %d of %d: error: %s\n", rank, size,

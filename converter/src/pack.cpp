@@ -2,7 +2,16 @@
 // (sample_writer.cpp), which owns the parallel ordered pipeline.
 #include "shardfeed/converter/pack.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "shardfeed/base/random.h"
 #include "shardfeed/converter/options.h"
@@ -219,6 +228,69 @@ std::string PackReportJson(const PackResult& result, const std::string& source,
   if (!error.empty()) j["error"] = error;
   // File names need not be UTF-8: replace invalid bytes rather than fail to write the report.
   return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+namespace {
+
+bool IsPackReport(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in && !in.eof()) return false;
+  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
+  if (!j.is_object()) return false;
+  for (const char* key : {"source", "output", "packed", "skipped", "ignored"}) {
+    if (!j.contains(key)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Status CheckReportPath(const std::string& path, bool overwrite) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(path, ec);
+  if (!fs::exists(st)) {
+    const fs::path parent = fs::path(path).parent_path();
+    if (!parent.empty() && !fs::is_directory(parent, ec)) {
+      return Status::InvalidArgument("--report ", path, ": no folder ", parent.string());
+    }
+    return Status::OK();
+  }
+  if (overwrite && fs::is_regular_file(st) && IsPackReport(path)) return Status::OK();
+  return Status::InvalidArgument(
+      "--report ", path, ": exists",
+      fs::is_regular_file(st) && IsPackReport(path) ? "" : " and is not a pack report",
+      "; shardfeed writes only new files here (a previous pack report is replaced with "
+      "--overwrite)");
+}
+
+Status WriteReport(const std::string& path, const std::string& text, bool overwrite) {
+  // A new file is created in place (O_EXCL: nothing appeared since the check); a previous report
+  // is replaced by renaming a complete temporary file over it.
+  const bool replace = overwrite && std::filesystem::exists(path);
+  if (replace) SF_RETURN_IF_ERROR(CheckReportPath(path, overwrite));  // still a report
+  std::string file = replace ? path + ".tmp-XXXXXX" : path;
+  const int fd = replace ? ::mkstemp(file.data())
+                         : ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::IOError("--report ", file, ": ", std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  int err = done == text.size() ? 0 : errno ? errno : EIO;
+  if (replace && err == 0 && ::fchmod(fd, 0644) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (replace && err == 0 && ::rename(file.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) {
+    ::unlink(file.c_str());
+    return Status::IOError("--report ", path, ": cannot write: ", std::strerror(err));
+  }
+  return Status::OK();
 }
 
 }  // namespace shardfeed::converter

@@ -9,15 +9,18 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <string_view>
 #include <vector>
 
 #include "shard_internal.h"
 #include "shardfeed/format/archive.h"
+#include "shardfeed/format/stats_record.h"
 
 namespace shardfeed::format {
 
@@ -45,6 +48,49 @@ std::string Identity(const std::string& path) {
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) return "";
   return "replaced-by " + std::to_string(st.st_dev) + " " + std::to_string(st.st_ino);
+}
+
+// An entry of an archive folder that shardfeed did not write, or "" when there is none: --overwrite
+// replaces the folder whole, so a user's file kept inside it (notes, an extract, a convert) would
+// go with it. Ours: the manifest, shards (and the lock file LMDB makes beside one when another
+// program opens it without MDB_NOLOCK), stats.json and its temporary, the replace marker.
+std::string ForeignEntry(const std::string& dir) {
+  auto digits = [](std::string_view s) {
+    return !s.empty() &&
+           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  auto ours = [&](std::string_view name) {
+    if (name == kManifestFileName || name == kStatsFileName || name == kReplacedMarker) return true;
+    const std::string_view stats_tmp = ".tmp-";
+    if (name.substr(0, kStatsFileName.size()) == kStatsFileName &&
+        name.substr(kStatsFileName.size(), stats_tmp.size()) == stats_tmp) {
+      return digits(name.substr(kStatsFileName.size() + stats_tmp.size()));
+    }
+    if (name.substr(0, 6) != "shard-") return false;
+    name.remove_prefix(6);
+    for (std::string_view ext : {".mdb-lock", ".mdb", ".h5"}) {
+      if (name.size() > ext.size() && name.substr(name.size() - ext.size()) == ext) {
+        return digits(name.substr(0, name.size() - ext.size()));
+      }
+    }
+    return false;
+  };
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!ours(name) || it->symlink_status(ec).type() != fs::file_type::regular) return name;
+  }
+  return ec ? std::string("(unreadable: ") + ec.message() + ")" : "";
+}
+
+Status CheckOnlyOurs(const std::string& dir) {
+  const std::string foreign = ForeignEntry(dir);
+  if (foreign.empty()) return Status::OK();
+  return Status::InvalidArgument(dir, ": holds ", foreign,
+                                 ", which shardfeed did not write; --overwrite replaces an archive "
+                                 "only when everything in it is the archive's own, so it is left "
+                                 "as it is (move ",
+                                 foreign, " out first)");
 }
 
 // The identity a <path>.old's marker records, or "" when it carries none (not ours).
@@ -238,6 +284,7 @@ Result<std::unique_ptr<ArchiveWriter>> ArchiveWriter::Create(const std::string& 
                                      ": exists and is not a shardfeed archive; --overwrite "
                                      "replaces only an archive, so it is left as it is");
     }
+    SF_RETURN_IF_ERROR(CheckOnlyOurs(clean));
     for (const std::string& p : options.protect) {
       if (Within(resolved, Resolved(p))) {
         return Status::InvalidArgument(clean, ": lies inside the source (", p,
@@ -671,6 +718,7 @@ Status ArchiveWriter::Finish(Manifest manifest) {
   if (!IsArchiveDirectory(path_)) {
     return Status::InvalidArgument(path_, ": is no longer a shardfeed archive; not replacing it");
   }
+  SF_RETURN_IF_ERROR(CheckOnlyOurs(path_));  // nothing of the user's put there meanwhile
   if (Rename2(partial_path_, path_, RENAME_EXCHANGE) == 0) {
     finished_ = true;  // partial_path_ now holds the old archive
     ::unlink(marker_after.c_str());

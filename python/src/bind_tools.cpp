@@ -153,6 +153,13 @@ void BindTools(py::module_& m) {
   m.def("closest_name", [](const std::string& name, const std::vector<std::string>& names) {
     return ClosestName(name, names);
   });
+  // pack --report's rule (converter/pack.h): a new file, or a previous report with overwrite.
+  m.def("check_report_path", [](const std::string& path, bool overwrite) {
+    Check(converter::CheckReportPath(path, overwrite));
+  });
+  m.def("write_report", [](const std::string& path, const std::string& text, bool overwrite) {
+    Check(converter::WriteReport(path, text, overwrite));
+  });
   m.def("loader_options", [] {
     return OptionList(reader::LoaderOptionTable(), reader::LoaderOptions(),
                       [](const reader::LoaderOption&, py::dict&) {});

@@ -541,3 +541,58 @@ def test_a_full_disk_while_merging_hdf5_parts_says_so_and_leaves_nothing(tmp_pat
         parts.append(tmp_path / "a.parts" / f"part-{i:05d}-of-00002")
     p = run("merge", *parts, small_disk / "m")
     full_disk_left_clean(p, small_disk)
+
+
+# ---- what --report and --overwrite may replace ----------------------------------------------
+
+def test_report_never_replaces_a_users_file(tmp_path):
+    mine = tmp_path / "mine.png"
+    mine.write_bytes(b"a user's picture")
+    for extra in ([], ["--overwrite"]):
+        p = run("pack", GOOD, tmp_path / "a", "--report", mine, *extra)
+        assert p.returncode == 2 and "is not a pack report" in p.stderr, p.stderr
+        assert mine.read_bytes() == b"a user's picture"
+        assert not (tmp_path / "a").exists()  # refused before any work
+    # Another archive's manifest is not a report either.
+    assert run("pack", GOOD, tmp_path / "b").returncode == 0
+    manifest = (tmp_path / "b" / "manifest.json").read_bytes()
+    p = run("pack", GOOD, tmp_path / "c", "--report", tmp_path / "b" / "manifest.json",
+            "--overwrite")
+    assert p.returncode == 2 and (tmp_path / "b" / "manifest.json").read_bytes() == manifest
+    assert run("verify", tmp_path / "b").returncode == 0
+    # A folder that is not there: said up front.
+    p = run("pack", GOOD, tmp_path / "c", "--report", tmp_path / "nowhere" / "r.json")
+    assert p.returncode == 2 and "nowhere" in p.stderr and not (tmp_path / "c").exists()
+
+
+def test_a_previous_report_is_replaced_only_with_overwrite(tmp_path):
+    report = tmp_path / "r.json"
+    assert run("pack", GOOD, tmp_path / "a", "--report", report).returncode == 0
+    first = json.loads(report.read_text())
+    assert first["output"].endswith("a")
+    p = run("pack", GOOD, tmp_path / "b", "--report", report)
+    assert p.returncode == 2 and "exists" in p.stderr and "--overwrite" in p.stderr
+    assert json.loads(report.read_text()) == first
+    assert run("pack", GOOD, tmp_path / "b", "--report", report, "--overwrite").returncode == 0
+    assert json.loads(report.read_text())["output"].endswith("b")
+    assert [f for f in os.listdir(tmp_path) if f.startswith("r.json")] == ["r.json"]
+
+
+def test_overwrite_keeps_an_archive_that_holds_a_users_file(tmp_path, archive):
+    before = snapshot(archive)
+    (archive / "NOTES.txt").write_text("what this run was for")
+    (archive / "extracted").mkdir()
+    (archive / "extracted" / "0.png").write_bytes(b"png")
+    for foreign in ("NOTES.txt", "extracted"):
+        p = run("pack", GOOD, archive, "--overwrite")
+        assert p.returncode == 2 and "did not write" in p.stderr, p.stderr
+        assert (archive / "extracted" / "0.png").read_bytes() == b"png"
+        if foreign == "NOTES.txt":
+            assert (archive / "NOTES.txt").read_text() == "what this run was for"
+            (archive / "NOTES.txt").unlink()  # the folder alone still stops it
+    shutil.rmtree(archive / "extracted")
+    assert snapshot(archive) == before
+    # What the tools themselves put there (stats --save) does not stop it.
+    assert run("stats", archive, "--save").returncode == 0
+    assert run("pack", GOOD, archive, "--overwrite").returncode == 0
+    assert run("verify", archive).returncode == 0

@@ -338,6 +338,13 @@ def main(argv=None):
     if args.skip_bad.lower() not in _TRUE + _FALSE:
         parser.error("--skip-bad takes true or false, not %r" % args.skip_bad)
     args.skip_bad = args.skip_bad.lower() in _TRUE
+    overwrite = str(getattr(args, "overwrite", None) or "false").lower() in _TRUE
+    if args.report:
+        try:
+            _native.check_report_path(args.report, overwrite)
+        except ValueError as e:
+            print("shardfeed: error: %s" % e, file=sys.stderr)
+            return 2
     options = {o["name"]: getattr(args, o["name"]) for o in _native.pack_options()
                if o["name"] not in _PACK_ONLY and getattr(args, o["name"]) is not None}
     try:
@@ -354,8 +361,10 @@ def main(argv=None):
         print("shardfeed: %s" % e, file=sys.stderr)
         return 2
     if args.report:
-        with open(args.report, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=2)
+        try:
+            _native.write_report(args.report, json.dumps(report, indent=2) + "\n", overwrite)
+        except (ValueError, OSError, RuntimeError) as e:
+            print("shardfeed: warning: %s" % e, file=sys.stderr)
     if args.quiet:
         return 0
     print("packed %d samples from %s into %s (%d skipped)" % (

@@ -175,6 +175,15 @@ Status DecodeForRecord(imaging::Decoder& decoder, const uint8_t* data, size_t si
 std::string PackReportJson(const PackResult& result, const std::string& source,
                            const std::string& error = "");
 
+// Whether `pack --report PATH` may write PATH, checked before any work: a path that does not
+// exist (in an existing folder), or, with `overwrite`, a previous pack report (a JSON object with
+// the report's keys). Anything else of the user's is never replaced: kInvalidArgument naming it.
+Status CheckReportPath(const std::string& path, bool overwrite);
+
+// Writes a report checked by CheckReportPath: a new file is created exclusively (O_EXCL); a
+// previous report is replaced whole (a temporary file renamed over it), never half written.
+Status WriteReport(const std::string& path, const std::string& text, bool overwrite);
+
 // Deterministic Fisher-Yates shuffle with the splitmix64 stream of `seed` (base/random.h).
 void ShuffleItems(std::vector<SourceItem>* items, uint64_t seed);
 
