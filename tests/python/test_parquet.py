@@ -195,3 +195,24 @@ def test_a_damaged_file_is_named(tmp_path):
                          capture_output=True, text=True)
     assert run.returncode == 2 and str(tmp_path / "d.parquet") in run.stderr
     assert "Traceback" not in run.stderr and not (tmp_path / "out").exists()
+
+
+def test_report_is_a_new_file_or_a_previous_report(tmp_path):
+    t, _ = table(4)
+    pq.write_table(t, tmp_path / "d.parquet")
+    mine = tmp_path / "mine.txt"
+    mine.write_text("a user's notes")
+
+    def pack(out, report, *extra):
+        return subprocess.run([sys.executable, "-m", "shardfeed.importers.parquet",
+                               str(tmp_path / "d.parquet"), str(tmp_path / out), "--report",
+                               str(report), *extra], capture_output=True, text=True)
+
+    run = pack("a", mine, "--overwrite")
+    assert run.returncode == 2 and "not a pack report" in run.stderr
+    assert mine.read_text() == "a user's notes" and not (tmp_path / "a").exists()
+    assert pack("a", tmp_path / "r.json").returncode == 0
+    assert json.loads((tmp_path / "r.json").read_text())["packed"] == 4
+    assert pack("b", tmp_path / "r.json").returncode == 2  # a report, but no --overwrite
+    assert pack("b", tmp_path / "r.json", "--overwrite").returncode == 0
+    assert json.loads((tmp_path / "r.json").read_text())["output"].endswith("b")
