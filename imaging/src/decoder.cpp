@@ -1,5 +1,5 @@
 // Decoding with explicit per-thread contexts: libjpeg(-turbo) for JPEG (scaled and cropped
-// decoding), libpng's simplified API for PNG, libwebp for WebP, stb_image for BMP/GIF/TGA/PNM.
+// decoding), libpng for PNG, libwebp for WebP, stb_image for BMP/GIF/TGA/PNM.
 #include <cstddef>
 #include <cstdio>
 // clang-format off
@@ -16,6 +16,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "jpeg_errors.h"
 #include "jpeg_scale.h"
@@ -210,6 +211,88 @@ Status CheckPnm(const uint8_t* d, size_t n) {
   if (have < need) {
     return Status::Corrupt("PNM pixel data truncated: ", have, " of ", need, " bytes");
   }
+  return Status::OK();
+}
+
+// PNG through libpng's full API, as Pillow and OpenCV read it: the stored values, no gamma or
+// colour-space conversion (libpng's simplified API took 16-bit samples and files with a gAMA
+// chunk as linear light and re-encoded them to sRGB: a 16-bit gray 64*257 came out 136), 16-bit
+// samples reduced to their high byte, palette and gray expanded to RGB, transparency
+// (alpha or tRNS) composited over white.
+struct PngSource {
+  const uint8_t* data;
+  size_t size;
+  size_t pos = 0;
+  char message[160] = "";
+};
+
+void PngReadBytes(png_structp png, png_bytep out, size_t n) {
+  auto* src = static_cast<PngSource*>(png_get_io_ptr(png));
+  if (n > src->size - src->pos) png_error(png, "the file ends early (truncated)");
+  std::memcpy(out, src->data + src->pos, n);
+  src->pos += n;
+}
+
+[[noreturn]] void PngFail(png_structp png, png_const_charp message) {
+  auto* src = static_cast<PngSource*>(png_get_error_ptr(png));
+  std::snprintf(src->message, sizeof(src->message), "%s", message);
+  png_longjmp(png, 1);
+}
+
+void PngWarn(png_structp, png_const_charp) {}
+
+// The part libpng may longjmp out of: only trivially destructible locals here (the pixels go to
+// `out` and `rgba`, owned by the caller). Returns false with src->message set on failure; a size
+// over the limits is *limit.
+bool ReadPng(png_structp png, png_infop info, PngSource* src, const Limits& limits, Image* out,
+             std::vector<uint8_t>* rgba, std::vector<png_bytep>* rows, Status* limit) {
+  if (setjmp(png_jmpbuf(png))) return false;
+  png_set_read_fn(png, src, PngReadBytes);
+  png_read_info(png, info);
+  const uint32_t w = png_get_image_width(png, info), h = png_get_image_height(png, info);
+  *limit = CheckPixels(w, h, limits);
+  if (!limit->ok()) return true;
+  const int color = png_get_color_type(png, info);
+  png_set_expand(png);  // palette -> RGB, gray below 8 bits -> 8, tRNS -> alpha
+  if (png_get_bit_depth(png, info) == 16) png_set_strip_16(png);
+  if (!(color & PNG_COLOR_MASK_COLOR)) png_set_gray_to_rgb(png);
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  const size_t channels = png_get_channels(png, info);
+  if ((channels != 3 && channels != 4) || png_get_rowbytes(png, info) != size_t{w} * channels) {
+    png_error(png, "unexpected row layout after expansion");
+  }
+  out->Resize(w, h, 3);
+  if (channels == 4) rgba->resize(size_t{w} * h * 4);
+  rows->resize(h);
+  for (uint32_t y = 0; y < h; ++y) {
+    (*rows)[y] =
+        channels == 4 ? rgba->data() + size_t{y} * w * 4 : out->pixels.data() + size_t{y} * w * 3;
+  }
+  png_read_image(png, rows->data());
+  png_read_end(png, nullptr);
+  return true;
+}
+
+Status DecodePng(const uint8_t* data, size_t size, Image* out, const Limits& limits) {
+  PngSource src{data, size};
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, PngFail, PngWarn);
+  if (!png) return Status::ResourceExhausted("PNG: cannot allocate a decoder");
+  png_infop info = png_create_info_struct(png);
+  if (!info) {
+    png_destroy_read_struct(&png, nullptr, nullptr);
+    return Status::ResourceExhausted("PNG: cannot allocate a decoder");
+  }
+  png_set_user_limits(png, 65535, 65535);  // CheckPixels says which limit; this bounds libpng
+  png_set_crc_action(png, PNG_CRC_DEFAULT, PNG_CRC_WARN_DISCARD);
+  std::vector<uint8_t> rgba;
+  std::vector<png_bytep> rows;
+  Status limit;
+  const bool read = ReadPng(png, info, &src, limits, out, &rgba, &rows, &limit);
+  png_destroy_read_struct(&png, &info, nullptr);
+  if (!read) return Status::Corrupt("PNG decode failed: ", src.message);
+  if (!limit.ok()) return limit;
+  if (!rgba.empty()) CompositeOverWhite(rgba.data(), rgba.size() / 4, out->pixels.data());
   return Status::OK();
 }
 
@@ -424,28 +507,8 @@ Status Decoder::Decode(const uint8_t* data, size_t size, Image* out, const Limit
 Status Decoder::DecodeOther(ImageFormat format, const uint8_t* data, size_t size, Image* out,
                             const Limits& limits) {
   switch (format) {
-    case ImageFormat::kPng: {
-      png_image img;
-      std::memset(&img, 0, sizeof(img));
-      img.version = PNG_IMAGE_VERSION;
-      if (!png_image_begin_read_from_memory(&img, data, size)) {
-        return Status::Corrupt("PNG header: ", img.message);
-      }
-      Status limit = CheckPixels(img.width, img.height, limits);
-      if (!limit.ok()) {
-        png_image_free(&img);
-        return limit;
-      }
-      img.format = PNG_FORMAT_RGB;
-      out->Resize(img.width, img.height, 3);
-      png_color white{255, 255, 255};
-      if (!png_image_finish_read(&img, &white, out->pixels.data(), 0, nullptr)) {
-        std::string msg = img.message;
-        png_image_free(&img);
-        return Status::Corrupt("PNG decode failed: ", msg);
-      }
-      return Status::OK();
-    }
+    case ImageFormat::kPng:
+      return DecodePng(data, size, out, limits);
     case ImageFormat::kWebp: {
       int w = 0, h = 0;
       if (!WebPGetInfo(data, size, &w, &h)) return Status::Corrupt("WebP header unreadable");

@@ -509,3 +509,54 @@ def test_bench_echoes_every_resolved_option(small_archive):
         text = run("bench", small_archive, flag, "--epochs", "1", check=0).stdout
         assert ("random flip" if on else "no flip") in text
         assert (" flip=%s " % ("true" if on else "false")) in text
+
+
+def png_file(path, pixels, gamma=None):
+    """A PNG of `pixels` (uint8 or uint16; H x W, H x W x 2/3/4) written by hand, so that 16-bit
+    colour, 16-bit alpha and a gAMA chunk are all at hand (Pillow writes none of them)."""
+    import struct
+    import zlib
+
+    import numpy as np
+    channels = 1 if pixels.ndim == 2 else pixels.shape[2]
+    depth = 16 if pixels.dtype == np.uint16 else 8
+    colour = {1: 0, 2: 4, 3: 2, 4: 6}[channels]
+
+    def chunk(kind, body):
+        return (struct.pack(">I", len(body)) + kind + body +
+                struct.pack(">I", zlib.crc32(kind + body) & 0xffffffff))
+    rows = pixels.astype(">u2" if depth == 16 else np.uint8).reshape(pixels.shape[0], -1)
+    raw = b"".join(b"\0" + r.tobytes() for r in rows)
+    head = struct.pack(">IIBBBBB", pixels.shape[1], pixels.shape[0], depth, colour, 0, 0, 0)
+    text = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", head)
+    if gamma is not None:
+        text += chunk(b"gAMA", struct.pack(">I", int(gamma * 100000)))
+    path.write_bytes(text + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+def test_png_pixels_are_the_stored_values_without_gamma(tmp_path):
+    # libpng's simplified API took 16-bit samples (and any file with a gAMA chunk) as linear
+    # light and re-encoded them to sRGB: 16-bit gray 64*257 read back as 136. Pillow and OpenCV
+    # give the stored values (16 bits: the high byte); so must the packer.
+    np = pytest.importorskip("numpy")
+    Image = pytest.importorskip("PIL.Image")
+    v = np.array([0, 1, 64, 128, 192, 254, 255], np.uint16)
+    ramp = np.tile(v * 257 + 100 * (v < 255), (5, 1)).astype(np.uint16)  # low bytes: dropped
+    rgb = np.stack([ramp, ramp[:, ::-1], np.full_like(ramp, 30 * 257)], axis=2)
+    alpha = np.tile(np.array([0, 255, 128, 255, 64, 255, 255], np.uint16) * 257, (5, 1))
+    src = tmp_path / "src" / "x"
+    src.mkdir(parents=True)
+    cases = {"gray16": ramp, "rgb16": rgb, "rgba16": np.dstack([rgb, alpha]),
+             "gray8_linear_gamma": (ramp >> 8).astype(np.uint8)}
+    for name, pixels in cases.items():
+        png_file(src / (name + ".png"), pixels, gamma=1.0 if "gamma" in name else None)
+    run("pack", tmp_path / "src", tmp_path / "a", "--encoding", "zstd", check=0)
+    run("extract", tmp_path / "a", tmp_path / "x", check=0)
+    for name, pixels in cases.items():
+        got = np.asarray(Image.open(tmp_path / "x" / "x" / (name + ".png")).convert("RGB"))
+        p = (pixels >> 8).astype(np.int64) if pixels.dtype == np.uint16 else pixels.astype(np.int64)
+        p = np.dstack([p] * 3) if p.ndim == 2 else p
+        if p.shape[2] == 4:  # over white, as every decoder here composites
+            a = p[:, :, 3:]
+            p = (p[:, :, :3] * a + 255 * (255 - a) + 127) // 255
+        assert got.tolist() == p.astype(np.uint8).tolist(), name
