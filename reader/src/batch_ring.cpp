@@ -128,7 +128,7 @@ bool Loader::Impl::RingStarved() const {
 
 Status Loader::Impl::MaintainRing() {
   std::vector<int> release, commit;
-  bool for_kept;
+  bool for_kept, revived = false;
   {
     std::lock_guard<std::mutex> lock(mu);
     for_kept = kept_request > 0;
@@ -140,12 +140,17 @@ Status Loader::Impl::MaintainRing() {
       slots[s].state = SlotState::kFree;
       free_slots.push_back(s);
       ++usable;
+      revived = true;
     }
     release.swap(retiring);
     for (size_t s = 0; s < slots.size() && usable + commit.size() < target; ++s) {
       if (slots[s].state == SlotState::kAbsent) commit.push_back(static_cast<int>(s));
     }
   }
+  // A slot taken back from retiring is free now: a worker waiting for one must hear of it
+  // (regression: without this the loop below may have nothing to commit and return, and a
+  // worker slept until the consumer's timeout).
+  if (revived) cv_work.notify_all();
   if (release.empty() && commit.empty()) return Status::OK();
   for (int s : release) {
     if (options.device) device_slots[s].reset();

@@ -50,6 +50,50 @@ TEST_CASE("a held batch keeps its memory; a consumer holding every slot gets slo
   CHECK((*loader)->Stats().ring_bytes < grown);
 }
 
+TEST_CASE("a loop holding its first batch, and the last while it asks for the next, never stalls") {
+  // Python's `for b in loader: keep = keep or b` holds the first batch for good, and `b` (the
+  // previous batch) while next() runs. Regression: from the batch after the slot beyond the ring
+  // was added, every freed slot retired (the ring above its depth) and no worker could claim one:
+  // a Timeout after `timeout` seconds with no worker decoding.
+  TempDir dir;
+  auto archive = MakeRawArchive(dir / "a", 80);  // 20 batches of 4 an epoch
+  for (WorkerMode mode : {WorkerMode::kThreads, WorkerMode::kProcesses}) {
+    for (uint32_t prefetch : {2u, 3u, LoaderOptions::kAutoPrefetch}) {
+      CAPTURE(int(mode), prefetch);
+      LoaderOptions o = CopyOptions(4, 1);
+      o.prefetch = prefetch;
+      o.mode = mode;
+      o.timeout = 20;
+      auto loader = Loader::Create(archive, o);
+      REQUIRE(loader.ok());
+      for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+        REQUIRE((*loader)->StartEpoch(epoch).ok());
+        std::vector<Batch> first;  // the first prefetch-1 batches, kept for good
+        Batch previous;
+        uint64_t n = 0;
+        for (;;) {
+          auto b = (*loader)->Next();
+          INFO(b.status().ToString());
+          REQUIRE(b.ok());
+          if (!*b) break;
+          REQUIRE(b->number() == n++);
+          for (uint32_t j = 0; j < b->size(); ++j) {
+            REQUIRE(b->images()[j * 108] == b->indices()[j] % 251);
+          }
+          const size_t keep = prefetch == LoaderOptions::kAutoPrefetch ? 15 : prefetch - 1;
+          if (first.size() < keep) first.push_back(*b);
+          previous = *b;
+        }
+        CHECK(n == 20);
+        for (const Batch& h : first) {
+          for (uint32_t j = 0; j < h.size(); ++j)
+            CHECK(h.images()[j * 108] == h.indices()[j] % 251);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("batches kept over several epochs never make iteration fail; past kept_mb, an error") {
   // A training loop that keeps every batch (for metrics, a list(loader), a view of one image):
   // DataLoader allows it, and so must the ring, with default options.
