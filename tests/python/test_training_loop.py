@@ -58,6 +58,27 @@ def test_keeping_the_images_and_labels_of_every_batch(archive_path):
         assert torch.equal(x, wx) and torch.equal(y, wy)
 
 
+@pytest.mark.parametrize("prefetch", [2, 3, "auto"])
+def test_keeping_the_first_batches_and_going_on(archive_path, prefetch):
+    # first = first or (x, y): a sample batch kept to look at (or a few, for a figure), while
+    # the loop goes on. Regression: with prefetch - 1 batches kept the loader stalled until its
+    # timeout ("no worker is decoding"), with the default options too.
+    loader = sft.Loader(archive_path, prefetch=prefetch, workers=1, timeout=30, **OPTS)
+    keep = 15 if prefetch == "auto" else prefetch - 1
+    want = copied_epochs(archive_path, 2)
+    first, seen = [], []
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        for x, y in loader:
+            if len(first) < keep:
+                first.append((x, y))
+            seen.append(y.clone())
+    assert torch.equal(torch.cat(seen), torch.cat([l for _, l in want]))
+    for (x, y), (wx, wy) in zip(first, want):
+        assert torch.equal(x, wx) and torch.equal(y, wy)
+    loader.close()
+
+
 def indices_of(passes):
     return [int(i) for b in passes for i in b.indices]
 
