@@ -1,6 +1,6 @@
 // COCO instances files: one sample per image (in the file's order), its annotations as boxes
-// with per-box labels (0..K-1), iscrowd and the file's own category ids, captions from a COCO captions file. Masks (segmentation
-// polygons/RLE) are not imported.
+// with per-box labels (0..K-1), iscrowd and the file's own category ids, captions from a COCO
+// captions file. Masks (segmentation polygons/RLE) are not imported.
 #include <sys/stat.h>
 
 #include <algorithm>

@@ -736,9 +736,7 @@ Result<SourceList> ImportRows(const std::vector<Row>& rows, const std::vector<st
         row_status = ValueOf(spec, *it, text_cells, &v);
         int64_t label = 0;
         if (row_status.ok()) std::memcpy(&label, v.bytes.data(), 8);
-        if (row_status.ok() && (label < 0 || label > INT32_MAX)) {
-          row_status = Status::InvalidArgument(label, " is not a class id in 0..2^31-1");
-        }
+        if (row_status.ok()) row_status = CheckClassId(label);
         // Class names number the classes in their sorted order: an id given beside them would
         // mean another class than its writer meant (it used to be taken as that number).
         if (row_status.ok() && !class_ids.empty()) {
@@ -762,7 +760,7 @@ Result<SourceList> ImportRows(const std::vector<Row>& rows, const std::vector<st
     list.items.push_back(std::move(item));
   }
   if (label_field >= 0 && class_ids.empty()) {
-    for (int64_t i = 0; i <= max_label; ++i) list.class_names.push_back(std::to_string(i));
+    list.class_names = NumericClassNames(max_label);
   }
   return list;
 }

@@ -396,10 +396,8 @@ Result<SourceList> ImportWebDataset(const std::string& src, const ImportOptions&
       if (f == schema.label_field()) {
         int64_t label;
         std::memcpy(&label, v.bytes.data(), 8);
-        if (label < 0 || label > INT32_MAX) {
-          row = Status::InvalidArgument(label, " is not a class id in 0..2^31-1");
-          break;
-        }
+        row = CheckClassId(label);
+        if (!row.ok()) break;
         item.label = static_cast<int32_t>(label);
         max_label = std::max(max_label, label);
         has_label = true;
@@ -429,7 +427,7 @@ Result<SourceList> ImportWebDataset(const std::string& src, const ImportOptions&
     list.items.push_back(std::move(item));
   }
   if (schema.label_field() >= 0) {
-    for (int64_t i = 0; i <= max_label; ++i) list.class_names.push_back(std::to_string(i));
+    list.class_names = NumericClassNames(max_label);
   }
   if (list.items.empty() && list.skipped.empty()) {
     return Status::InvalidArgument(src, ": no samples (no member with an image extension)");

@@ -230,6 +230,22 @@ std::string PackReportJson(const PackResult& result, const std::string& source,
   return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
+Status CheckClassId(int64_t label) {
+  if (label >= 0 && label <= format::kMaxClassId) return Status::OK();
+  return Status::InvalidArgument(label, " is not a class id in 0..", format::kMaxClassId,
+                                 " (an archive has at most ", format::kMaxClassId + 1, " classes)");
+}
+
+std::vector<std::string> NumericClassNames(int64_t max_label) {
+  std::vector<std::string> names;
+  names.reserve(
+      static_cast<size_t>(std::clamp<int64_t>(max_label + 1, 0, format::kMaxClassId + 1)));
+  for (int64_t i = 0; i <= std::min(max_label, format::kMaxClassId); ++i) {
+    names.push_back(std::to_string(i));
+  }
+  return names;
+}
+
 namespace {
 
 bool IsPackReport(const std::string& path) {

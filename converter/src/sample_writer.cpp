@@ -347,9 +347,8 @@ void PrepareSample(codec::Context& ctx, const RecordCodecs& codecs, const codec:
   IndexEntry& e = out->entry;
   e = IndexEntry{};
   if (schema.label_field() >= 0) {
-    if (s.label < 0 || s.label > INT32_MAX) {
-      out->field_status =
-          Status::InvalidArgument("field 'label': ", s.label, " is not a class id in 0..2^31-1");
+    if (Status id = CheckClassId(s.label); !id.ok()) {
+      out->field_status = id.WithContext("field 'label'");
       return;
     }
     e.label = static_cast<int32_t>(s.label);

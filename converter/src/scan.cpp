@@ -285,6 +285,7 @@ Result<SourceList> ReadListFile(const std::string& list_file, const std::string&
       if (!ParseLabel(text, &label)) {
         return bad("label \"" + text + "\" is not a non-negative integer");
       }
+      if (Status id = CheckClassId(label); !id.ok()) return bad("label " + id.message());
       row.push_back(label);
       max_label = std::max(max_label, label);
     }
@@ -302,7 +303,7 @@ Result<SourceList> ReadListFile(const std::string& list_file, const std::string&
   if (list.items.empty()) return Status::InvalidArgument(list_file, ": no entries");
   if (!multi) {
     // One label per line: image, label, path (Schema::ImageFolder()).
-    for (int64_t i = 0; i <= max_label; ++i) list.class_names.push_back(std::to_string(i));
+    list.class_names = NumericClassNames(max_label);
     return list;
   }
   // Several labels on some line: image, labels (int64[*]), path; no class field, nothing

@@ -107,6 +107,30 @@ def _json_default(value):
     raise TypeError("%s is not JSON serializable" % type(value).__name__)
 
 
+def _class_names(names):
+    """class_names as given: a list of distinct names (str, or int taken as its text)."""
+    if isinstance(names, (str, bytes)) or not isinstance(names, collections.abc.Iterable):
+        raise TypeError("class_names is a list of names, not %s" % type(names).__name__)
+    out = []
+    for i, c in enumerate(names):
+        if isinstance(c, bool) or not isinstance(c, (str, int)):
+            raise TypeError("class_names[%d]: a name is a str, not %s" % (i, type(c).__name__))
+        out.append(str(c))
+    if not out:
+        raise ValueError("class_names is empty: no label could name a class (leave it out for "
+                         "names '0'..'max label')")
+    if len(out) > _native.max_class_id + 1:
+        raise ValueError("class_names has %d names; an archive has at most %d classes"
+                         % (len(out), _native.max_class_id + 1))
+    seen = {}
+    for i, c in enumerate(out):
+        if c in seen:
+            raise ValueError("class_names[%d]: %r is also class_names[%d]; each class needs its "
+                             "own name (extract writes a folder per name)" % (i, c, seen[c]))
+        seen[c] = i
+    return out
+
+
 class _Converter:
     """Turns a sample (a dict of fields, or a tuple in schema order) into what the native writer
     takes: (image, label, values). Picklable: pack_iterable's worker processes use it."""
@@ -163,11 +187,14 @@ class _Converter:
                 raise _Bad("an int64 field takes a whole number, not %s"
                            % type(v).__name__) from None
             if i == self.label:
-                limit = min(1 << 31, self.classes) if self.classes is not None else 1 << 31
+                limit = _native.max_class_id + 1
+                if self.classes is not None:
+                    limit = min(limit, self.classes)
                 if not 0 <= x < limit:
                     raise _Bad("label %d outside 0..%d%s" % (
                         x, limit - 1, " (class_names has %d names)" % self.classes
-                        if self.classes is not None else ""))
+                        if self.classes is not None else " (an archive has at most %d classes)"
+                        % limit))
             elif not _INT64[0] <= x <= _INT64[1]:
                 raise _Bad("%d does not fit in int64" % x)
             return x
@@ -285,7 +312,7 @@ class Writer:
         self.out = os.fspath(out)
         fields = _canonical(schema)
         if class_names is not None:
-            class_names = [str(c) for c in class_names]
+            class_names = _class_names(class_names)
             if not any(f["name"] == "label" and f["type"] == "int64" for f in fields):
                 raise ValueError("class_names name the values of the class field, a field "
                                  "'label' of type int64, and the schema has none")
@@ -458,7 +485,7 @@ def pack_iterable(iterable, out, schema=None, workers=0, chunk=64, timeout=None,
 def _pack_in_processes(source, out, schema, workers, chunk, timeout, encode_workers, options):
     fields = _canonical(schema)
     names = options.get("class_names")
-    convert = _Converter(fields, None if names is None else [str(c) for c in names])
+    convert = _Converter(fields, None if names is None else _class_names(names))
     n = len(source)
     spans = iter([(s, min(s + chunk, n)) for s in range(0, n, chunk)])
     # Fork: the children inherit the source (nothing pickled). With fork, the executor starts

@@ -144,6 +144,7 @@ py::dict Merge(const std::vector<std::string>& parts, const std::string& out, bo
 }  // namespace
 
 void BindTools(py::module_& m) {
+  m.attr("max_class_id") = format::kMaxClassId;  // format/layout.h: the largest label
   m.def("cuda_available", &reader::CudaAvailable);
   m.def("cuda_kernels_built", &reader::CudaKernelsBuilt);
   m.def("cuda_unavailable_reason", &reader::CudaUnavailableReason);

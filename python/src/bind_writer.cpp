@@ -132,7 +132,7 @@ class PyWriter {
       if (class_names_) {
         m.class_names = *class_names_;
       } else {
-        for (int64_t i = 0; i <= max_label_; ++i) m.class_names.push_back(std::to_string(i));
+        m.class_names = converter::NumericClassNames(max_label_);
       }
     }
     m.options_json = options_json_;

@@ -739,3 +739,22 @@ def test_extract_then_pack_round_trips_masks_bit_for_bit(tmp_path):
             "-q")
     assert p.returncode == 1 and "c.jsonl:1" in p.stderr and "field 'mask'" in p.stderr, p.stderr
     assert "colour" in p.stderr, p.stderr
+
+
+def test_a_label_beyond_the_class_limit_is_refused_naming_the_line(tmp_path):
+    # Numeric labels become class names "0".."max": one label of 2000000000 made pack build two
+    # billion names (out of memory: std::bad_alloc, abort). It is refused where it is read.
+    jpeg(tmp_path / "a.jpg")
+    (tmp_path / "l.txt").write_text("a.jpg 1\na.jpg 2000000000\n")
+    p = run("pack", tmp_path, tmp_path / "o1", "--list", tmp_path / "l.txt", "-q")
+    assert p.returncode == 1 and "l.txt:2" in p.stderr and "0..4194303" in p.stderr, p.stderr
+    (tmp_path / "m.jsonl").write_text('{"image": "a.jpg", "label": 0}\n'
+                                      '{"image": "a.jpg", "label": 4194304}\n')
+    p = run("pack", tmp_path / "m.jsonl", tmp_path / "o2", "-q")
+    assert p.returncode == 1 and "m.jsonl:2" in p.stderr and "class id" in p.stderr, p.stderr
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+    # The largest class id is taken.
+    (tmp_path / "l.txt").write_text("a.jpg 4194303\n")
+    run("pack", tmp_path, tmp_path / "o3", "--list", tmp_path / "l.txt", "-q", check=0)
+    m = manifest(tmp_path / "o3")
+    assert len(m["class_names"]) == 4194304 and m["class_names"][-1] == "4194303"

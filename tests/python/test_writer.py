@@ -403,3 +403,25 @@ def test_pack_iterable_worker_death_and_timeout_leave_nothing(tmp_path):
             break
         threading.Event().wait(0.01)
     assert not multiprocessing.active_children()
+
+
+@pytest.mark.parametrize("names, error", [
+    ("cat", "a list of names, not str"), (["a", "b", "a"], "class_names[2]: 'a' is also"),
+    ([], "class_names is empty"), (["a", None], "class_names[1]: a name is a str")])
+def test_class_names_are_a_list_of_distinct_names(tmp_path, names, error):
+    # "cat" became ['c', 'a', 't'], None the name 'None', and two classes of one name were
+    # merged by extract (a folder per name): a later re-pack relabels them.
+    with pytest.raises((TypeError, ValueError), match=error.replace("[", r"\[")):
+        shardfeed.Writer(tmp_path / "a", schema={"image": "image", "label": "int64"},
+                         class_names=names)
+    assert not os.path.exists(tmp_path / "a")
+
+
+def test_a_label_beyond_the_class_limit_is_a_bad_sample(tmp_path):
+    top = shardfeed._native.max_class_id
+    with shardfeed.Writer(tmp_path / "a", schema={"image": "image", "label": "int64"},
+                          skip_bad=True) as w:
+        w.write({"image": np.zeros((4, 4, 3), np.uint8), "label": top + 1})
+        w.write({"image": np.zeros((4, 4, 3), np.uint8), "label": 2})
+    assert "at most %d classes" % (top + 1) in w.report["skipped"][0]["reason"]
+    assert shardfeed.Archive(tmp_path / "a").class_names == ["0", "1", "2"]

@@ -184,6 +184,12 @@ Status CheckReportPath(const std::string& path, bool overwrite);
 // previous report is replaced whole (a temporary file renamed over it), never half written.
 Status WriteReport(const std::string& path, const std::string& text, bool overwrite);
 
+// Why `label` is not a class id a writer takes (negative, or above format::kMaxClassId), or OK.
+Status CheckClassId(int64_t label);
+
+// The class names of an archive whose labels are plain numbers: "0".."max_label" (-1: none).
+std::vector<std::string> NumericClassNames(int64_t max_label);
+
 // Deterministic Fisher-Yates shuffle with the splitmix64 stream of `seed` (base/random.h).
 void ShuffleItems(std::vector<SourceItem>* items, uint64_t seed);
 

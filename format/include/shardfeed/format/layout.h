@@ -53,6 +53,12 @@ bool ParseEncoding(std::string_view name, Encoding* out);
 std::string_view BackendName(Backend backend);
 bool ParseBackend(std::string_view name, Backend* out);
 
+// The largest class id a writer takes (IndexEntry.label): an archive names at most kMaxClassId + 1
+// classes, so that numeric class names ("0".."max") and their counts fit a manifest
+// (kMaxManifestBytes). A label that is only a number used to make pack build a name for every
+// number below it: one label of 2000000000 ran it out of memory.
+inline constexpr int64_t kMaxClassId = (int64_t{1} << 22) - 1;
+
 // One entry per sample, in sample order, stored as a packed array (the shard's "index").
 // Sample i of a shard is `chunk_payload(chunk) + offset`, `size` bytes: O(1), no search.
 struct IndexEntry {
