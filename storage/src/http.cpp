@@ -6,12 +6,15 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <mutex>
 #include <random>
 #include <thread>
+
+#include "shardfeed/base/option_text.h"
 
 namespace shardfeed::storage::internal {
 namespace {
@@ -187,12 +190,44 @@ Result<Endpoint> ParseEndpoint(const std::string& location) {
   return e;
 }
 
-FetchRetry RetryFromEnv() {
+namespace {
+
+// The number in environment variable `name`, strictly (the whole text, finite, in [low, high]);
+// `fallback` when it is unset or empty.
+Result<double> EnvNumber(const char* name, double fallback, double low, double high, bool whole) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const double x = std::strtod(v, &end);
+  if (end == v || *end != 0 || errno != 0 || !std::isfinite(x) || x < low || x > high ||
+      (whole && x != std::floor(x))) {
+    return Status::InvalidArgument(name, "=\"", v, "\": not ",
+                                   whole ? "a whole number" : "a number", " in ", low, "..", high);
+  }
+  return x;
+}
+
+}  // namespace
+
+Result<FetchRetry> RetryFromEnv() {
   FetchRetry r;
-  if (const char* v = std::getenv("SHARDFEED_FETCH_RETRIES")) r.retries = std::atoi(v);
-  if (const char* v = std::getenv("SHARDFEED_FETCH_MAX_DELAY")) r.max_delay_s = std::atof(v);
-  if (const char* v = std::getenv("SHARDFEED_FETCH_STALL_TIMEOUT"))
-    r.stall_timeout_s = std::atol(v);
+  SF_ASSIGN_OR_RETURN(double retries,
+                      EnvNumber("SHARDFEED_FETCH_RETRIES", r.retries, 0, 100, true));
+  SF_ASSIGN_OR_RETURN(r.max_delay_s,
+                      EnvNumber("SHARDFEED_FETCH_MAX_DELAY", r.max_delay_s, 0, 3600, false));
+  SF_ASSIGN_OR_RETURN(double stall, EnvNumber("SHARDFEED_FETCH_STALL_TIMEOUT",
+                                              double(r.stall_timeout_s), 1, 3600, true));
+  SF_RETURN_IF_ERROR(EnvNumber("SHARDFEED_FETCH_WAIT", 900, 0.001, 1e6, false).status());
+  if (const char* v = std::getenv("SHARDFEED_FETCH_PART_BYTES"); v && *v) {
+    uint64_t part = 0;
+    if (!shardfeed::ParseByteSize(v, &part) || part < 4096) {
+      return Status::InvalidArgument("SHARDFEED_FETCH_PART_BYTES=\"", v,
+                                     "\": not a size of at least 4 KiB (e.g. 32MiB)");
+    }
+  }
+  r.retries = static_cast<int>(retries);
+  r.stall_timeout_s = static_cast<long>(stall);
   if (r.max_delay_s < r.first_delay_s) r.first_delay_s = r.max_delay_s;
   return r;
 }

@@ -23,7 +23,11 @@ struct Endpoint {
 
 // Parses s3:// or http(s):// and reads the AWS variables and credentials file.
 Result<Endpoint> ParseEndpoint(const std::string& location);
-FetchRetry RetryFromEnv();
+// The fetch settings of the environment (SHARDFEED_FETCH_RETRIES, _MAX_DELAY, _STALL_TIMEOUT; also
+// checks _WAIT and _PART_BYTES, read where they are used): a value that is not a number in its
+// range is an error naming the variable (atoi/atol read a typo, or 0, as "no stall timeout": a
+// stalled body then hung for ever).
+Result<FetchRetry> RetryFromEnv();
 
 // GETs base/name with retries (FetchRetry). The body goes to `fd` when >= 0 (written from offset
 // 0 on every attempt, the file cut to the body's length on success, so space reserved for it

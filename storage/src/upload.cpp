@@ -497,7 +497,8 @@ Result<bool> RemoteHas(const std::string& location, const std::string& name,
                        bool denied_means_maybe) {
   std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
-  Client client(e, internal::RetryFromEnv());
+  SF_ASSIGN_OR_RETURN(const FetchRetry retry, internal::RetryFromEnv());
+  Client client(e, retry);
   return client.Has(name, denied_means_maybe);
 }
 
@@ -506,7 +507,8 @@ Result<std::string> RemoteFirstObject(const std::string& location) {
   SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
   internal::Endpoint bucket = e;
   bucket.base = e.bucket_base;
-  Client client(bucket, internal::RetryFromEnv());
+  SF_ASSIGN_OR_RETURN(const FetchRetry retry, internal::RetryFromEnv());
+  Client client(bucket, retry);
   return client.FirstKey(e.prefix.empty() ? "" : e.prefix + "/", location);
 }
 
@@ -514,7 +516,8 @@ Status RemoteDelete(const std::string& location, const std::string& name) {
   SF_RETURN_IF_ERROR(CheckWritable(location));
   std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
-  Client client(e, internal::RetryFromEnv());
+  SF_ASSIGN_OR_RETURN(const FetchRetry retry, internal::RetryFromEnv());
+  Client client(e, retry);
   return client.Delete(name);
 }
 
@@ -526,7 +529,7 @@ Status UploadArchive(const std::string& dir, const std::string& location, const 
   std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
   SF_ASSIGN_OR_RETURN(uint64_t part_size, PartSize(options));
-  const FetchRetry retry = internal::RetryFromEnv();
+  SF_ASSIGN_OR_RETURN(const FetchRetry retry, internal::RetryFromEnv());
 
   struct File {
     std::string name;

@@ -199,6 +199,17 @@ def test_a_stalled_body_times_out_and_is_fetched_again(proxy, s3_archive, local_
     assert proxy.shard_gets()["/data/good/shard-00001.mdb"] == 2
 
 
+@pytest.mark.parametrize("name, value", [
+    ("SHARDFEED_FETCH_STALL_TIMEOUT", "0"), ("SHARDFEED_FETCH_STALL_TIMEOUT", "abc"),
+    ("SHARDFEED_FETCH_RETRIES", "3x"), ("SHARDFEED_FETCH_MAX_DELAY", "-1"),
+    ("SHARDFEED_FETCH_WAIT", "soon"), ("SHARDFEED_FETCH_PART_BYTES", "1")])
+def test_a_fetch_variable_that_is_not_a_number_in_range_is_refused(s3_archive, env, name, value):
+    # Read with atol, "0" or a typo was 0: no stall timeout, and a stalled body hung for ever.
+    env.setenv(name, value)
+    with pytest.raises(ValueError, match=name):
+        shardfeed.Archive(s3_archive)
+
+
 def test_a_server_that_stays_down_fails_with_a_clear_error(proxy, s3_archive, env):
     env.setenv("SHARDFEED_FETCH_RETRIES", "2")
     proxy.all_reset(True)
