@@ -298,6 +298,7 @@ Result<std::string> ReadManifestText(const std::string& path, const storage::Cac
     if (fs::exists(path, ec)) {
       return Status::InvalidArgument(path, ": not a shardfeed archive (expected a directory)");
     }
+    SF_RETURN_IF_ERROR(storage::CheckScheme(path));  // gs://...: said so, not "no such archive"
     return Status::NotFound(path, ": no such archive");
   }
   *manifest_file = (fs::path(path) / kManifestFileName).string();

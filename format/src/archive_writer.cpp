@@ -21,6 +21,7 @@
 #include "shard_internal.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/format/stats_record.h"
+#include "shardfeed/storage/remote.h"
 
 namespace shardfeed::format {
 
@@ -242,6 +243,7 @@ struct ArchiveWriter::HashState {
 Result<std::unique_ptr<ArchiveWriter>> ArchiveWriter::Create(const std::string& path,
                                                              const WriterOptions& options) {
   if (path.empty()) return Status::InvalidArgument("empty output path");
+  SF_RETURN_IF_ERROR(storage::CheckScheme(path));  // not a local folder named "gs:"
   if (options.chunk_bytes == 0 || options.chunk_bytes > (uint64_t{1} << 31)) {
     return Status::InvalidArgument("chunk size must be between 1 byte and 2 GiB");
   }

@@ -17,6 +17,7 @@
 """
 import collections.abc
 import operator
+import re
 import os
 import weakref
 
@@ -552,7 +553,7 @@ def _local_out(out, command):
     """out as a local path; an s3:// or http(s):// OUT is the CLI's (docs/REMOTE.md, "Writing"):
     refused here rather than written to a local folder named 's3:'."""
     out = os.fspath(out)
-    if isinstance(out, str) and out.startswith(("s3://", "http://", "https://")):
+    if isinstance(out, str) and re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", out):
         raise ValueError("%s: shardfeed.%s writes a local folder; write to s3:// with the CLI "
                          "(shardfeed %s ... %s), or write locally and upload" %
                          (out, command, command, out))

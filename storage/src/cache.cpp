@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -139,9 +140,34 @@ CachedFile::~CachedFile() {
   g_room_generation.fetch_add(1, std::memory_order_acq_rel);
 }
 
+namespace {
+
+// The scheme of a `scheme://...` location, lower-cased; "" for a plain path.
+std::string SchemeOf(const std::string& location) {
+  const size_t colon = location.find("://");
+  if (colon == std::string::npos || colon == 0) return "";
+  std::string scheme = location.substr(0, colon);
+  for (char& c : scheme) {
+    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
+    if (!ok) return "";
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return std::isalpha(static_cast<unsigned char>(scheme[0])) ? scheme : "";
+}
+
+}  // namespace
+
 bool IsRemote(const std::string& location) {
-  return location.rfind("s3://", 0) == 0 || location.rfind("http://", 0) == 0 ||
-         location.rfind("https://", 0) == 0;
+  const std::string scheme = SchemeOf(location);
+  return scheme == "s3" || scheme == "http" || scheme == "https";
+}
+
+Status CheckScheme(const std::string& location) {
+  const std::string scheme = SchemeOf(location);
+  if (scheme.empty() || IsRemote(location)) return Status::OK();
+  return Status::InvalidArgument(location, ": ", scheme,
+                                 ":// is not a location shardfeed reads (s3://, http:// and "
+                                 "https:// are; a local archive is a folder path)");
 }
 
 void SetCacheOptions(const CacheOptions& options) {

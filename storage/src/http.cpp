@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -136,9 +137,27 @@ Result<Endpoint> ParseEndpoint(const std::string& location) {
   Endpoint e;
   e.shown = location;
   std::string loc = location;
-  while (loc.size() > 1 && loc.back() == '/') loc.pop_back();
+  const size_t scheme_end = loc.find("://");
+  if (scheme_end != std::string::npos) {  // S3://, HTTP:// name the same schemes
+    for (size_t i = 0; i < scheme_end; ++i) {
+      loc[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(loc[i])));
+    }
+  }
+  while (loc.size() > 1 && loc.back() == '/' && loc.size() > scheme_end + 3) loc.pop_back();
   if (loc.rfind("http://", 0) == 0 || loc.rfind("https://", 0) == 0) {
-    if (loc.find('/', loc.find("//") + 2) == std::string::npos && loc.size() <= 8) {
+    const size_t host = loc.find("//") + 2;
+    const std::string authority = loc.substr(host, loc.find('/', host) - host);
+    const size_t at = authority.rfind('@');
+    if (at != std::string::npos && authority.find(':') < at) {
+      // Shown with the password hidden: messages, logs and the cache's keys never hold a secret.
+      const std::string hidden = loc.substr(0, host) + authority.substr(0, authority.find(':')) +
+                                 ":***" + loc.substr(host + at);
+      return Status::InvalidArgument(hidden,
+                                     ": a password in the URL is not taken (it would be shown in "
+                                     "messages and process lists); serve the archive without "
+                                     "one, or use s3:// with AWS credentials");
+    }
+    if (authority.empty() || at + 1 == authority.size()) {
       return Status::InvalidArgument(location, ": no host in the URL");
     }
     e.base = loc;
@@ -320,11 +339,14 @@ Status Transfer(const Endpoint& endpoint, const std::string& name, const FetchRe
     if (code == CURLE_OK) {
       if (http == 404) return Status::NotFound(shown, ": not found (HTTP 404, ", url, ")");
       if (http == 403 || http == 401) {
+        if (!endpoint.s3) {  // http(s):// requests carry no credentials
+          return Status::IOError(shown, ": access denied (HTTP ", http, ", ", url,
+                                 "): the server refuses unsigned reads of it");
+        }
         return Status::IOError(
             shown, ": access denied (HTTP ", http, ", ", url,
-            "): check the credentials (AWS_ACCESS_KEY_ID, AWS_PROFILE)",
-            endpoint.s3 ? "; S3 also answers 403 for a missing object when they lack s3:ListBucket"
-                        : "");
+            "): check the credentials (AWS_ACCESS_KEY_ID, AWS_PROFILE); S3 also answers 403 for "
+            "a missing object when they lack s3:ListBucket");
       }
       transient = http >= 500 || http == 429 || http == 408;
       last = "HTTP " + std::to_string(http);
@@ -332,6 +354,7 @@ Status Transfer(const Endpoint& endpoint, const std::string& name, const FetchRe
     } else {
       transient = Transient(code);
       last = curl_easy_strerror(code);
+      last += " (" + url + ")";  // which endpoint: AWS_ENDPOINT_URL may point elsewhere
       if (!transient) return Status::IOError(shown, ": ", last);
     }
     if (attempt >= retry.retries) {

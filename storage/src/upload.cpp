@@ -484,7 +484,7 @@ Result<uint64_t> PartSize(const UploadOptions& o) {
 }  // namespace
 
 Status CheckWritable(const std::string& location) {
-  if (location.rfind("s3://", 0) == 0) return Status::OK();
+  if (location.size() > 5 && strncasecmp(location.c_str(), "s3://", 5) == 0) return Status::OK();
   if (IsRemote(location)) {
     return Status::InvalidArgument(location,
                                    ": cannot write an archive over http(s):// (read "

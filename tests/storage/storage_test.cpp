@@ -45,6 +45,23 @@ TEST_CASE("remote locations are told from paths", "[storage]") {
   CHECK_FALSE(IsRemote("archive"));
   CHECK(Remote::Open("s3:///nobucket").status().code() == StatusCode::kInvalidArgument);
   CHECK(Remote::Open("ftp://host/a").status().code() == StatusCode::kInvalidArgument);
+  // Schemes are case-insensitive; others are said to be unsupported, not "no such archive".
+  CHECK(IsRemote("S3://bucket/a"));
+  CHECK(IsRemote("HTTPS://host/a"));
+  CHECK(CheckScheme("/data/archive").ok());
+  CHECK(CheckScheme("s3://bucket/a").ok());
+  for (const char* other : {"gs://bucket/a", "file:///data/a", "az://c/a"}) {
+    const Status s = CheckScheme(other);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("is not a location shardfeed reads") != std::string::npos);
+  }
+  CHECK(Remote::Open("s3://").status().message().find("no bucket") != std::string::npos);
+  CHECK(Remote::Open("http:///a").status().message().find("no host") != std::string::npos);
+  // A password in the URL is refused, and not repeated in the message.
+  const Status secret = Remote::Open("https://alice:s3cr3t@host/data").status();
+  CHECK(secret.code() == StatusCode::kInvalidArgument);
+  CHECK(secret.message().find("s3cr3t") == std::string::npos);
+  CHECK(secret.message().find("https://alice:***@host/data") != std::string::npos);
 }
 
 TEST_CASE("sizes: bytes, SI and binary units", "[storage]") {

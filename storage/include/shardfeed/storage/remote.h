@@ -47,6 +47,11 @@ namespace shardfeed::storage {
 // True for s3://, http:// and https:// locations (anything Remote::Open takes).
 bool IsRemote(const std::string& location);
 
+// A location that has a URL's form (`scheme://`) but not a scheme shardfeed reads (gs://,
+// file://, ...): an error saying so, rather than "no such archive" for a local path of that
+// name. OK for remote locations and plain paths.
+Status CheckScheme(const std::string& location);
+
 struct CacheOptions {
   std::string dir;     // empty: SHARDFEED_CACHE_DIR, else $XDG_CACHE_HOME/shardfeed, else
                        // ~/.cache/shardfeed
