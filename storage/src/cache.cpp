@@ -184,6 +184,8 @@ Result<uint64_t> ParseByteSize(const std::string& text) {
   return v;
 }
 
+constexpr uint64_t kMinCacheLimit = 4096;
+
 const OptionTable<CacheOptions>& CacheOptionTable() {
   using O = CacheOptions;
   static const OptionTable<O> table(
@@ -205,6 +207,11 @@ const OptionTable<CacheOptions>& CacheOptionTable() {
           uint64_t v = 0;
           if (!shardfeed::ParseByteSize(t, &v)) {
             return BadOption("cache_limit", "a size in bytes such as 20GB, 512MiB or 1000000", t);
+          }
+          // 0 (or 0.5, rounded down) meant "unlimited" and 1.5 one byte: a limit holds a shard.
+          if (v < kMinCacheLimit) {
+            return BadOption("cache_limit", "a size of at least 4 KiB (leave it out for no limit)",
+                             t);
           }
           o->limit = v;
           return Status::OK();
@@ -243,6 +250,10 @@ Result<CacheOptions> ResolveCacheOptions(const CacheOptions& given) {
       if (!parsed.ok())
         return Status::InvalidArgument("SHARDFEED_CACHE_LIMIT=", limit, ": ",
                                        parsed.status().message());
+      if (*parsed < kMinCacheLimit) {
+        return Status::InvalidArgument("SHARDFEED_CACHE_LIMIT=", limit,
+                                       ": not a size of at least 4 KiB (unset it for no limit)");
+      }
       options.limit = *parsed;
     }
   }

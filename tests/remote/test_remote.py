@@ -420,6 +420,10 @@ def test_cache_options_through_the_cli(env, many_shards, tmp_path):
     out = subprocess.run([CLI, "bench", url, "--cache-limit", "lots"], capture_output=True,
                          text=True)
     assert out.returncode == 2 and "cache_limit (--cache-limit)" in out.stderr
+    for tiny in ("0", "0.5", "1.5"):  # were "unlimited" (0) and one byte
+        out = subprocess.run([CLI, "bench", url, "--cache-limit", tiny], capture_output=True,
+                             text=True)
+        assert out.returncode == 2 and "at least 4 KiB" in out.stderr, out.stderr
     for command in (["inspect", url], ["verify", url], ["extract", url, str(tmp_path / "x")]):
         d = tmp_path / ("c-" + command[0])
         out = subprocess.run([CLI, *command, "--cache-dir", str(d), "--cache-limit", "20MB"],
