@@ -28,9 +28,14 @@ Status Loader::Impl::PlanCache(LoaderOptions* o, std::shared_ptr<format::Archive
   for (size_t s = 0; s < archive->shard_count(); ++s) {
     if (archive->ShardOpen(s)) held += archive->manifest().shards[s].file_bytes, ++held_shards;
   }
+  // Both archives map the same cached files, so what they hold together is the union: never
+  // more than the whole archive (adding them refused a cache that holds every shard, while a
+  // smaller one, where the given archive opened lazily and held nothing, was taken).
   auto need = [&](uint32_t window, uint64_t* shards) {
-    return held + ShardKeeper::Need(archive->manifest().shards, window, in_flight, o->world_size,
-                                    o->run_ahead, *downloads, shards);
+    const uint64_t bytes =
+        held + ShardKeeper::Need(archive->manifest().shards, window, in_flight, o->world_size,
+                                 o->run_ahead, *downloads, shards);
+    return std::min(bytes, whole);
   };
   if (!by_shard || o->mode != WorkerMode::kThreads) {
     // Every shard stays held until the archive is closed: the cache must hold them all.

@@ -346,6 +346,17 @@ def test_a_quarter_of_the_archive_in_cache_reads_an_epoch_as_a_local_read(env, m
     assert not os.path.exists(os.environ["SHARDFEED_CACHE_DIR"] + "/remote")  # cache_dir= won
 
 
+def test_a_cache_that_holds_the_whole_archive_is_never_refused(env, many_shards, tmp_path):
+    # At a limit of the archive's size the given Archive opens every shard (held), and the
+    # loader's own copy's window was added on top: refused, while a quarter was taken.
+    local, url, total = many_shards
+    for limit in (total, total + total // 10):
+        cache = str(tmp_path / ("c%d" % limit))
+        loader = shardfeed.Loader(url, cache_dir=cache, cache_limit=limit, **BLOCK)
+        got, peak, _ = watched_epoch(loader, cache, limit)
+        assert len(got) == 400 and peak <= limit
+
+
 def test_a_quarter_cache_needs_no_option_at_batch_64(env, many_shards, tmp_path):
     # Batches of 64 with prefetch="auto": the ring's most slots (8 x 64 samples, over 3 shards
     # of 160) and the shards fetched ahead would need more than a quarter of the archive; the
