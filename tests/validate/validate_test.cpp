@@ -347,3 +347,22 @@ TEST_CASE("stats' luma measures of a flat, a gray and an edged image") {
 
 }  // namespace
 }  // namespace shardfeed::validate
+
+namespace shardfeed::validate {
+namespace {
+
+TEST_CASE("--fail-on flags counts samples, not flags") {
+  // A sample both tiny and dark, another both blurry and undecodable: two samples, four flags
+  // (said "4 flagged samples" before).
+  StatsReport r;
+  r.tiny = {3};
+  r.dark = {3};
+  r.blurry = {7};
+  r.errors = {{7, "corrupt JPEG data"}};
+  auto f = ParseFailOn("flags");
+  REQUIRE(f.ok());
+  CHECK(FailureSummary(r, *f) == "2 flagged samples");
+}
+
+}  // namespace
+}  // namespace shardfeed::validate

@@ -611,9 +611,16 @@ std::string FailureSummary(const StatsReport& r, const FailOn& f) {
   }
   if (f.leaks && !r.leaks.empty()) parts.push_back(count(r.leaks.size(), "leak"));
   if (f.flags) {
-    const size_t flagged = r.uniform.size() + r.dark.size() + r.bright.size() + r.blurry.size() +
-                           r.extreme_aspect.size() + r.tiny.size() + r.errors.size();
-    if (flagged) parts.push_back(count(flagged, "flagged sample"));
+    // Samples, not flags: a sample both tiny and dark is one flagged sample.
+    std::vector<uint64_t> flagged;
+    for (const auto* list :
+         {&r.uniform, &r.dark, &r.bright, &r.blurry, &r.extreme_aspect, &r.tiny}) {
+      flagged.insert(flagged.end(), list->begin(), list->end());
+    }
+    for (const auto& e : r.errors) flagged.push_back(e.first);
+    std::sort(flagged.begin(), flagged.end());
+    flagged.erase(std::unique(flagged.begin(), flagged.end()), flagged.end());
+    if (!flagged.empty()) parts.push_back(count(flagged.size(), "flagged sample"));
   }
   if (f.imbalance > 0 && !r.class_names.empty() && !(r.imbalance_ratio <= f.imbalance)) {
     std::ostringstream o;
