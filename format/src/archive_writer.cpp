@@ -279,7 +279,7 @@ Result<std::unique_ptr<ArchiveWriter>> ArchiveWriter::Create(const std::string& 
 
   if (Exists(clean)) {
     if (!options.overwrite) {
-      return Status::InvalidArgument(clean, ": already exists (pass --overwrite to replace it)");
+      return Status::InvalidArgument(clean, ": already exists (replace it with --overwrite; in Python, overwrite=True)");
     }
     if (!IsArchiveDirectory(clean)) {
       return Status::InvalidArgument(clean,

@@ -181,8 +181,10 @@ class Batch(tuple):
 _STATE_KEYS = ("epoch", "position", "seed", "plan_start", "consumed", "world_size", "batch_size")
 
 
-def _whole(value, what, minimum=0):
-    """A whole number >= minimum (ints, numpy ints, 0-d tensors), else ValueError naming `what`."""
+def _whole(value, what, minimum=0, maximum=(1 << 63) - 1):
+    """A whole number in minimum..maximum (ints, numpy ints, 0-d tensors), else ValueError naming
+    `what` (the native side takes 64-bit numbers: 2**64 was a pybind TypeError at the next
+    iter())."""
     try:
         if isinstance(value, bool):
             raise TypeError
@@ -191,6 +193,8 @@ def _whole(value, what, minimum=0):
         raise ValueError("%s must be a whole number, not %r" % (what, value)) from None
     if v < minimum:
         raise ValueError("%s must be at least %d, not %d" % (what, minimum, v))
+    if v > maximum:
+        raise ValueError("%s must be at most %d, not %d" % (what, maximum, v))
     return v
 
 

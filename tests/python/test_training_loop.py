@@ -257,6 +257,10 @@ def test_misuse_raises_a_clear_error(archive_path):
         sft.Loader(archive_path, dtype="float16", std=(1e-5, 1e-5, 1e-5))
     with pytest.raises(ValueError, match="set_epoch: epoch must be a whole number"):
         loader.set_epoch("3")
+    with pytest.raises(ValueError, match="set_epoch: epoch must be at most"):
+        loader.set_epoch(2 ** 64)  # was taken, then a pybind TypeError at the next iter()
+    with pytest.raises(ValueError, match="'epoch' must be at most"):
+        loader.load_state_dict({"epoch": 2 ** 64, "position": 0})
     loader.close()
     with pytest.raises(shardfeed.Error, match="closed"):
         loader.set_epoch(1)
