@@ -174,14 +174,20 @@ TEST_CASE("cache options: declared once; given options come before SetCacheOptio
   CHECK(bad.code() == StatusCode::kInvalidArgument);
   CHECK(bad.message().find("cache_limit (--cache-limit)") != std::string::npos);
   CHECK(table.Unknown("cache_dri").message().find("cache_dir") != std::string::npos);
-  Env env{{"SHARDFEED_CACHE_DIR", "/env"}, {"SHARDFEED_CACHE_LIMIT", "1000"}};
+  Env env{{"SHARDFEED_CACHE_DIR", "/env"}, {"SHARDFEED_CACHE_LIMIT", "10000"}};
   SetCacheOptions({"/process", 7});
   CHECK(ResolveCacheOptions({"/given", 9})->dir == "/given");
   CHECK(ResolveCacheOptions({"/given", 9})->limit == 9);
   CHECK(ResolveCacheOptions({"", 9})->dir == "/process");
   CHECK(ResolveCacheOptions({"/given", 0})->limit == 7);
   SetCacheOptions({});
-  CHECK(ResolveCacheOptions({"/given", 0})->limit == 1000);
+  CHECK(ResolveCacheOptions({"/given", 0})->limit == 10000);
+  // Below 4 KiB no shard fits: refused (0 and 0.5 used to mean no limit, 1.5 one byte).
+  for (const char* tiny : {"0", "0.5", "1.5", "4095"}) {
+    CHECK(table.Set(&o, "cache_limit", tiny).code() == StatusCode::kInvalidArgument);
+  }
+  Env small{{"SHARDFEED_CACHE_LIMIT", "1000"}};
+  CHECK(ResolveCacheOptions({"/given", 0}).status().code() == StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("ReleaseShard unmaps a shard; its next access opens it again, same bytes",
