@@ -85,14 +85,18 @@ Status DecodeForPixels(imaging::Decoder& decoder, const uint8_t* data, size_t si
   imaging::Image& full = scratch ? *scratch : local;
   SF_RETURN_IF_ERROR(
       decoder.DecodeAtLeast(data, size, options.size, &full, options.limits, /*strict=*/true));
-  imaging::ResizeShortSide(full, options.size, options.center_crop, out);
+  SF_RETURN_IF_ERROR(SourceFrame(data, size, full, options.limits, &r));
+  const bool turned = r.orientation >= 5;  // the output's size from the source, upright
+  imaging::ResizeShortSide(full, options.size, options.center_crop, out,
+                           turned ? r.source_height : r.source_width,
+                           turned ? r.source_width : r.source_height);
   Via(full.width, full.height, &r);
   if (options.center_crop) {  // ResizeShortSide's crop: the centre square of the short side
     const uint32_t side = std::min(full.width, full.height);
     r.crop_x = (full.width - side) / 2, r.crop_y = (full.height - side) / 2;
     r.crop_width = r.crop_height = side;
   }
-  return SourceFrame(data, size, full, options.limits, &r);
+  return Status::OK();
 }
 
 namespace {

@@ -319,8 +319,13 @@ void ShortSideSize(uint32_t w, uint32_t h, uint32_t short_side, uint32_t* out_w,
 }
 
 void ResizeShortSide(const Image& src, uint32_t short_side, bool center_crop, Image* out) {
+  ResizeShortSide(src, short_side, center_crop, out, src.width, src.height);
+}
+
+void ResizeShortSide(const Image& src, uint32_t short_side, bool center_crop, Image* out,
+                     uint32_t source_w, uint32_t source_h) {
   uint32_t rw, rh;
-  ShortSideSize(src.width, src.height, short_side, &rw, &rh);
+  ShortSideSize(source_w, source_h, short_side, &rw, &rh);
   if (!center_crop) {
     out->Resize(rw, rh, src.channels);
     ResizeInto(src.pixels.data(), src.width, src.height, 0, src.channels, out->pixels.data(), rw,

@@ -560,3 +560,21 @@ def test_png_pixels_are_the_stored_values_without_gamma(tmp_path):
             a = p[:, :, 3:]
             p = (p[:, :, :3] * a + 255 * (255 - a) + 127) // 255
         assert got.tolist() == p.astype(np.uint8).tolist(), name
+
+
+def test_size_rounds_the_long_side_from_the_source_for_jpeg_and_png(tmp_path):
+    # 301x211 to a short side of 48: 301 * 48 / 211 = 68.47 -> 68. The JPEG, decoded at a DCT
+    # scale (76x53) first, came out 69 wide.
+    np = pytest.importorskip("numpy")
+    Image = pytest.importorskip("PIL.Image")
+    pixels = np.random.default_rng(2).integers(0, 255, (211, 301, 3), np.uint8)
+    src = tmp_path / "src" / "c"
+    src.mkdir(parents=True)
+    Image.fromarray(pixels).save(src / "a.jpg", quality=90)
+    Image.fromarray(pixels).save(src / "b.png")
+    run("pack", tmp_path / "src", tmp_path / "a", "--encoding", "zstd", "--size", "48", check=0)
+    run("extract", tmp_path / "a", tmp_path / "x", check=0)
+    for name in ("a.jpg", "b.png"):
+        stem = name.rsplit(".", 1)[0]
+        got = [f for f in os.listdir(tmp_path / "x" / "c") if f.startswith(stem)]
+        assert Image.open(tmp_path / "x" / "c" / got[0]).size == (68, 48), name

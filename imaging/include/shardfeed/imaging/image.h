@@ -180,6 +180,11 @@ void ShortSideSize(uint32_t w, uint32_t h, uint32_t short_side, uint32_t* out_w,
 // Resizes so the short side is `short_side`; then, with `center_crop`, crops the centre
 // `short_side` x `short_side`. The converter's definition of a resized record.
 void ResizeShortSide(const Image& src, uint32_t short_side, bool center_crop, Image* out);
+// The same, the output's size taken from the image `src` was decoded from, `source_w` x
+// `source_h` (upright): a DCT-scaled decode's rounded-up size would round the long side
+// differently (301x211 to short side 48: 68 from the source, 69 from a 76x53 decode).
+void ResizeShortSide(const Image& src, uint32_t short_side, bool center_crop, Image* out,
+                     uint32_t source_w, uint32_t source_h);
 // Applies EXIF orientation 1..8 in place (via a scratch copy).
 void ApplyOrientation(Image* image, int orientation);
 // Boxes (x0, y0, x1, y1 per box, `n` of them, pixel edges of an image stored `w` x `h`) turned
