@@ -233,8 +233,8 @@ class JpegCodec final : public Codec {
     const bool turned = r.orientation >= 5;
     const uint32_t upright_w = turned ? r.source_height : r.source_width;
     const uint32_t upright_h = turned ? r.source_width : r.source_height;
-    uint32_t w = 0, h = 0;
-    CappedSize(full.width, full.height, o, &w, &h);
+    uint32_t w = 0, h = 0;  // from the source: a DCT-scaled decode's size rounds differently
+    CappedSize(upright_w, upright_h, o, &w, &h);
     const imaging::Image* img = &full;
     if (w != full.width || h != full.height) {
       ctx.scratch.Resize(w, h, 3);

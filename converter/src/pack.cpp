@@ -249,6 +249,9 @@ std::vector<std::string> NumericClassNames(int64_t max_label) {
 namespace {
 
 bool IsPackReport(const std::string& path) {
+  std::error_code ec;  // a report names its skipped files: large, but not gigabytes
+  const uintmax_t bytes = std::filesystem::file_size(path, ec);
+  if (ec || bytes > (uintmax_t{256} << 20)) return false;
   std::ifstream in(path, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();
@@ -288,7 +291,7 @@ Status WriteReport(const std::string& path, const std::string& text, bool overwr
   const bool replace = overwrite && std::filesystem::exists(path);
   if (replace) SF_RETURN_IF_ERROR(CheckReportPath(path, overwrite));  // still a report
   std::string file = replace ? path + ".tmp-XXXXXX" : path;
-  const int fd = replace ? ::mkstemp(file.data())
+  const int fd = replace ? ::mkostemp(file.data(), O_CLOEXEC)
                          : ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return Status::IOError("--report ", file, ": ", std::strerror(errno));
   size_t done = 0;

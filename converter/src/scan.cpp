@@ -258,6 +258,7 @@ Result<SourceList> ReadListFile(const std::string& list_file, const std::string&
   auto bad = [&](const std::string& why) {
     return Status::Corrupt(list_file, ":", line_no, ": ", why);
   };
+  Status too_big;  // a label beyond format::kMaxClassId, with its line
   while (std::getline(in, line)) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -285,7 +286,10 @@ Result<SourceList> ReadListFile(const std::string& list_file, const std::string&
       if (!ParseLabel(text, &label)) {
         return bad("label \"" + text + "\" is not a non-negative integer");
       }
-      if (Status id = CheckClassId(label); !id.ok()) return bad("label " + id.message());
+      // A class id only when every line has one label (known at the end): the first too large.
+      if (too_big.ok()) {
+        if (Status id = CheckClassId(label); !id.ok()) too_big = bad("label " + id.message());
+      }
       row.push_back(label);
       max_label = std::max(max_label, label);
     }
@@ -302,6 +306,7 @@ Result<SourceList> ReadListFile(const std::string& list_file, const std::string&
   if (in.bad()) return Status::IOError(list_file, ": read failed");
   if (list.items.empty()) return Status::InvalidArgument(list_file, ": no entries");
   if (!multi) {
+    if (!too_big.ok()) return too_big;
     // One label per line: image, label, path (Schema::ImageFolder()).
     list.class_names = NumericClassNames(max_label);
     return list;

@@ -61,7 +61,10 @@ std::string ForeignEntry(const std::string& dir) {
            std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
   };
   auto ours = [&](std::string_view name) {
-    if (name == kManifestFileName || name == kStatsFileName || name == kReplacedMarker) return true;
+    if (name == kManifestFileName || name == kStatsFileName || name == kReplacedMarker ||
+        name == kPartialMarker) {  // the partial marker rides along until it is unlinked
+      return true;
+    }
     const std::string_view stats_tmp = ".tmp-";
     if (name.substr(0, kStatsFileName.size()) == kStatsFileName &&
         name.substr(kStatsFileName.size(), stats_tmp.size()) == stats_tmp) {
@@ -279,7 +282,8 @@ Result<std::unique_ptr<ArchiveWriter>> ArchiveWriter::Create(const std::string& 
 
   if (Exists(clean)) {
     if (!options.overwrite) {
-      return Status::InvalidArgument(clean, ": already exists (replace it with --overwrite; in Python, overwrite=True)");
+      return Status::InvalidArgument(
+          clean, ": already exists (replace it with --overwrite; in Python, overwrite=True)");
     }
     if (!IsArchiveDirectory(clean)) {
       return Status::InvalidArgument(clean,

@@ -19,6 +19,7 @@ import gc
 import itertools
 import json
 import multiprocessing
+import numbers
 import operator
 import os
 import sys
@@ -114,9 +115,9 @@ def _class_names(names):
         raise TypeError("class_names is a list of names, not %s" % type(names).__name__)
     out = []
     for i, c in enumerate(names):
-        if isinstance(c, bool) or not isinstance(c, (str, int)):
+        if isinstance(c, (bool, np.bool_)) or not isinstance(c, (str, numbers.Integral)):
             raise TypeError("class_names[%d]: a name is a str, not %s" % (i, type(c).__name__))
-        out.append(str(c))
+        out.append(c if isinstance(c, str) else str(int(c)))  # numpy ints too
     if not out:
         raise ValueError("class_names is empty: no label could name a class (leave it out for "
                          "names '0'..'max label')")
@@ -280,7 +281,7 @@ class Writer:
     schema: {name: type} in field order (types of docs/FORMAT.md, "Fields": image, mask,
     boxes, int64, float32, float64, str, bytes, json, "<dtype>[<dims>]"; a per-box field as
     {"type": "int64[*]", "per": "boxes"}), or the path of such a JSON file. Default: image and
-    label. A field named "label" of type int64 is the class field (0 <= label < 2^31, and below
+    label. A field named "label" of type int64 is the class field (0 <= label <= 4194303, and below
     len(class_names) when given; without class_names they are "0".."max label").
 
     Values: the image as encoded bytes (JPEG, PNG, WebP...), a file path (str or pathlib; read

@@ -55,8 +55,8 @@ bool LockWithin(int fd, int op, double seconds) {
 }
 
 double WaitBound() {
-  const char* v = std::getenv("SHARDFEED_FETCH_WAIT");
-  return v ? std::atof(v) : 900.0;
+  const char* v = std::getenv("SHARDFEED_FETCH_WAIT");  // checked at open (RetryFromEnv)
+  return v && *v ? std::atof(v) : 900.0;
 }
 
 // A short stable key for a location: FNV-1a 64, in hex.

@@ -146,7 +146,7 @@ Result<Endpoint> ParseEndpoint(const std::string& location) {
   while (loc.size() > 1 && loc.back() == '/' && loc.size() > scheme_end + 3) loc.pop_back();
   if (loc.rfind("http://", 0) == 0 || loc.rfind("https://", 0) == 0) {
     const size_t host = loc.find("//") + 2;
-    const std::string authority = loc.substr(host, loc.find('/', host) - host);
+    const std::string authority = loc.substr(host, loc.find_first_of("/?#", host) - host);
     const size_t at = authority.rfind('@');
     if (at != std::string::npos && authority.find(':') < at) {
       // Shown with the password hidden: messages, logs and the cache's keys never hold a secret.

@@ -572,9 +572,11 @@ def test_size_rounds_the_long_side_from_the_source_for_jpeg_and_png(tmp_path):
     src.mkdir(parents=True)
     Image.fromarray(pixels).save(src / "a.jpg", quality=90)
     Image.fromarray(pixels).save(src / "b.png")
-    run("pack", tmp_path / "src", tmp_path / "a", "--encoding", "zstd", "--size", "48", check=0)
-    run("extract", tmp_path / "a", tmp_path / "x", check=0)
-    for name in ("a.jpg", "b.png"):
-        stem = name.rsplit(".", 1)[0]
-        got = [f for f in os.listdir(tmp_path / "x" / "c") if f.startswith(stem)]
-        assert Image.open(tmp_path / "x" / "c" / got[0]).size == (68, 48), name
+    for encoding in ("zstd", "jpeg", "auto"):  # raw/zstd records and re-encoded JPEG ones
+        out, x = tmp_path / ("a-" + encoding), tmp_path / ("x-" + encoding)
+        run("pack", tmp_path / "src", out, "--encoding", encoding, "--size", "48", check=0)
+        run("extract", out, x, check=0)
+        for name in ("a.jpg", "b.png"):
+            stem = name.rsplit(".", 1)[0]
+            got = [f for f in os.listdir(x / "c") if f.startswith(stem)]
+            assert Image.open(x / "c" / got[0]).size == (68, 48), (encoding, name)

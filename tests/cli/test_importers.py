@@ -758,3 +758,7 @@ def test_a_label_beyond_the_class_limit_is_refused_naming_the_line(tmp_path):
     run("pack", tmp_path, tmp_path / "o3", "--list", tmp_path / "l.txt", "-q", check=0)
     m = manifest(tmp_path / "o3")
     assert len(m["class_names"]) == 4194304 and m["class_names"][-1] == "4194303"
+    # Several labels on a line are a labels field, not class ids: no limit there.
+    (tmp_path / "l.txt").write_text("0\t1\t2000000000\ta.jpg\n1\t5\ta.jpg\n")  # MXNet .lst
+    run("pack", tmp_path, tmp_path / "o4", "--list", tmp_path / "l.txt", "-q", check=0)
+    assert samples(tmp_path / "o4", tmp_path)[0]["labels"] == [1, 2000000000]

@@ -417,6 +417,13 @@ def test_class_names_are_a_list_of_distinct_names(tmp_path, names, error):
     assert not os.path.exists(tmp_path / "a")
 
 
+def test_class_names_may_be_numpy_integers(tmp_path):
+    with shardfeed.Writer(tmp_path / "a", schema={"image": "image", "label": "int64"},
+                          class_names=np.arange(3)) as w:
+        w.write({"image": np.zeros((4, 4, 3), np.uint8), "label": 2})
+    assert shardfeed.Archive(tmp_path / "a").class_names == ["0", "1", "2"]
+
+
 def test_a_label_beyond_the_class_limit_is_a_bad_sample(tmp_path):
     top = shardfeed._native.max_class_id
     with shardfeed.Writer(tmp_path / "a", schema={"image": "image", "label": "int64"},

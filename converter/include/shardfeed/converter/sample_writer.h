@@ -56,7 +56,7 @@ struct Sample {
   uint32_t height = 0, width = 0;
   std::string image_file;
   uint64_t offset = 0, length = 0;
-  int64_t label = 0;  // the class field's value, when the schema has one (0 <= label < 2^31)
+  int64_t label = 0;  // the class field's value, when the schema has one (0 <= label <= format::kMaxClassId)
   // One value per schema field, in schema order; the image's and the class field's entries are
   // not read (they may be left absent). Empty: allowed only when the schema has no other field.
   std::vector<OwnedValue> values;
