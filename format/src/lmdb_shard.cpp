@@ -202,7 +202,10 @@ class LmdbWalker {
     if (psize_or_4096(meta[0]) != psize_) return Bad("meta pages disagree on the page size");
     pages_ = file_bytes_ / psize_;
     const uint64_t last = Load<uint64_t>(b + 120);
-    if (last >= pages_) return Bad("pages up to ", last, " are promised, the file holds ", pages_);
+    if (last >= pages_) {  // pages are numbered from 0: the last in use needs last + 1 of them
+      return Bad("pages 0..", last, " (", last + 1, ") are in use, the file holds ", pages_,
+                 " (truncated?)");
+    }
     const uint8_t* main_db = b + 24 + 48;
     if (Load<uint16_t>(main_db + 4) != 0) return Bad("the main database has unexpected flags");
     const uint64_t root = Load<uint64_t>(main_db + 40);
