@@ -151,6 +151,10 @@ class _Converter:
         if not isinstance(sample, collections.abc.Mapping):
             if isinstance(sample, (tuple, list)) and len(sample) == len(self.names):
                 sample = dict(zip(self.names, sample))
+            elif isinstance(sample, (tuple, list)):
+                raise _Bad(None, "a %s of %d values for a schema of %d fields (%s, in that order)"
+                           % (type(sample).__name__, len(sample), len(self.names),
+                              ", ".join(self.names)))
             else:
                 raise _Bad(None, "a sample is a dict of the schema's fields (%s) or a tuple of "
                            "them in that order, not %s" % (", ".join(self.names),

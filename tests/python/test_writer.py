@@ -432,3 +432,11 @@ def test_a_label_beyond_the_class_limit_is_a_bad_sample(tmp_path):
         w.write({"image": np.zeros((4, 4, 3), np.uint8), "label": 2})
     assert "at most %d classes" % (top + 1) in w.report["skipped"][0]["reason"]
     assert shardfeed.Archive(tmp_path / "a").class_names == ["0", "1", "2"]
+
+
+def test_a_tuple_of_the_wrong_length_says_how_many_values(tmp_path):
+    # It said "... or a tuple of them in that order, not tuple".
+    with pytest.raises(ValueError, match=r"a tuple of 1 values for a schema of 2 fields \(image, label"):
+        with shardfeed.Writer(tmp_path / "a", schema={"image": "image", "label": "int64"}) as w:
+            w.write((np.zeros((4, 4, 3), np.uint8),))
+    assert not os.path.exists(tmp_path / "a")
