@@ -86,10 +86,9 @@ Status DecodeForPixels(imaging::Decoder& decoder, const uint8_t* data, size_t si
   SF_RETURN_IF_ERROR(
       decoder.DecodeAtLeast(data, size, options.size, &full, options.limits, /*strict=*/true));
   SF_RETURN_IF_ERROR(SourceFrame(data, size, full, options.limits, &r));
-  const bool turned = r.orientation >= 5;  // the output's size from the source, upright
-  imaging::ResizeShortSide(full, options.size, options.center_crop, out,
-                           turned ? r.source_height : r.source_width,
-                           turned ? r.source_width : r.source_height);
+  // The output's size from the source, upright (not the DCT-scaled decode's).
+  imaging::ResizeShortSide(full, options.size, options.center_crop, out, r.upright_width(),
+                           r.upright_height());
   Via(full.width, full.height, &r);
   if (options.center_crop) {  // ResizeShortSide's crop: the centre square of the short side
     const uint32_t side = std::min(full.width, full.height);
@@ -230,9 +229,7 @@ class JpegCodec final : public Codec {
     Reshape& r = ctx.reshape;
     SF_RETURN_IF_ERROR(SourceFrame(source.data(), source.size(), full, o.limits, &r));
     Via(full.width, full.height, &r);
-    const bool turned = r.orientation >= 5;
-    const uint32_t upright_w = turned ? r.source_height : r.source_width;
-    const uint32_t upright_h = turned ? r.source_width : r.source_height;
+    const uint32_t upright_w = r.upright_width(), upright_h = r.upright_height();
     uint32_t w = 0, h = 0;  // from the source: a DCT-scaled decode's size rounds differently
     CappedSize(upright_w, upright_h, o, &w, &h);
     const imaging::Image* img = &full;

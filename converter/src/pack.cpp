@@ -277,10 +277,10 @@ Status CheckReportPath(const std::string& path, bool overwrite) {
     }
     return Status::OK();
   }
-  if (overwrite && fs::is_regular_file(st) && IsPackReport(path)) return Status::OK();
+  const bool report = fs::is_regular_file(st) && IsPackReport(path);
+  if (overwrite && report) return Status::OK();
   return Status::InvalidArgument(
-      "--report ", path, ": exists",
-      fs::is_regular_file(st) && IsPackReport(path) ? "" : " and is not a pack report",
+      "--report ", path, ": exists", report ? "" : " and is not a pack report",
       "; shardfeed writes only new files here (a previous pack report is replaced with "
       "--overwrite)");
 }

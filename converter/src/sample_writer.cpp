@@ -230,9 +230,7 @@ void EditBoxes(const format::Schema& schema, Sample* s, Edit edit) {
 // aligned), masks turned and resampled nearest-neighbour (class ids are never blended).
 Status FollowImage(const format::Schema& schema, const codec::Reshape& r, const IndexEntry& e,
                    Sample* s) {
-  const bool turned = r.orientation >= 5;
-  const uint32_t uw = turned ? r.source_height : r.source_width;  // the source, upright
-  const uint32_t uh = turned ? r.source_width : r.source_height;
+  const uint32_t uw = r.upright_width(), uh = r.upright_height();
   if (uw == 0 || uh == 0 || r.crop_width == 0 || r.crop_height == 0) {
     return Status::Internal("the codec did not say how it made the record");
   }

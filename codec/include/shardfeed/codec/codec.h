@@ -86,6 +86,9 @@ struct Reshape {
   int orientation = 1;
   uint32_t via_width = 0, via_height = 0;
   uint32_t crop_x = 0, crop_y = 0, crop_width = 0, crop_height = 0;
+  // The source's size upright (orientations 5-8 swap its sides).
+  uint32_t upright_width() const { return orientation >= 5 ? source_height : source_width; }
+  uint32_t upright_height() const { return orientation >= 5 ? source_width : source_height; }
 };
 
 // One thread's scratch, reused across records.
