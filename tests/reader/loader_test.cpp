@@ -225,6 +225,19 @@ size_t Threads() {
   return n;
 }
 
+// Threads of this process once those that have ended are gone from /proc. A joined thread
+// can still be listed for a moment: the kernel wakes pthread_join when the thread releases
+// its memory, and removes its task entry a little later. Waits at most 10 s for `expected`
+// and returns the count seen last.
+size_t ThreadsSettled(size_t expected) {
+  size_t n = Threads();
+  for (int i = 0; i < 1000 && n != expected; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    n = Threads();
+  }
+  return n;
+}
+
 TEST_CASE("workers=auto delivers what a fixed count does; sleeping workers end cleanly") {
   testing::TempDir dir;
   auto archive = MakeRawArchive(dir / "a", 203);
@@ -249,7 +262,12 @@ TEST_CASE("workers=auto delivers what a fixed count does; sleeping workers end c
   // Leave an epoch early with workers asleep, and destroy the loader: every thread ends. A
   // fresh loader has one worker claiming work and two asleep until its first tuning window
   // closes (Tuner::kWindow + 1 batches), so one batch in, two are asleep.
-  const size_t threads_before = Threads();
+  size_t threads_before = Threads();  // the first loaders' threads may still be listed
+  for (size_t seen = 0; seen != threads_before;) {
+    seen = threads_before;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    threads_before = Threads();
+  }
   auto c = Loader::Create(archive, tuned);
   REQUIRE(c.ok());
   CHECK(Threads() == threads_before + 3);
@@ -259,7 +277,7 @@ TEST_CASE("workers=auto delivers what a fixed count does; sleeping workers end c
   REQUIRE(*first);
   CHECK((*c)->Stats().workers == 1);
   c->reset();
-  CHECK(Threads() == threads_before);
+  CHECK(ThreadsSettled(threads_before) == threads_before);
   CHECK(first->images()[0] == first->indices()[0] % 251);  // the lease outlives the loader
 }
 
