@@ -21,6 +21,7 @@
 #include "jpeg_errors.h"
 #include "jpeg_scale.h"
 #include "shardfeed/imaging/image.h"
+#include "stb_checks.h"
 
 namespace shardfeed::imaging {
 
@@ -175,41 +176,6 @@ Status DecodeTiff(const uint8_t* data, size_t size, Image* out, const Limits& li
     dst[0] = static_cast<uint8_t>(std::min(255u, TIFFGetR(p) + 255 - a));
     dst[1] = static_cast<uint8_t>(std::min(255u, TIFFGetG(p) + 255 - a));
     dst[2] = static_cast<uint8_t>(std::min(255u, TIFFGetB(p) + 255 - a));
-  }
-  return Status::OK();
-}
-
-// Binary PNM (P5 grey, P6 RGB), checked before stb_image sees it. Debian's stb (2022-09)
-// converts a 16-bit PNM (maxval over 255) to 4 channels with its 8-bit routine and then reads
-// twice the buffer (a crash found by decode_fuzz), and leaves a truncated file's missing pixels
-// uninitialised. So: 16-bit is refused, and the pixel data must all be there. The header is
-// walked as stb walks it: whitespace and # comments before each number, one byte after maxval.
-Status CheckPnm(const uint8_t* d, size_t n) {
-  if (n < 2 || d[0] != 'P' || (d[1] != '5' && d[1] != '6')) return Status::OK();
-  size_t p = 2;
-  uint64_t v[3] = {0, 0, 0};  // width, height, maxval
-  for (uint64_t& value : v) {
-    for (;;) {
-      while (p < n && std::strchr(" \t\n\v\f\r", d[p]) && d[p] != 0) ++p;
-      if (p >= n || d[p] != '#') break;
-      while (p < n && d[p] != '\n' && d[p] != '\r') ++p;
-    }
-    if (p >= n || d[p] < '0' || d[p] > '9') return Status::Corrupt("PNM header: a number expected");
-    while (p < n && d[p] >= '0' && d[p] <= '9' && value < (uint64_t{1} << 32)) {
-      value = value * 10 + static_cast<uint64_t>(d[p++] - '0');
-    }
-  }
-  ++p;  // the one whitespace byte after maxval
-  if (v[0] == 0 || v[1] == 0 || v[0] > (1u << 24) || v[1] > (1u << 24)) {
-    return Status::Corrupt("PNM header: size ", v[0], "x", v[1]);
-  }
-  if (v[2] == 0 || v[2] > 255) {
-    return Status::Unsupported("PNM with maxval ", v[2], ": only 8-bit (maxval 1-255) is read");
-  }
-  const uint64_t need = v[0] * v[1] * (d[1] == '6' ? 3 : 1);
-  const uint64_t have = p < n ? n - p : 0;
-  if (have < need) {
-    return Status::Corrupt("PNM pixel data truncated: ", have, " of ", need, " bytes");
   }
   return Status::OK();
 }
@@ -527,6 +493,8 @@ Status Decoder::DecodeOther(ImageFormat format, const uint8_t* data, size_t size
       int w = 0, h = 0, comp = 0;
       if (size > INT32_MAX) return Status::Unsupported("file too large");
       SF_RETURN_IF_ERROR(CheckPnm(data, size));
+      SF_RETURN_IF_ERROR(CheckBmp(data, size));
+      SF_RETURN_IF_ERROR(CheckGif(data, size));
       if (!stbi_info_from_memory(data, static_cast<int>(size), &w, &h, &comp)) {
         return Status::Corrupt(ImageFormatName(format), " header: ", stbi_failure_reason());
       }

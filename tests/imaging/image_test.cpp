@@ -392,6 +392,50 @@ TEST_CASE("binary PNM: 8-bit decodes, 16-bit and truncated pixel data are refuse
   CHECK(!s.ok());
 }
 
+// stb_image reads past its buffer's end as zeros and reports nothing: a truncated BMP or GIF
+// decoded to black or white rows with no error, and pack stored it.
+TEST_CASE("truncated BMP and GIF are refused, naming what is missing") {
+  Decoder d;
+  Image img;
+  // 3x2, 24-bit, bottom-up: rows of 9 bytes padded to 12, pixel data at byte 54.
+  std::vector<uint8_t> bmp = {'B', 'M', 78, 0, 0, 0, 0, 0, 0, 0, 54, 0, 0, 0, 40, 0, 0,  0,
+                              3,   0,   0,  0, 2, 0, 0, 0, 1, 0, 24, 0, 0, 0, 0,  0, 24, 0,
+                              0,   0,   0,  0, 0, 0, 0, 0, 0, 0, 0,  0, 0, 0, 0,  0, 0,  0};
+  for (int i = 0; i < 24; ++i) bmp.push_back(static_cast<uint8_t>(i % 12 < 9 ? 10 + i : 0));
+  REQUIRE(bmp.size() == 78);
+  REQUIRE(d.Decode(bmp.data(), bmp.size(), &img, {}).ok());
+  CHECK(img.width == 3);
+  CHECK(img.height == 2);
+  CHECK(img.pixels[0] == 24);  // the top row is stored last, BGR: byte 12 + 2 = 24
+  for (size_t n = 30; n < bmp.size(); ++n) {
+    CAPTURE(n);
+    Status s = d.Decode(bmp.data(), n, &img, {});
+    CHECK(s.code() == StatusCode::kCorrupt);
+    CHECK(s.message().find("BMP") != std::string::npos);
+    CHECK(s.message().find("truncated") != std::string::npos);
+  }
+  // 1x1 white, with a graphic control extension: the classic 43-byte GIF.
+  const std::vector<uint8_t> gif = {'G', 'I', 'F',  '8',  '9',  'a',  1,    0, 1,    0,    0x80,
+                                    0,   0,   0xff, 0xff, 0xff, 0,    0,    0, 0x21, 0xf9, 4,
+                                    1,   0,   0,    0,    0,    0x2c, 0,    0, 0,    0,    1,
+                                    0,   1,   0,    0,    2,    2,    0x44, 1, 0,    0x3b};
+  REQUIRE(d.Decode(gif.data(), gif.size(), &img, {}).ok());
+  CHECK(img.width == 1);
+  CHECK(img.pixels[0] == 255);
+  for (size_t n = 13; n + 1 < gif.size(); ++n) {
+    CAPTURE(n);
+    Status s = d.Decode(gif.data(), n, &img, {});
+    CHECK(s.code() == StatusCode::kCorrupt);
+    CHECK(s.message().find("GIF truncated") != std::string::npos);
+  }
+  // Without its trailer byte the frame is whole: stb_image and Pillow read it.
+  CHECK(d.Decode(gif.data(), gif.size() - 1, &img, {}).ok());
+  const std::vector<uint8_t> bad_block = {'G', 'I', 'F', '8', '9', 'a', 1, 0, 1, 0, 0, 0, 0, 0x99};
+  Status s = d.Decode(bad_block.data(), bad_block.size(), &img, {});
+  CHECK(s.code() == StatusCode::kCorrupt);
+  CHECK(s.message().find("unknown kind 0x99 at byte 13") != std::string::npos);
+}
+
 TEST_CASE("non-images and unsupported formats are named as such") {
   Decoder d;
   Image img;
