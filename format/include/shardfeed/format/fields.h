@@ -4,9 +4,9 @@
 //
 // A schema is an ordered list of named, typed fields. Exactly one is of type `image` (the record
 // every index entry addresses; transforms apply to it). A field named `label` of type `int64` is
-// the class field: its value lives in IndexEntry::label (0 <= label <= kMaxClassId, and below the number
-// of class names when the archive has them), so classification reads no more than before. Every
-// other field is either
+// the class field: its value lives in IndexEntry::label (0 <= label <= kMaxClassId, and below
+// the number of class names when the archive has them), so classification reads no more than
+// before. Every other field is either
 //   - fixed-size (int64, float32, float64, an array type whose dims are all numbers): one
 //     column per field in the shard's fields table, `item_bytes()` per sample, read without
 //     parsing; or
