@@ -426,6 +426,7 @@ int CmdVerify(int argc, char** argv) {
       std::fprintf(stderr, "shardfeed: error: %s\n", report.error.c_str());
       std::printf("BAD archive: %s\n", report.error.c_str());
     }
+    for (const auto& s : report.repaired) std::printf("REPAIRED cache: %s\n", s.c_str());
     for (const auto& s : report.bad_manifest) std::printf("BAD manifest: %s\n", s.c_str());
     for (const auto& s : report.bad_shards) std::printf("BAD shard: %s\n", s.c_str());
     for (const auto& b : report.bad_samples) {

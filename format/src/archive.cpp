@@ -392,8 +392,16 @@ Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path,
 
 Status Archive::OpenShard(size_t s) const {
   const ShardInfo& info = manifest_.shards[s];
-  std::string file = (fs::path(path_) / info.file).string();
-  if (remote_) {  // the cached copy, downloaded and checked against the content hash if absent
+  auto open = [&](const std::string& file) -> Result<std::unique_ptr<ShardStore>> {
+    SF_ASSIGN_OR_RETURN(std::unique_ptr<ShardStore> store,
+                        OpenShardFile(manifest_.backend, file, info, s));
+    SF_RETURN_IF_ERROR(CheckFieldsTable(*store, manifest_.schema, shards_[s]->file));
+    return store;
+  };
+  Result<std::unique_ptr<ShardStore>> opened = Status::Internal("not opened");
+  if (!remote_) {
+    opened = open((fs::path(path_) / info.file).string());
+  } else {  // the cached copy, downloaded and checked against the content hash if absent
     const Backend backend = manifest_.backend;
     const std::string url = shards_[s]->file;
     auto verify = [&](const std::string& local) -> Status {
@@ -410,13 +418,23 @@ Status Archive::OpenShard(size_t s) const {
       }
       return Status::OK();
     };
-    SF_ASSIGN_OR_RETURN(shards_[s]->lease, remote_->Fetch(info.file, info.file_bytes,
-                                                          HashToHex(info.content_hash), verify));
-    file = shards_[s]->lease->path();
+    // A copy found in the cache was verified when it was downloaded: one that no longer opens
+    // was damaged since (a disk fault, a truncation), so it is discarded and downloaded once more.
+    for (int attempt = 0;; ++attempt) {
+      SF_ASSIGN_OR_RETURN(shards_[s]->lease, remote_->Fetch(info.file, info.file_bytes,
+                                                            HashToHex(info.content_hash), verify));
+      opened = open(shards_[s]->lease->path());
+      const StatusCode code = opened.status().code();
+      const bool damaged = code == StatusCode::kCorrupt || code == StatusCode::kChecksumMismatch;
+      if (opened.ok() || !damaged || attempt >= 1) break;
+      SF_RETURN_IF_ERROR(remote_->Discard(*shards_[s]->lease));
+      shards_[s]->lease.reset();
+      discarded_.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (!opened.ok()) shards_[s]->lease.reset();
   }
-  SF_ASSIGN_OR_RETURN(std::unique_ptr<ShardStore> store,
-                      OpenShardFile(manifest_.backend, file, info, s));
-  SF_RETURN_IF_ERROR(CheckFieldsTable(*store, manifest_.schema, shards_[s]->file));
+  if (!opened.ok()) return opened.status();
+  std::unique_ptr<ShardStore> store = std::move(*opened);
   // The guard answers a SIGBUS by mapping zeros over its range: register only what is provably
   // this shard's mapping (never wider than the file it maps, plus LMDB's last page).
   if (store->map_size <= store->file_bytes + kMaxLmdbPage) {
@@ -569,9 +587,10 @@ Status Archive::VerifyRecord(uint64_t index, bool fields) const {
   uint64_t got = RecordChecksum(r.data, r.size);
   SF_RETURN_IF_ERROR(CheckUnchanged(index));
   if (got != r.entry->checksum) {
-    return Status::ChecksumMismatch(
-        path_, ": sample ", index, ": payload checksum mismatch (stored ",
-        HashToHex(r.entry->checksum), ", computed ", HashToHex(got), ")");
+    return Status::ChecksumMismatch(path_, ": sample ", index,
+                                    ": payload checksum mismatch (stored ",
+                                    HashToHex(r.entry->checksum), ", computed ", HashToHex(got),
+                                    ")", DiscardDamagedCopy(*shards_[FindShard(index)]));
   }
   if (!fields || !manifest_.schema.has_var_fields()) return Status::OK();
   SF_ASSIGN_OR_RETURN(VarBlob blob, Blob(index));
@@ -607,7 +626,7 @@ Status Archive::CheckBlob(uint64_t index, const VarBlob& blob) const {
     return Status::ChecksumMismatch(
         *blob.file, ": sample ", index, which, ": var blob (the sample's variable fields ", held,
         ") checksum mismatch (stored ", HashToHex(blob.checksum), ", computed ", HashToHex(got),
-        ")",
+        ")", DiscardDamagedCopy(*shards_[FindShard(index)]),
         damaged.empty() ? "; every value still decodes, so which one is damaged is unknown" : "");
   }
   return Status::OK();
@@ -675,11 +694,23 @@ Status Archive::VerifyShard(size_t s) const {
     return Status::Corrupt(slot->file, ": changed on disk while being verified (truncated?)");
   }
   if (got != shard.header.content_hash || got != manifest_.shards[s].content_hash) {
-    return Status::ChecksumMismatch(shards_[s]->file, ": shard hash mismatch (manifest ",
-                                    HashToHex(manifest_.shards[s].content_hash), ", computed ",
-                                    HashToHex(got), ")");
+    const std::string mismatch = shards_[s]->file + ": shard hash mismatch (manifest " +
+                                 HashToHex(manifest_.shards[s].content_hash) + ", computed " +
+                                 HashToHex(got) + ")";
+    return Status::ChecksumMismatch(mismatch, DiscardDamagedCopy(*slot));
   }
   return Status::OK();
+}
+
+std::string Archive::DiscardDamagedCopy(const Shard& slot) const {
+  if (!remote_ || !slot.lease) return "";
+  // Downloads are checked against the manifest's hash: the cached copy changed since. It is
+  // removed, so that the next open of the shard downloads it again.
+  const Status gone = remote_->Discard(*slot.lease);
+  if (gone.ok()) discarded_.fetch_add(1, std::memory_order_relaxed);
+  return " in the cached copy " + slot.lease->path() + ", damaged since its download" +
+         (gone.ok() ? " and now discarded: the next open of the shard downloads it again"
+                    : "; it could not be discarded (" + gone.message() + ")");
 }
 
 Status Archive::VerifyDerived() const {

@@ -589,8 +589,9 @@ def convert(path, out, backend, overwrite=False):
 
 def verify(path, decode=False, workers=0, max_pixels=0):
     """Checks every record checksum and shard hash and the manifest's derived fields; returns the
-    report dict (`ok`, `bad_samples`, `bad_shards`, `bad_manifest`, and `error` when the archive
-    is too damaged to open or a shard file is missing). Damage of any kind is `ok: False`, never
+    report dict (`ok`, `bad_samples`, `bad_shards`, `bad_manifest`, `repaired`: a remote archive's
+    cached copies found damaged and downloaded again before a second pass, and `error` when the
+    archive is too damaged to open or a shard file is missing). Damage of any kind is `ok: False`, never
     an exception; a path that is not there or not an archive at all raises. With decode, records
     declaring more than max_pixels pixels (0: the packer's limit) are reported instead of
     decoded."""

@@ -471,4 +471,27 @@ Result<std::unique_ptr<CachedFile>> Remote::Fetch(const std::string& name, uint6
   }
 }
 
+Status Remote::Discard(const CachedFile& held) const {
+  const std::string& path = held.path();
+  Fd lock(::open((path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (lock.fd < 0) return Status::IOError(path, ".lock: ", std::strerror(errno));
+  // Short: a reader waits here. The holder is downloading a copy that is missing (so ours is
+  // gone already) or about to take ours as a cache hit.
+  if (!LockWithin(lock.fd, LOCK_EX, 10)) {
+    return Status::Timeout(path, ".lock: still held by another process after 10 s");
+  }
+  struct stat mine {
+  }, named{};
+  if (::fstat(held.fd(), &mine) != 0 || ::stat(path.c_str(), &named) != 0 ||
+      mine.st_ino != named.st_ino || mine.st_dev != named.st_dev) {
+    return Status::OK();  // already gone, or replaced by a fresh download
+  }
+  if (::unlink(path.c_str()) != 0) {
+    return Status::IOError(path, ": cannot remove the damaged cached copy: ", std::strerror(errno));
+  }
+  g_room_generation.fetch_add(1, std::memory_order_acq_rel);
+  internal::CountStat(&FetchStats::discards, 1);
+  return Status::OK();
+}
+
 }  // namespace shardfeed::storage

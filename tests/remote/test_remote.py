@@ -910,3 +910,78 @@ def test_a_read_that_waits_for_a_download_lets_other_python_threads_run(env, man
             t.join()
             os.close(lock)
         assert released.is_set(), name
+
+
+def cached_copies(root, shard):
+    """Paths of the finished cached copies of `shard` (e.g. shard-00002.mdb) under `root`."""
+    return [os.path.join(d, f) for d, _, files in os.walk(root) for f in files
+            if f.startswith(shard + ".") and not f.endswith((".lock", ".part"))]
+
+
+def shard_samples(local_archive, s):
+    with open(os.path.join(local_archive, "manifest.json")) as f:
+        info = json.load(f)["shards"][s]
+    return info["file"], range(info["first_sample"], info["first_sample"] + info["sample_count"])
+
+
+def damage_a_record(copy, record):
+    """Flips a byte in the middle of `record`'s payload inside the cached file `copy`."""
+    data = bytearray(open(copy, "rb").read())
+    at = data.find(record)
+    assert at >= 0
+    data[at + len(record) // 2] ^= 0x40
+    with open(copy, "r+b") as f:  # in place: the same file (inode) the cache handed out
+        f.write(data)
+
+
+def test_a_cached_copy_truncated_on_disk_is_downloaded_again(env, s3_archive, local_archive):
+    root = os.environ["SHARDFEED_CACHE_DIR"]
+    expected = [bytes(shardfeed.Archive(local_archive).record(i)) for i in range(36)]
+    assert [bytes(shardfeed.Archive(s3_archive).record(i)) for i in range(36)] == expected
+    gc.collect()
+    name, _ = shard_samples(local_archive, 2)
+    [copy] = cached_copies(root, name)
+    os.truncate(copy, os.path.getsize(copy) // 2)  # a disk fault, a full disk, a stray tool
+    # A copy that no longer opens is discarded and fetched once more, not an error for good.
+    assert [bytes(shardfeed.Archive(s3_archive).record(i)) for i in range(36)] == expected
+    [copy] = cached_copies(root, name)
+    assert open(copy, "rb").read() == open(os.path.join(local_archive, name), "rb").read()
+
+
+def test_verify_replaces_a_cached_copy_damaged_since_its_download(env, s3_archive, local_archive):
+    root = os.environ["SHARDFEED_CACHE_DIR"]
+    name, samples = shard_samples(local_archive, 2)
+    record = bytes(shardfeed.Archive(local_archive).record(samples[0]))
+    assert len(shardfeed.Archive(s3_archive)) == 36
+    gc.collect()
+    [copy] = cached_copies(root, name)
+    damage_a_record(copy, record)
+    out = subprocess.run([CLI, "verify", s3_archive], capture_output=True, text=True)
+    # The archive in the store is whole: verify says so, and says what it replaced in the cache.
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.search(rf"REPAIRED cache: .*{name}: shard hash mismatch .* in the cached copy "
+                     rf"{re.escape(copy)}, damaged since its download and now discarded", out.stdout)
+    assert "0 bad samples, 0 bad shards: OK" in out.stdout
+    [copy] = cached_copies(root, name)
+    assert open(copy, "rb").read() == open(os.path.join(local_archive, name), "rb").read()
+    report = shardfeed.verify(s3_archive)  # nothing left to repair
+    assert report["ok"] and report["repaired"] == []
+
+
+def test_a_checksum_error_in_a_cached_copy_names_it_and_the_next_open_downloads_it_again(
+        env, s3_archive, local_archive):
+    root = os.environ["SHARDFEED_CACHE_DIR"]
+    name, samples = shard_samples(local_archive, 2)
+    record = bytes(shardfeed.Archive(local_archive).record(samples[0]))
+    opts = dict(OPTS, verify_checksums=True)
+    expected = epoch(shardfeed.Loader(local_archive, **opts))
+    same(epoch(shardfeed.Loader(s3_archive, **opts)), expected)
+    gc.collect()
+    [copy] = cached_copies(root, name)
+    damage_a_record(copy, record)
+    with pytest.raises(shardfeed.Error) as e:
+        epoch(shardfeed.Loader(s3_archive, **opts))
+    assert f"sample {samples[0]}: payload checksum mismatch" in str(e.value)
+    assert f"in the cached copy {copy}, damaged since its download and now discarded" in str(e.value)
+    gc.collect()
+    same(epoch(shardfeed.Loader(s3_archive, **opts)), expected)

@@ -43,9 +43,9 @@ std::string SampleReason(const format::Archive& archive, uint64_t i, const Statu
 std::string VerifyReport::ToJson() const {
   json bad = json::array();
   for (const auto& b : bad_samples) bad.push_back({{"index", b.index}, {"reason", b.reason}});
-  json j = {{"archive", archive},          {"ok", ok()},         {"samples", samples},
-            {"checked", checked},          {"bad_samples", bad}, {"bad_shards", bad_shards},
-            {"bad_manifest", bad_manifest}};
+  json j = {{"archive", archive},           {"ok", ok()},          {"samples", samples},
+            {"checked", checked},           {"bad_samples", bad},  {"bad_shards", bad_shards},
+            {"bad_manifest", bad_manifest}, {"repaired", repaired}};
   if (!error.empty()) j["error"] = error;
   return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
@@ -110,20 +110,42 @@ VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options
 
 Result<VerifyReport> VerifyPath(const std::string& path, const VerifyOptions& options,
                                 const std::function<void(uint64_t, uint64_t)>& progress) {
-  auto archive = format::Archive::Open(path, format::IndexCheck::kFull);
-  if (!archive.ok()) {
-    // Not there, or not an archive at all: the caller asked for the wrong thing.
-    const StatusCode code = archive.status().code();
-    if (code == StatusCode::kNotFound || code == StatusCode::kInvalidArgument) {
-      std::error_code ec;
-      if (!fs::exists(fs::path(path) / "manifest.json", ec)) return archive.status();
+  std::vector<std::string> repaired;
+  for (int pass = 0;; ++pass) {
+    auto archive = format::Archive::Open(path, format::IndexCheck::kFull);
+    if (!archive.ok()) {
+      // Not there, or not an archive at all: the caller asked for the wrong thing.
+      const StatusCode code = archive.status().code();
+      if (code == StatusCode::kNotFound || code == StatusCode::kInvalidArgument) {
+        std::error_code ec;
+        if (!fs::exists(fs::path(path) / "manifest.json", ec)) return archive.status();
+      }
+      VerifyReport report;
+      report.archive = path;
+      report.error = archive.status().ToString();
+      report.repaired = repaired;
+      return report;
     }
-    VerifyReport report;
-    report.archive = path;
-    report.error = archive.status().ToString();
-    return report;
+    // Copies that no longer opened were replaced while opening (kFull opens every shard);
+    // those whose hash no longer matched are discarded by the check, and one more pass reads
+    // them as downloaded again.
+    const uint64_t at_open = (*archive)->DiscardedCopies();
+    VerifyReport report = Verify(**archive, options, progress);
+    const uint64_t discarded = (*archive)->DiscardedCopies() - at_open;
+    if (at_open > 0) {
+      const auto* remote = (*archive)->remote();
+      repaired.push_back(std::to_string(at_open) + " cached shard cop" +
+                         (at_open == 1 ? "y" : "ies") + " in " +
+                         (remote ? remote->cache_dir() : std::string("the cache")) +
+                         " no longer opened (damaged since downloaded): discarded and "
+                         "downloaded again");
+    }
+    if (discarded == 0 || report.bad_shards.empty() || pass >= 1) {
+      report.repaired = repaired;
+      return report;
+    }
+    repaired.insert(repaired.end(), report.bad_shards.begin(), report.bad_shards.end());
   }
-  return Verify(**archive, options, progress);
 }
 
 }  // namespace shardfeed::validate

@@ -8,6 +8,7 @@
 // HDF5 calls, under the HDF5 mutex) on its first access, in whichever process makes it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -108,10 +109,18 @@ class Archive {
   // Recomputes a record's XXH3 and compares it with the index and, with `fields` (version 4,
   // a schema with variable fields), its var blob's with its VarEntry. kChecksumMismatch names
   // the shard and the sample. A reader that uses no variable field passes false: the check then
-  // touches nothing but the record, as before version 4.
+  // touches nothing but the record, as before version 4. A remote archive's mismatch names the
+  // cached copy and discards it, as VerifyShard does.
   Status VerifyRecord(uint64_t index, bool fields = true) const;
   // Recomputes a shard's content hash and compares it with the header and the manifest.
+  // A remote archive's mismatch is in the cached copy (downloads are checked against the hash):
+  // the message names that file, and the copy is discarded (storage::Remote::Discard) so the
+  // next Archive opened downloads the shard again; this one keeps its mapping of the old copy.
   Status VerifyShard(size_t shard) const;
+  // Remote archives: cached copies this archive found damaged and discarded, at open (a copy
+  // that no longer opens is discarded and downloaded once more, transparently) or by
+  // VerifyShard. Thread-safe.
+  uint64_t DiscardedCopies() const { return discarded_.load(std::memory_order_relaxed); }
   // Cross-checks every field of the manifest that is derived from the shards against the shards
   // themselves (what a recomputed "manifest_xxh3" does not catch): per shard, payload_bytes (the
   // sum of its records' sizes, and of its chunks), file_bytes (LMDB: the file's size; HDF5
@@ -179,6 +188,9 @@ class Archive {
   };
   Result<VarBlob> Blob(uint64_t index) const;
   Status CheckBlob(uint64_t index, const VarBlob& blob) const;
+  // A remote shard's checksum mismatch: discards its cached copy (Remote::Discard) and says
+  // so, naming the file, for the end of the message; "" for a local archive.
+  std::string DiscardDamagedCopy(const Shard& slot) const;
 
   std::string path_;
   Manifest manifest_;
@@ -187,6 +199,7 @@ class Archive {
   std::vector<uint64_t> shard_starts_;       // first_sample per shard, ascending
   std::shared_ptr<storage::Remote> remote_;  // set for a remote location
   OpenOptions open_options_;                 // as given to Open
+  mutable std::atomic<uint64_t> discarded_{0};  // DiscardedCopies()
   size_t FindShard(uint64_t index) const;
 };
 

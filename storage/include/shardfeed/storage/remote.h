@@ -92,6 +92,7 @@ struct FetchStats {
   uint64_t retries = 0;        // requests repeated after a transient failure
   uint64_t fetch_wait_ns = 0;  // time spent getting shards that were not cached
   uint64_t evictions = 0;      // files this process removed to make room
+  uint64_t discards = 0;       // cached copies found damaged and removed (Remote::Discard)
 };
 FetchStats GetFetchStats();
 
@@ -109,6 +110,7 @@ class CachedFile {
   CachedFile(const CachedFile&) = delete;
   CachedFile& operator=(const CachedFile&) = delete;
   const std::string& path() const { return path_; }
+  int fd() const { return fd_; }  // open read-only on the held file (never closed by callers)
 
  private:
   std::string path_;
@@ -146,6 +148,13 @@ class Remote {
   Result<std::unique_ptr<CachedFile>> Fetch(const std::string& name, uint64_t size,
                                             const std::string& version,
                                             const VerifyFn& verify) const;
+  // Removes a cached copy found damaged after its download was verified (the disk, or someone,
+  // changed it since): under its per-file lock, and only if its name still names the file
+  // `held` holds (a copy another process downloaded meanwhile is left alone). Holders keep
+  // their open file and mapping; the next Fetch downloads the shard again. Thread-safe. Waits
+  // at most 10 s for another process holding the file's lock (kTimeout); kIOError if the file
+  // cannot be removed.
+  Status Discard(const CachedFile& held) const;
 
   struct Impl;
 

@@ -47,11 +47,15 @@ struct VerifyReport {
   std::vector<std::string> bad_shards;  // one message per shard whose hash does not match
   // Manifest fields derived from the shards (payload bytes, counts, shapes) that disagree.
   std::vector<std::string> bad_manifest;
+  // Remote archives: damaged cached copies of shards (changed on the local disk since their
+  // download was checked) that were discarded and downloaded again. Not damage of the archive:
+  // VerifyPath verified it again after the repair, and the figures above are that second pass.
+  std::vector<std::string> repaired;
   bool ok() const {
     return error.empty() && bad_samples.empty() && bad_shards.empty() && bad_manifest.empty();
   }
   // {"archive", "ok", "samples", "checked", "bad_samples": [{"index", "reason"}], "bad_shards",
-  //  "bad_manifest", "error" (only when set)}; ends with a newline.
+  //  "bad_manifest", "repaired", "error" (only when set)}; ends with a newline.
   std::string ToJson() const;
 };
 
@@ -64,6 +68,9 @@ VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options
 // Opens `path` with every check (format::IndexCheck::kFull) and verifies it. A path that does
 // not exist or is not an archive at all (a file, a folder without manifest.json) is a Status
 // (kNotFound / kInvalidArgument); an archive too damaged to open is a report with `error` set.
+// A remote archive whose cached copies were found damaged (and discarded) is opened and
+// verified once more, downloading those shards again: `repaired` says what was replaced, and
+// the rest of the report is the second pass (damage that is in the stored objects stays).
 Result<VerifyReport> VerifyPath(
     const std::string& path, const VerifyOptions& options,
     const std::function<void(uint64_t done, uint64_t total)>& progress = nullptr);
