@@ -77,11 +77,22 @@ def _cast(arr, strict, target):
             if not ok:
                 raise _Bad("values outside %s's range" % target.name)
         elif src.kind in "biuf" and target.kind == "f":
-            ok = True
+            with np.errstate(over="ignore"):
+                out = np.ascontiguousarray(arr, dtype=target)
+            _check_finite(arr, out, target)
+            return out
     if not ok:
         raise _Bad("dtype %s does not cast safely to %s (convert it first, e.g. "
                    ".astype('%s'))" % (src.name, target.name, target.name))
     return np.ascontiguousarray(arr, dtype=target)
+
+
+def _check_finite(given, stored, target):
+    """A finite number that became inf in `target` is refused (inf and nan given stay)."""
+    lost = np.isinf(stored) & np.isfinite(given)
+    if lost.any():
+        raise _Bad("%r is outside %s's range (largest %g)"
+                   % (given[lost].flat[0].item(), target.name, np.finfo(target).max))
 
 
 def _array(value, target, dims):
@@ -208,9 +219,16 @@ class _Converter:
             if isinstance(v, (str, bytes)) or v is None:
                 raise _Bad("a %s field takes a number, not %r" % (kind, v))
             try:
-                return float(v)
+                x = float(v)
             except (TypeError, ValueError):
                 raise _Bad("a %s field takes a number, not %s" % (kind, type(v).__name__)) from None
+            except OverflowError:  # an int above float64's range
+                raise _Bad("a whole number of %d digits is outside %s's range"
+                           % (len(str(abs(operator.index(v)))), kind)) from None
+            if kind == "float32":
+                with np.errstate(over="ignore"):
+                    _check_finite(np.float64(x), np.float32(x), np.dtype(np.float32))
+            return x
         if kind == "str":
             if not isinstance(v, str):
                 raise _Bad("a str field takes str, not %s" % type(v).__name__)

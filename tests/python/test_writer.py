@@ -218,6 +218,13 @@ BAD = [
     ({"count": 1.5}, "count", "whole number"),
     ({"meta": {"x": object()}}, "meta", "JSON"),
     ({"extra": 1}, "extra", "not in the schema"),
+    # A finite number that would be stored as inf (it was, silently).
+    ({"score": 1e39}, "score", "outside float32's range"),
+    ({"score": np.float64(-4e38)}, "score", "outside float32's range"),
+    ({"score": 10 ** 400}, "score", "outside float32's range"),
+    ({"weight": 10 ** 400}, "weight", "outside float64's range"),
+    ({"half": [[1, 2, 3], [4, 5, 70000]]}, "half", "70000 is outside float16's range"),
+    ({"embedding": [0, 0, 0, 0, 0, 0, 0, 1e300]}, "embedding", "outside float32's range"),
 ]
 
 
@@ -230,6 +237,18 @@ def test_a_bad_sample_names_its_number_and_field(tmp_path, change, field, why):
             w.write(make_sample(0))
             w.write(bad)
     assert not out.exists()
+
+
+def test_inf_and_nan_given_are_kept_and_the_largest_finite_values_fit(tmp_path):
+    out = tmp_path / "a"
+    edge = dict(make_sample(0), score=float("inf"), half=[[65504, -65504, np.nan], [0, 1, -np.inf]],
+                embedding=[3.4e38, -3.4e38, np.nan, np.inf, 0, 0, 0, 0])
+    with shardfeed.Writer(out, schema=SCHEMA, class_names=["a", "b", "c"]) as w:
+        w.write(edge)
+    got = shardfeed.Archive(out).sample(0)
+    assert got["score"] == np.inf
+    np.testing.assert_array_equal(got["half"], np.array(edge["half"], np.float16))
+    np.testing.assert_array_equal(got["embedding"], np.array(edge["embedding"], np.float32))
 
 
 def test_missing_field_and_mask_of_another_shape(tmp_path):
