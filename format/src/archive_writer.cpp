@@ -202,6 +202,13 @@ bool FlagsUnsupported(int err) { return err == EINVAL || err == ENOSYS || err ==
 // Takes <path>.lock: created if missing (and then ours to remove), never truncated; locked with
 // flock; re-checked after locking so a lock file unlinked meanwhile by the previous owner is not
 // mistaken for the current one.
+// Removes each of `folders` (deepest first) that is empty; stops at the first that is not.
+void RemoveEmptyFolders(const std::vector<std::string>& folders) {
+  for (const std::string& f : folders) {
+    if (::rmdir(f.c_str()) != 0) break;
+  }
+}
+
 Result<int> TakeLock(const std::string& lock_file, const std::string& what, bool* created) {
   for (int attempt = 0; attempt < 3; ++attempt) {
     int fd = ::open(lock_file.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -266,15 +273,31 @@ Result<std::unique_ptr<ArchiveWriter>> ArchiveWriter::Create(const std::string& 
                                      "); choose an output outside it");
     }
   }
+  // The folders above the output that are missing, deepest first: made now, removed again
+  // (while empty) if the writer never finishes, so a typo in a path leaves nothing behind.
+  std::vector<std::string> made;
   std::error_code ec;
+  for (fs::path p = ParentOf(clean); !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    made.push_back(p.string());
+    if (p == p.parent_path()) break;
+  }
   fs::create_directories(ParentOf(clean), ec);
-  if (ec) return Status::IOError(ParentOf(clean), ": ", ec.message());
+  if (ec) {
+    RemoveEmptyFolders(made);
+    return Status::IOError(ParentOf(clean), ": ", ec.message());
+  }
 
   // The lock first: a writer that does not get it has touched nothing, and its destructor
   // touches nothing either (lock_fd_ and partial_path_ stay unset).
   bool created = false;
-  SF_ASSIGN_OR_RETURN(int lock_fd, TakeLock(clean + ".lock", clean, &created));
+  Result<int> locked = TakeLock(clean + ".lock", clean, &created);
+  if (!locked.ok()) {
+    RemoveEmptyFolders(made);
+    return locked.status();
+  }
+  const int lock_fd = *locked;
   std::unique_ptr<ArchiveWriter> w(new ArchiveWriter());
+  w->made_parents_ = std::move(made);
   w->lock_fd_ = lock_fd;
   w->path_ = clean;
   w->options_ = options;
@@ -370,6 +393,7 @@ ArchiveWriter::~ArchiveWriter() {
     ::unlink(lock_file.c_str());
   }
   ::close(lock_fd_);
+  if (!finished_) RemoveEmptyFolders(made_parents_);
 }
 
 Status ArchiveWriter::OpenShard() {

@@ -292,6 +292,8 @@ def test_pack_exit_codes_bad_data_is_1_nothing_to_pack_is_2(tmp_path):
     p = run("pack", tmp_path / "bad", tmp_path / "out", check=1)
     assert "no image could be packed" in p.stderr
     assert not (tmp_path / "out").exists()
+    p = run("pack", tmp_path / "bad", tmp_path / "made" / "for" / "out", check=1)
+    assert not (tmp_path / "made").exists()  # the folders made for the output go with it
     empty = tmp_path / "empty" / "cls"
     empty.mkdir(parents=True)
     p = run("pack", tmp_path / "empty", tmp_path / "out2", check=2)

@@ -175,6 +175,19 @@ def test_exception_in_the_block_leaves_nothing(tmp_path):
     assert sorted(os.listdir(tmp_path)) in ([], ["a.lock"])  # no partial output left
 
 
+def test_a_writer_that_never_finishes_removes_the_folders_it_made(tmp_path):
+    (tmp_path / "keep").mkdir()
+    out = tmp_path / "keep" / "typo" / "deep" / "x.sf"
+    with pytest.raises(RuntimeError, match="boom"):
+        with shardfeed.Writer(out) as w:
+            assert (tmp_path / "keep" / "typo" / "deep").is_dir()
+            raise RuntimeError("boom")
+    assert os.listdir(tmp_path / "keep") == []  # its own folder stays, the ones made go
+    with shardfeed.Writer(out) as w:  # a finished writer keeps them
+        w.write({"image": np.zeros((4, 4, 3), np.uint8), "label": 0})
+    assert len(shardfeed.Archive(out)) == 1
+
+
 def test_exception_keeps_the_old_archive(tmp_path):
     out = str(tmp_path / "a")
     with shardfeed.Writer(out) as w:

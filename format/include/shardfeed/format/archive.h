@@ -196,9 +196,9 @@ class Archive {
   Manifest manifest_;
   bool lazy_ = false;
   std::vector<std::unique_ptr<Shard>> shards_;
-  std::vector<uint64_t> shard_starts_;       // first_sample per shard, ascending
-  std::shared_ptr<storage::Remote> remote_;  // set for a remote location
-  OpenOptions open_options_;                 // as given to Open
+  std::vector<uint64_t> shard_starts_;          // first_sample per shard, ascending
+  std::shared_ptr<storage::Remote> remote_;     // set for a remote location
+  OpenOptions open_options_;                    // as given to Open
   mutable std::atomic<uint64_t> discarded_{0};  // DiscardedCopies()
   size_t FindShard(uint64_t index) const;
 };
@@ -235,7 +235,8 @@ struct WriterOptions {
 //   <path>.old and the new one in; refused if a <path>.old exists.)
 // - An existing <path> is replaced only with `overwrite`, only if it is a shardfeed archive
 //   (its manifest names this format), and never if it is or contains a `protect` path.
-// - Destroying the writer without Finish() removes its own partial directory. Leftovers of a
+// - Destroying the writer without Finish() removes its own partial directory, and the folders
+//   above <path> that Create() made for it (while they are empty). Leftovers of a
 //   killed writer are recovered by the next writer of the same path, under the lock, and only
 //   what carries this program's markers: a <path>.old with the ".shardfeed-replaced" marker is
 //   restored if <path> is missing, removed if <path> is the directory the marker names, else an
@@ -297,6 +298,7 @@ class ArchiveWriter {
   Status Recover();  // leftovers of a killed writer (lock held)
 
   std::string path_, partial_path_;
+  std::vector<std::string> made_parents_;  // folders Create() made above path_, deepest first
   WriterOptions options_;
   std::unique_ptr<ShardSink> sink_;
   std::vector<ShardInfo> shards_;
