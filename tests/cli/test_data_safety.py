@@ -11,6 +11,7 @@ import shutil
 import struct
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -418,6 +419,64 @@ def test_extract_that_fails_midway_leaves_nothing_and_reruns(archive, tmp_path):
             assert (out / got).read_bytes() == open(want, "rb").read(), (got, want)
         else:
             assert Image.open(out / got).size == Image.open(want).size, (got, want)
+
+
+def test_a_killed_extract_leaves_a_folder_the_next_extract_removes(tmp_path):
+    """Ctrl-C or kill -9 mid-extract left x.extracting-XXXXXX for good; the next extract to the
+    same folder removes it, and only ours whose extract is dead."""
+    import numpy as np
+    from PIL import Image
+    rng = np.random.default_rng(3)
+    for i in range(1500):
+        folder = tmp_path / "src" / ("c%d" % (i % 3))
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (48, 48, 3), dtype=np.uint8)).save(folder / ("%d.png" % i))
+    assert run("pack", tmp_path / "src", tmp_path / "a", "--encoding", "raw").returncode == 0
+    out = tmp_path / "x"
+    proc = subprocess.Popen([CLI, "extract", str(tmp_path / "a"), str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    left = []
+    for _ in range(20000):  # bounded: about 20 s
+        left = [f for f in os.listdir(tmp_path) if f.startswith("x.extracting-")]
+        if left and os.listdir(tmp_path / left[0]) or proc.poll() is not None:
+            break
+        time.sleep(0.001)
+    proc.kill()
+    proc.wait(timeout=30)
+    if not left or out.exists():
+        pytest.skip("the extract finished before it could be killed")
+    assert os.path.exists(tmp_path / left[0] / ".shardfeed-extracting")
+    # Beside it: a folder of that name without our marker, and one whose extract is alive.
+    (tmp_path / "x.extracting-mine00").mkdir()
+    (tmp_path / "x.extracting-mine00" / "keep.txt").write_text("user data")
+    live = tmp_path / "x.extracting-live00"
+    live.mkdir()
+    with open(live / ".shardfeed-extracting", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        p = run("extract", tmp_path / "a", out)
+        assert p.returncode == 0, p.stderr
+    assert not os.path.exists(tmp_path / left[0])
+    assert (tmp_path / "x.extracting-mine00" / "keep.txt").read_text() == "user data"
+    assert live.is_dir()
+    assert len(files_under(out)) == 1500 and ".shardfeed-extracting" not in files_under(out)
+
+
+def test_extract_gives_colliding_names_their_own_files(tmp_path):
+    """x.png and x.tif of one folder are both stored as PNG; a third file was named like the
+    class layout's fallback for the second. Each gets a file of its own, none is lost."""
+    from PIL import Image
+    src = tmp_path / "src" / "cls"
+    src.mkdir(parents=True)
+    Image.new("RGB", (8, 8), (255, 0, 0)).save(src / "x.png")
+    Image.new("RGB", (8, 8), (0, 255, 0)).save(src / "x.tif")
+    Image.new("RGB", (8, 8), (0, 0, 255)).save(src / "00000002.png")
+    assert run("pack", tmp_path / "src", tmp_path / "a").returncode == 0
+    p = run("extract", tmp_path / "a", tmp_path / "x")
+    assert p.returncode == 0, p.stderr
+    got = files_under(tmp_path / "x")
+    assert len(got) == 3, got
+    colours = sorted(Image.open(tmp_path / "x" / f).getpixel((0, 0)) for f in got)
+    assert colours == [(0, 0, 255), (0, 255, 0), (255, 0, 0)]
 
 
 def test_extract_never_touches_a_folder_that_is_not_empty(archive, tmp_path):

@@ -1,6 +1,7 @@
 #include "shardfeed/validate/extract.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,11 +34,38 @@ std::string SafeComponent(const std::string& name) {
   return out;
 }
 
+constexpr char kExtractingMarker[] = ".shardfeed-extracting";
+
+// Folders "<beside>.extracting-XXXXXX" left by an extract that was killed (Ctrl-C, kill -9, a
+// crash): removed when they carry our marker and nobody holds its lock (a running extract holds
+// it for its whole life; the kernel releases it with the process). Anything else is left alone.
+void RemoveDeadLeftovers(const std::string& beside) {
+  const fs::path target(beside);
+  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string prefix = target.filename().string() + ".extracting-";
+  std::error_code ec;
+  for (fs::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() != prefix.size() + 6 || name.compare(0, prefix.size(), prefix) != 0) continue;
+    if (!it->is_directory(ec) || it->is_symlink(ec)) continue;
+    const int fd =
+        ::open((it->path() / kExtractingMarker).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;  // not ours, or one being set up right now
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      std::error_code ignored;
+      fs::remove_all(it->path(), ignored);
+    }
+    ::close(fd);
+  }
+}
+
 // A folder this process made (mkdtemp: a fresh name, never an existing one), removed on every
-// path that does not rename it into place.
+// path that does not rename it into place. It holds a marker file, locked while this object
+// lives, so that a later extract to the same DIR removes it if this process dies first.
 class OwnTempDir {
  public:
   static Result<OwnTempDir> Create(const std::string& beside) {
+    RemoveDeadLeftovers(beside);
     std::string tmpl = beside + ".extracting-XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back(0);
@@ -46,19 +74,31 @@ class OwnTempDir {
     }
     OwnTempDir d;
     d.path_ = buf.data();
+    const std::string marker = d.path_ + "/" + kExtractingMarker;
+    d.lock_ = ::open(marker.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (d.lock_ < 0 || ::flock(d.lock_, LOCK_EX | LOCK_NB) != 0) {
+      return Status::IOError(marker, ": ", std::strerror(errno));
+    }
     return d;
   }
   OwnTempDir() = default;
-  OwnTempDir(OwnTempDir&& o) noexcept : path_(std::move(o.path_)) { o.path_.clear(); }
+  OwnTempDir(OwnTempDir&& o) noexcept : path_(std::move(o.path_)), lock_(o.lock_) {
+    o.path_.clear();
+    o.lock_ = -1;
+  }
   OwnTempDir& operator=(OwnTempDir&&) = delete;
   ~OwnTempDir() {
     std::error_code ec;
     if (!path_.empty()) fs::remove_all(path_, ec);
+    if (lock_ >= 0) ::close(lock_);
   }
   const std::string& path() const { return path_; }
   // Moves the folder to `dir` (absent, or an empty directory: rename() replaces only an empty
-  // one, so nothing of the user's can be lost even if it filled up meanwhile).
+  // one, so nothing of the user's can be lost even if it filled up meanwhile), without its
+  // marker.
   Status MoveTo(const std::string& dir) {
+    const std::string marker = path_ + "/" + kExtractingMarker;
+    if (::unlink(marker.c_str()) != 0) return Status::IOError(marker, ": ", std::strerror(errno));
     if (::rename(path_.c_str(), dir.c_str()) != 0) {
       const int err = errno;
       if (err == ENOTEMPTY || err == EEXIST) {
@@ -74,6 +114,7 @@ class OwnTempDir {
 
  private:
   std::string path_;
+  int lock_ = -1;
 };
 
 // The `path` field's value as a relative path inside DIR, or "" when it is not one (absolute,
@@ -116,12 +157,17 @@ std::string ImageName(const format::Archive& archive, uint64_t i, const format::
       rel += ext;
     }
   }
-  if (rel.empty() || used->count(rel)) {  // no usable path, or two samples share one
+  if (rel.empty() || used->count(rel) || rel == kExtractingMarker) {
+    // No usable path, or two samples share one (x.png and x.tif both stored as PNG): the class
+    // layout, its name made unique should a `path` have taken it already.
     std::string name = std::to_string(i);
-    name = std::string(static_cast<size_t>(std::max<int>(0, digits - int(name.size()))), '0') +
-           name + ext;
+    name =
+        std::string(static_cast<size_t>(std::max<int>(0, digits - int(name.size()))), '0') + name;
     const auto& names = archive.manifest().class_names;
-    rel = (names.empty() ? std::string("samples") : SafeComponent(names[e.label])) + "/" + name;
+    const std::string folder =
+        (names.empty() ? std::string("samples") : SafeComponent(names[e.label])) + "/";
+    rel = folder + name + ext;
+    for (int n = 1; used->count(rel); ++n) rel = folder + name + "-" + std::to_string(n) + ext;
   }
   used->insert(rel);
   return rel;

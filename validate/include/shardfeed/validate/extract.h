@@ -25,8 +25,11 @@ struct ExtractOptions {
 // (one JSON object per sample: the image's path relative to DIR and every other field: arrays
 // as nested lists, bytes as {"base64": ...}, JSON as parsed, masks as the paths of PNG files
 // under DIR/masks/<field>/) and DIR/schema.json (the schema as `pack --schema` takes it). DIR must not exist or be an empty directory.
-// Atomic: the files are written into "DIR.extracting-<pid>" (marked as ours), renamed to DIR at
-// the end; on any error that folder is removed and DIR is as it was, so a rerun starts afresh.
+// Atomic: the files are written into "DIR.extracting-XXXXXX" (mkdtemp; marked as ours by a
+// ".shardfeed-extracting" file locked while the extract runs), renamed to DIR at the end; on any
+// error that folder is removed and DIR is as it was. One left by an extract that was killed
+// (Ctrl-C, kill -9) is removed by the next extract to the same DIR: only with our marker and
+// no live owner, so a rerun starts afresh.
 // Returns the number of files written. Errors name the archive and the sample.
 Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
                          const ExtractOptions& options = {});
