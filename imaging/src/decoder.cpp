@@ -10,6 +10,7 @@
 #include <stb/stb_image.h>
 #include <tiffio.h>
 #include <webp/decode.h>
+#include <webp/demux.h>
 
 #include <algorithm>
 #include <csetjmp>
@@ -470,15 +471,46 @@ Status Decoder::Decode(const uint8_t* data, size_t size, Image* out, const Limit
   return DecodeAtLeast(data, size, 0, out, limits, strict);
 }
 
+namespace {
+
+// An animated WebP: its first frame as shown (the whole canvas, what Pillow's first frame is;
+// GIF and TIFF also give their first frame). The canvas size was checked against the limits.
+Status DecodeAnimatedWebp(const uint8_t* data, size_t size, Image* out) {
+  WebPAnimDecoderOptions options;
+  if (!WebPAnimDecoderOptionsInit(&options)) return Status::Internal("libwebp version mismatch");
+  options.color_mode = MODE_RGBA;  // not premultiplied: composited over white below
+  options.use_threads = 0;
+  const WebPData whole{data, size};
+  std::unique_ptr<WebPAnimDecoder, void (*)(WebPAnimDecoder*)> decoder(
+      WebPAnimDecoderNew(&whole, &options), WebPAnimDecoderDelete);
+  if (!decoder) return Status::Corrupt("animated WebP unreadable (truncated or damaged frames)");
+  WebPAnimInfo info;
+  uint8_t* rgba = nullptr;
+  int timestamp = 0;
+  if (!WebPAnimDecoderGetInfo(decoder.get(), &info) ||
+      !WebPAnimDecoderGetNext(decoder.get(), &rgba, &timestamp)) {
+    return Status::Corrupt("animated WebP: its first frame does not decode");
+  }
+  out->Resize(info.canvas_width, info.canvas_height, 3);
+  CompositeOverWhite(rgba, size_t(info.canvas_width) * info.canvas_height, out->pixels.data());
+  return Status::OK();
+}
+
+}  // namespace
+
 Status Decoder::DecodeOther(ImageFormat format, const uint8_t* data, size_t size, Image* out,
                             const Limits& limits) {
   switch (format) {
     case ImageFormat::kPng:
       return DecodePng(data, size, out, limits);
     case ImageFormat::kWebp: {
-      int w = 0, h = 0;
-      if (!WebPGetInfo(data, size, &w, &h)) return Status::Corrupt("WebP header unreadable");
+      WebPBitstreamFeatures features;
+      if (WebPGetFeatures(data, size, &features) != VP8_STATUS_OK) {
+        return Status::Corrupt("WebP header unreadable");
+      }
+      const int w = features.width, h = features.height;  // the canvas, for an animation
       SF_RETURN_IF_ERROR(CheckPixels(static_cast<uint64_t>(w), static_cast<uint64_t>(h), limits));
+      if (features.has_animation) return DecodeAnimatedWebp(data, size, out);
       std::vector<uint8_t> rgba(size_t(w) * h * 4);
       if (!WebPDecodeRGBAInto(data, size, rgba.data(), rgba.size(), w * 4)) {
         return Status::Corrupt("WebP decode failed");
