@@ -467,6 +467,15 @@ int CmdInspect(int argc, char** argv) {
   if (rc >= 0) return rc;
   if (Status s = cli::ApplyOptionTable(vm, table, &sheet); !s.ok()) return Fail(s);
   if (Status s = cli::ApplyCacheOptions(vm); !s.ok()) return Fail(s);
+  if (vm.count("grid") && grid.empty()) {
+    return Fail(Status::InvalidArgument("--grid needs the path of the PNG file to write"));
+  }
+  auto given = [&](const char* flag) { return vm.count(flag) && !vm[flag].defaulted(); };
+  if (!vm.count("grid") && (given("per-class") || given("size"))) {
+    return Fail(
+        Status::InvalidArgument("--per-class and --size shape the contact sheet: they "
+                                "go with --grid SHEET.png"));
+  }
   auto archive = format::Archive::Open(path, format::IndexCheck::kFull);
   if (!archive.ok()) return Fail(archive.status());
   if (!grid.empty()) {
@@ -611,6 +620,10 @@ int Dispatch(int argc, char** argv) {
     return 0;
   }
   if (cmd == "--version") {
+    if (argc > 2) {
+      std::fprintf(stderr, "shardfeed: error: --version takes no argument (got '%s')\n", argv[2]);
+      return 2;
+    }
     std::printf("shardfeed %s (format version %u", SHARDFEED_VERSION, format::kFormatVersion);
 #ifdef SHARDFEED_WITH_MPI
     std::printf(", mpi");

@@ -172,6 +172,12 @@ Status ValidatePackOptions(const PackOptions& o) {
         "crop (--crop) center applies to raw and zstd records; jpeg records keep the whole "
         "image");
   }
+  if (o.jpeg_indexed && o.encoding != Encoding::kJpeg && o.encoding != Encoding::kAuto) {
+    return Status::InvalidArgument(
+        "jpeg_layout (--jpeg-layout) indexed re-lays JPEG records; encoding (--encoding) ",
+        o.encoding == Encoding::kRaw ? "raw" : "zstd",
+        " stores none (use encoding auto or jpeg, or leave jpeg_layout out)");
+  }
   if (o.max_side &&
       ((o.encoding != Encoding::kJpeg && o.encoding != Encoding::kAuto) || o.size == 0)) {
     return Status::InvalidArgument(

@@ -313,6 +313,14 @@ Result<std::unique_ptr<ArchiveWriter>> ArchiveWriter::Create(const std::string& 
                                      ": exists and is not a shardfeed archive; --overwrite "
                                      "replaces only an archive, so it is left as it is");
     }
+    // The swap would replace the link itself with a folder, and leave the archive it names as
+    // it was: neither is what the link's owner meant.
+    std::error_code link_ec;
+    if (fs::is_symlink(clean, link_ec)) {
+      return Status::InvalidArgument(
+          clean, ": is a symbolic link (to ", fs::read_symlink(clean, link_ec).string(),
+          "); --overwrite replaces an archive at its own path: give that path");
+    }
     SF_RETURN_IF_ERROR(CheckOnlyOurs(clean));
     for (const std::string& p : options.protect) {
       if (Within(resolved, Resolved(p))) {

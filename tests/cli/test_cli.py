@@ -522,6 +522,31 @@ def test_an_unknown_flag_or_command_suggests_the_closest(small_archive):
     assert "did you mean 'verify'?" in p.stderr
 
 
+def test_options_that_would_do_nothing_are_refused(small_archive, tmp_path):
+    """Each was accepted and ignored, so the user never learnt it did nothing."""
+    p = run("inspect", small_archive, "--grid", "", check=2)
+    assert "--grid needs the path" in p.stderr
+    p = run("inspect", small_archive, "--size", "64", check=2)
+    assert "go with --grid" in p.stderr
+    run("inspect", small_archive, "--grid", tmp_path / "g.png", "--size", "64", check=0)
+    p = run("--version", "extra", check=2)
+    assert "--version takes no argument" in p.stderr
+    for encoding in ("raw", "zstd"):
+        p = run("pack", GOOD, tmp_path / "x", "--jpeg-layout", "indexed", "--encoding", encoding,
+                check=2)
+        assert "stores none" in p.stderr and not (tmp_path / "x").exists()
+
+
+def test_overwrite_of_a_symlink_leaves_the_link_and_its_archive(small_archive, tmp_path):
+    link = tmp_path / "current"
+    link.symlink_to(small_archive)
+    before = (small_archive / "manifest.json").read_bytes()
+    p = run("pack", GOOD, link, "--overwrite", "--encoding", "raw", check=2)
+    assert "is a symbolic link" in p.stderr and str(small_archive) in p.stderr
+    assert link.is_symlink() and os.readlink(link) == str(small_archive)
+    assert (small_archive / "manifest.json").read_bytes() == before
+
+
 def test_tune_help_lists_only_what_tune_takes(small_archive):
     options = help_entries("tune")
     assert "workers" not in options and "prefetch" not in options
