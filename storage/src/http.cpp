@@ -99,7 +99,9 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
   return n;
 }
 
-std::atomic<uint64_t> g_stats[8];
+// One counter per FetchStats field (all uint64_t, in order).
+static_assert(sizeof(FetchStats) % sizeof(uint64_t) == 0);
+std::atomic<uint64_t> g_stats[sizeof(FetchStats) / sizeof(uint64_t)];
 size_t StatSlot(uint64_t FetchStats::*field) {
   static const FetchStats probe;
   return static_cast<size_t>(reinterpret_cast<const char*>(&(probe.*field)) -
