@@ -23,11 +23,11 @@ import weakref
 
 from . import _native
 from .writer import Writer, pack_iterable
-from ._native import (DataError, Error, Timeout, WorkerError, cuda_available,
+from ._native import (DataError, Error, StorageError, Timeout, WorkerError, cuda_available,
                       cuda_kernels_built, cuda_unavailable_reason)
 
 __all__ = ["Archive", "Loader", "Batch", "Writer", "pack_iterable", "pack", "merge", "convert", "verify", "inspect", "stats", "Error",
-           "DataError",
+           "DataError", "StorageError",
            "WorkerError", "Timeout", "cuda_available", "cuda_unavailable_reason",
            "cuda_kernels_built"]
 
@@ -337,7 +337,8 @@ class Loader:
     rank=0, world_size=1, mode='threads'|'processes', device='cpu'|'cuda'|'cuda:N',
     skip_errors=False (True: a sample that cannot be decoded becomes a zero image labelled -1,
     so train with F.cross_entropy(..., ignore_index=-1)), verify_checksums=False, timeout=120
-    (seconds with no sample completed before shardfeed.Timeout is raised; 0 or None waits
+    (seconds with no sample completed, nor for a remote archive read by threads any byte
+    downloaded, before shardfeed.Timeout is raised; 0 or None waits
     forever), fields=None (every field of the archive's schema but a folder pack's source
     `path`, which fields='*' or a list naming it adds; or a list of names: what each batch
     carries beside images and labels, see Batch; an unknown name raises ValueError naming the

@@ -3,10 +3,11 @@
 namespace shardfeed_py {
 namespace {
 
-PyObject* g_error = nullptr;         // shardfeed.Error
-PyObject* g_data_error = nullptr;    // shardfeed.DataError
-PyObject* g_worker_error = nullptr;  // shardfeed.WorkerError
-PyObject* g_timeout = nullptr;       // shardfeed.Timeout
+PyObject* g_error = nullptr;          // shardfeed.Error
+PyObject* g_data_error = nullptr;     // shardfeed.DataError
+PyObject* g_worker_error = nullptr;   // shardfeed.WorkerError
+PyObject* g_timeout = nullptr;        // shardfeed.Timeout
+PyObject* g_storage_error = nullptr;  // shardfeed.StorageError, also an OSError
 
 // A name from a str or a torch.dtype / torch.device ("torch.float32" -> "float32").
 std::string OptionName(const py::handle& v) {
@@ -26,6 +27,16 @@ void BindErrors(py::module_& m) {
   g_worker_error = worker_error.ptr();
   static py::exception<std::runtime_error> timeout(m, "Timeout", g_error);
   g_timeout = timeout.ptr();
+  // Disk and network failures (kIOError): `except OSError` catches them, as it catches the
+  // standard library's, and `except shardfeed.Error` still does.
+  PyObject* bases = PyTuple_Pack(2, g_error, PyExc_OSError);
+  g_storage_error = PyErr_NewExceptionWithDoc(
+      "shardfeed._native.StorageError",
+      "A file or network operation failed (read, write, download): shardfeed.Error and OSError.",
+      bases, nullptr);
+  Py_XDECREF(bases);
+  if (!g_storage_error) throw py::error_already_set();
+  m.add_object("StorageError", py::reinterpret_borrow<py::object>(g_storage_error));
 }
 
 void Raise(const shardfeed::Status& s) {
@@ -43,6 +54,12 @@ void Raise(const shardfeed::Status& s) {
     case StatusCode::kTimeout:
       PyErr_SetString(g_timeout, s.message().c_str());
       break;
+    case StatusCode::kIOError:
+      if (s.message().find("worker process") == std::string::npos) {
+        PyErr_SetString(g_storage_error, s.ToString().c_str());
+        break;
+      }
+      [[fallthrough]];
     default:
       if (s.message().find("worker process") != std::string::npos) {
         PyErr_SetString(g_worker_error, s.message().c_str());

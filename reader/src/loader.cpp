@@ -245,6 +245,10 @@ Status Loader::Impl::WaitForBatch(std::unique_lock<std::mutex>& lock, uint64_t b
   const double poll = hook ? kWaitPollSeconds : 1.0;
   uint64_t seen = completions;
   auto progressed = enter;  // when a sample last completed, as far as this wait knows
+  // A remote archive's download moving (bytes arriving in this process) is progress too: a
+  // big shard from a slow store can take longer than the timeout while no sample completes.
+  const bool remote = archive->remote() != nullptr;
+  uint64_t fetched = remote ? storage::GetFetchStats().bytes_fetched : 0;
   for (;;) {
     if (ready()) {
       if (!*starved || !fatal.ok() || stopping) break;
@@ -266,6 +270,13 @@ Status Loader::Impl::WaitForBatch(std::unique_lock<std::mutex>& lock, uint64_t b
     if (completions != seen) {
       seen = completions;
       progressed = now;
+    }
+    if (remote) {
+      const uint64_t bytes = storage::GetFetchStats().bytes_fetched;
+      if (bytes != fetched) {
+        fetched = bytes;
+        progressed = now;
+      }
     }
     if (options.timeout > 0) {
       const double idle = Seconds(now - progressed);

@@ -278,7 +278,8 @@ std::vector<LoaderOption> MakeTable() {
                     "with a CUDA device and a float dtype: copy uint8, normalise on the GPU",
                     &O::normalize_on_device),
       {"timeout", OptionKind::kNumber, nullptr,
-       "seconds with no sample completed before a wait fails (0 or none: forever)",
+       "seconds with no sample completed (nor, for a remote archive read by threads, any byte "
+       "downloaded) before a wait fails (0 or none: forever)",
        [](O* o, V t) -> Status {
          if (t == "none" || t == "None") return o->timeout = 0, Status::OK();
          return ParseNumberOption("timeout", t, {0, kMaxTimeout}, &o->timeout);

@@ -4,13 +4,15 @@ GIL while it fetches, so nothing in the test's own process could answer it).
     python fault_proxy.py UPSTREAM_URL PORT_FILE
 
 Listens on a free port (written to PORT_FILE). Control, by the test, on the same port:
-  POST /__rules  JSON {"path fragment": ["reset"|"half"|"stall"|"corrupt"|"ok", ...]}: successive
-                 GETs whose path holds the fragment take the next action; then they pass
+  POST /__rules  JSON {"path fragment": ["reset"|"half"|"stall"|"corrupt"|"slow"|"ok", ...]}:
+                 successive GETs whose path holds the fragment take the next action; then
+                 they pass
   POST /__all_reset  body "1" or "0": answer every request with a reset (a server that is down)
   POST /__release    ends every stall
   GET  /__state      JSON {"gets": {path: count}, "stalled": bool}
 Actions: "reset" closes before answering, "half" sends half the body then closes, "stall" sends
-half then sends nothing until released, "corrupt" flips one byte of the body.
+half then sends nothing until released, "corrupt" flips one byte of the body, "slow" sends the
+body in 16 pieces 0.2 s apart (a slow store: bytes keep coming, for about 3 s).
 """
 import http.client
 import http.server
@@ -18,6 +20,7 @@ import json
 import socket
 import sys
 import threading
+import time
 
 upstream = sys.argv[1].split("//", 1)[1]
 lock = threading.Lock()
@@ -89,6 +92,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 release.wait(300)
             self.connection.shutdown(socket.SHUT_RDWR)
             self.close_connection = True
+            return
+        if action == "slow":
+            piece = max(1, (len(body) + 15) // 16)
+            for at in range(0, len(body), piece):
+                self.wfile.write(body[at:at + piece])
+                self.wfile.flush()
+                time.sleep(0.2)
             return
         self.wfile.write(body)
 

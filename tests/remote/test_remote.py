@@ -213,11 +213,14 @@ def test_a_fetch_variable_that_is_not_a_number_in_range_is_refused(s3_archive, e
 def test_a_server_that_stays_down_fails_with_a_clear_error(proxy, s3_archive, env):
     env.setenv("SHARDFEED_FETCH_RETRIES", "2")
     proxy.all_reset(True)
-    with pytest.raises(shardfeed.Error, match="after 3 attempts"):
+    with pytest.raises(shardfeed.Error, match="after 3 attempts") as e:
         shardfeed.Archive(s3_archive)
+    # A network failure is an OSError too, as the standard library's are (it was only Error).
+    assert isinstance(e.value, OSError) and isinstance(e.value, shardfeed.StorageError)
     env.setenv("AWS_ENDPOINT_URL", proxy.url.rsplit(":", 1)[0] + ":1")  # nothing listens
-    with pytest.raises(shardfeed.Error, match="(?i)connect"):
+    with pytest.raises(OSError, match="(?i)connect") as e:
         shardfeed.Archive(s3_archive)
+    assert isinstance(e.value, shardfeed.Error)
 
 
 def test_a_corrupt_body_is_fetched_again_once_then_a_data_error(proxy, env, s3_archive,
@@ -985,3 +988,22 @@ def test_a_checksum_error_in_a_cached_copy_names_it_and_the_next_open_downloads_
     assert f"in the cached copy {copy}, damaged since its download and now discarded" in str(e.value)
     gc.collect()
     same(epoch(shardfeed.Loader(s3_archive, **opts)), expected)
+
+
+def test_a_slow_download_is_progress_not_a_timeout(proxy, env, many_shards, tmp_path):
+    """The loader's timeout counted only completed samples: a shard arriving from a slow store
+    for longer than the timeout failed the read, blaming a worker. Bytes arriving count now; a
+    store that sends nothing still times out, saying so."""
+    local, url, total = many_shards
+    archive = shardfeed.Archive(url, index_check="lazy", cache_dir=str(tmp_path / "c"))
+    proxy.rules({"shard-00000": ["slow"]})  # about 3 s of bytes arriving
+    loader = shardfeed.Loader(archive, batch_size=8, workers=1, timeout=1, shuffle=False)
+    first = next(iter(loader))
+    want = next(iter(shardfeed.Loader(local, batch_size=8, workers=1, shuffle=False)))
+    assert np.array_equal(first.images, want.images) and np.array_equal(first.labels, want.labels)
+    archive = shardfeed.Archive(url, index_check="lazy", cache_dir=str(tmp_path / "d"))
+    proxy.rules({"shard-00000": ["stall"]})  # half the body, then nothing
+    loader = shardfeed.Loader(archive, batch_size=8, workers=1, timeout=1, shuffle=False)
+    with pytest.raises(shardfeed.Timeout, match="no byte was downloaded"):
+        next(iter(loader))
+    proxy.release()
