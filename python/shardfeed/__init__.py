@@ -588,30 +588,38 @@ def convert(path, out, backend, overwrite=False):
     return _native.convert(os.fspath(path), _local_out(out, "convert"), backend, overwrite)
 
 
-def verify(path, decode=False, workers=0, max_pixels=0):
+def verify(path, decode=False, workers=0, max_pixels=0, cache_dir=None, cache_limit=None):
     """Checks every record checksum and shard hash and the manifest's derived fields; returns the
     report dict (`ok`, `bad_samples`, `bad_shards`, `bad_manifest`, `repaired`: a remote archive's
     cached copies found damaged and downloaded again before a second pass, and `error` when the
     archive is too damaged to open or a shard file is missing). Damage of any kind is `ok: False`, never
     an exception; a path that is not there or not an archive at all raises. With decode, records
     declaring more than max_pixels pixels (0: the packer's limit) are reported instead of
-    decoded."""
-    return _native.verify(os.fspath(path), decode, workers, max_pixels)
+    decoded. A remote location is read through cache_dir/cache_limit as shardfeed.Archive's."""
+    return _native.verify(os.fspath(path), decode, workers, max_pixels, _path_or_none(cache_dir),
+                          cache_limit)
 
 
-def stats(path, against=(), **options):
+def _path_or_none(value):
+    return None if value is None else os.fspath(value)
+
+
+def stats(path, against=(), cache_dir=None, cache_limit=None, **options):
     """One decoding pass over an archive: the dict `shardfeed stats --json` writes (docs/CLI.md,
     "stats"): per-channel `mean`/`std` (0-1 units; `mean_255`/`std_255`), `labels`, `sizes`,
     `flags`, `duplicates`, `near_duplicates`, `cross_label_duplicates` (lists of groups of
     sample indices) and `leaks` ({"index", "other", "other_index", "kind"}) into the archives
     in `against`. Options (size, workers, near_threshold, dark, bright, uniform, blurry,
     extreme_aspect, tiny, max_pixels) are the command's of the same names, read through the same
-    table: the same ranges and messages; an unknown name is refused with the closest one."""
+    table: the same ranges and messages; an unknown name is refused with the closest one.
+    Remote locations are read through cache_dir/cache_limit as shardfeed.Archive's."""
     if isinstance(against, (str, os.PathLike)):
         against = [against]
-    return _native.stats(os.fspath(path), [os.fspath(a) for a in against], options)
+    return _native.stats(os.fspath(path), [os.fspath(a) for a in against], options,
+                         _path_or_none(cache_dir), cache_limit)
 
 
-def inspect(path):
-    """Samples, classes with counts, encoding, shapes and sizes, as a dict."""
-    return _native.inspect(os.fspath(path))
+def inspect(path, cache_dir=None, cache_limit=None):
+    """Samples, classes with counts, encoding, shapes and sizes, as a dict. Remote locations are
+    read through cache_dir/cache_limit as shardfeed.Archive's."""
+    return _native.inspect(os.fspath(path), _path_or_none(cache_dir), cache_limit)

@@ -51,11 +51,7 @@ py::tuple GetItem(const PyArchive& a, int64_t index) {
 PyArchive Open(const std::string& path, const std::string& check, const py::object& cache_dir,
                const py::object& cache_limit) {
   format::OpenOptions options;
-  const auto& table = storage::CacheOptionTable();
-  if (!cache_dir.is_none()) Check(table.Set(&options.cache, "cache_dir", OptionText(cache_dir)));
-  if (!cache_limit.is_none()) {
-    Check(table.Set(&options.cache, "cache_limit", OptionText(cache_limit)));
-  }
+  options.cache = CacheFrom(cache_dir, cache_limit);
   format::IndexCheck& c = options.check;
   if (check == "full") {
     c = format::IndexCheck::kFull;

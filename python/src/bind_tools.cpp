@@ -73,8 +73,10 @@ py::object Pack(const std::string& src, const std::string& out, const py::kwargs
 
 // Damage of any kind is a report with ok False; only a path that is not there or not an
 // archive at all raises.
-py::object Verify(const std::string& path, bool decode, int workers, uint64_t max_pixels) {
+py::object Verify(const std::string& path, bool decode, int workers, uint64_t max_pixels,
+                  const py::object& cache_dir, const py::object& cache_limit) {
   validate::VerifyOptions o;
+  o.cache = CacheFrom(cache_dir, cache_limit);
   o.decode = decode;
   o.workers = workers;
   if (max_pixels) o.max_pixels = max_pixels;
@@ -87,8 +89,25 @@ py::object Verify(const std::string& path, bool decode, int workers, uint64_t ma
 }
 
 // stats: the dict `shardfeed stats --json` writes (validate/stats.h).
+// The archives a tool reads, fully checked, through the cache given (remote locations); the
+// GIL is released while a remote one downloads.
+std::shared_ptr<format::Archive> OpenFull(const std::string& path,
+                                          const storage::CacheOptions& cache) {
+  format::OpenOptions open;
+  open.check = format::IndexCheck::kFull;
+  open.cache = cache;
+  Result<std::shared_ptr<format::Archive>> archive = Status::Internal("unset");
+  {
+    py::gil_scoped_release release;
+    archive = format::Archive::Open(path, open);
+  }
+  return Check(std::move(archive));
+}
+
 py::object Stats(const std::string& path, const std::vector<std::string>& against,
-                 const py::dict& options) {
+                 const py::dict& options, const py::object& cache_dir,
+                 const py::object& cache_limit) {
+  const storage::CacheOptions cache = CacheFrom(cache_dir, cache_limit);
   // Keyword options through the one table the CLI reads (validate::StatsOptionTable).
   validate::StatsOptions o;
   const auto& table = validate::StatsOptionTable();
@@ -99,11 +118,9 @@ py::object Stats(const std::string& path, const std::vector<std::string>& agains
     Check(option->set(&o, OptionText(item.second)));
   }
   Check(validate::ValidateStatsOptions(o));
-  auto archive = Check(format::Archive::Open(path, format::IndexCheck::kFull));
+  auto archive = OpenFull(path, cache);
   std::vector<validate::OtherArchive> others;
-  for (const std::string& a : against) {
-    others.push_back({a, Check(format::Archive::Open(a, format::IndexCheck::kFull))});
-  }
+  for (const std::string& a : against) others.push_back({a, OpenFull(a, cache)});
   Result<validate::StatsReport> report = Status::Internal("unset");
   {
     py::gil_scoped_release release;
@@ -172,18 +189,20 @@ void BindTools(py::module_& m) {
   });
   m.def("pack", &Pack, py::arg("src"), py::arg("out"));
   m.def("verify", &Verify, py::arg("path"), py::arg("decode") = false, py::arg("workers") = 0,
-        py::arg("max_pixels") = 0);
-  m.def("stats", &Stats, py::arg("path"), py::arg("against"), py::arg("options"));
+        py::arg("max_pixels") = 0, py::arg("cache_dir") = py::none(),
+        py::arg("cache_limit") = py::none());
+  m.def("stats", &Stats, py::arg("path"), py::arg("against"), py::arg("options"),
+        py::arg("cache_dir") = py::none(), py::arg("cache_limit") = py::none());
   m.def("convert", &Convert, py::arg("path"), py::arg("out"), py::arg("backend"),
         py::arg("overwrite") = false);
   m.def("merge", &Merge, py::arg("parts"), py::arg("out"), py::arg("overwrite") = false);
   m.def(
       "inspect",
-      [](const std::string& path) {
-        auto archive = Check(format::Archive::Open(path, format::IndexCheck::kFull));
+      [](const std::string& path, const py::object& cache_dir, const py::object& cache_limit) {
+        auto archive = OpenFull(path, CacheFrom(cache_dir, cache_limit));
         return FromJson(validate::InspectJson(*archive));
       },
-      py::arg("path"));
+      py::arg("path"), py::arg("cache_dir") = py::none(), py::arg("cache_limit") = py::none());
 }
 
 }  // namespace shardfeed_py

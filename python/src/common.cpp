@@ -70,6 +70,14 @@ void Raise(const shardfeed::Status& s) {
   throw py::error_already_set();
 }
 
+shardfeed::storage::CacheOptions CacheFrom(const py::object& dir, const py::object& limit) {
+  shardfeed::storage::CacheOptions cache;
+  const auto& table = shardfeed::storage::CacheOptionTable();
+  if (!dir.is_none()) Check(table.Set(&cache, "cache_dir", OptionText(dir)));
+  if (!limit.is_none()) Check(table.Set(&cache, "cache_limit", OptionText(limit)));
+  return cache;
+}
+
 void RaiseError(const std::string& message) {
   PyErr_SetString(g_error, message.c_str());
   throw py::error_already_set();

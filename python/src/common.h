@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "shardfeed/base/status.h"
+#include "shardfeed/storage/remote.h"
 
 namespace shardfeed::format {
 class Archive;
@@ -21,12 +22,14 @@ namespace shardfeed_py {
 namespace py = pybind11;
 
 // Creates shardfeed.Error and its subclasses DataError (corrupt data, checksum mismatch),
-// WorkerError (a worker process died) and Timeout (no batch within the loader's timeout).
+// StorageError (a disk or network failure; also an OSError), WorkerError (a worker process
+// died) and Timeout (no batch within the loader's timeout).
 void BindErrors(py::module_& m);
 
 // Raises the Python exception for a failed Status: kInvalidArgument -> ValueError, kNotFound ->
-// FileNotFoundError, kCorrupt/kChecksumMismatch -> DataError, kTimeout -> Timeout, a dead worker
-// process -> WorkerError, anything else -> Error. Call with the GIL held.
+// FileNotFoundError, kCorrupt/kChecksumMismatch -> DataError, kTimeout -> Timeout, kIOError ->
+// StorageError, a dead worker process -> WorkerError, anything else -> Error. Call with the GIL
+// held.
 [[noreturn]] void Raise(const shardfeed::Status& s);
 [[noreturn]] void RaiseError(const std::string& message);  // shardfeed.Error(message)
 
@@ -38,6 +41,10 @@ T Check(shardfeed::Result<T> r) {
 inline void Check(const shardfeed::Status& s) {
   if (!s.ok()) Raise(s);
 }
+
+// A remote archive's cache_dir= and cache_limit= keyword values (None: the default) through
+// storage::CacheOptionTable, its checks and messages (ValueError).
+shardfeed::storage::CacheOptions CacheFrom(const py::object& dir, const py::object& limit);
 
 // json.loads(text).
 py::object FromJson(const std::string& text);

@@ -466,6 +466,15 @@ def test_cache_options_in_python(env, s3_archive, local_archive, tmp_path):
                         size=32)
     assert sum(len(b[1]) for b in loader) == 36
     assert len(shard_files(str(tmp_path / "torch-cache"))) == shard_count(local_archive)
+    # The tools take them too (they went to the default cache before).
+    for name, tool in (("verify", lambda **k: shardfeed.verify(s3_archive, **k)["ok"]),
+                       ("stats", lambda **k: shardfeed.stats(s3_archive, size=16, **k)["samples"]),
+                       ("inspect", lambda **k: shardfeed.inspect(s3_archive, **k)["samples"])):
+        assert tool(cache_dir=tmp_path / name, cache_limit="20MB"), name
+        assert len(shard_files(str(tmp_path / name))) == shard_count(local_archive), name
+        with pytest.raises(ValueError, match="cache_limit"):
+            tool(cache_dir=tmp_path / name, cache_limit="much")
+    assert not os.path.exists(os.environ["SHARDFEED_CACHE_DIR"] + "/remote")
 
 
 def test_a_server_down_mid_epoch_and_back_completes_the_epoch(proxy, env, many_shards, tmp_path):

@@ -112,7 +112,10 @@ Result<VerifyReport> VerifyPath(const std::string& path, const VerifyOptions& op
                                 const std::function<void(uint64_t, uint64_t)>& progress) {
   std::vector<std::string> repaired;
   for (int pass = 0;; ++pass) {
-    auto archive = format::Archive::Open(path, format::IndexCheck::kFull);
+    format::OpenOptions open;
+    open.check = format::IndexCheck::kFull;
+    open.cache = options.cache;
+    auto archive = format::Archive::Open(path, open);
     if (!archive.ok()) {
       // Not there, or not an archive at all: the caller asked for the wrong thing.
       const StatusCode code = archive.status().code();

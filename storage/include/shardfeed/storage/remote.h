@@ -60,7 +60,7 @@ struct CacheOptions {
 // The cache options, declared once (base/option_table.h): `cache_dir` and `cache_limit` (bytes,
 // or a size such as 20GB or 512MiB; ParseByteSize). The CLI's --cache-dir/--cache-limit (inspect,
 // verify, bench, tune, extract, stats), Python's cache_dir=/cache_limit= (shardfeed.Archive,
-// shardfeed.Loader, shardfeed.torch.Loader) and C++ callers (format::OpenOptions::cache) all set
+// shardfeed.Loader, shardfeed.torch.Loader, verify, stats, inspect) and C++ callers (format::OpenOptions::cache) all set
 // a CacheOptions through it. An empty text leaves the field at its default.
 const OptionTable<CacheOptions>& CacheOptionTable();
 // Process-wide defaults for archives opened later without options of their own (the CLI sets

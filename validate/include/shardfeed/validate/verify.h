@@ -25,11 +25,14 @@ struct VerifyOptions {
   // every field: masks decompressed to the image's stored shape, arrays and boxes against the
   // schema's dims, per-box rows against their boxes, JSON parsed.
   bool decode = false;
-  int workers = 0;      // 0: all cores
+  int workers = 0;  // 0: all cores
   // With decode: a record declaring more pixels than this is reported, not decoded. The one
   // limit every reader of records applies (pack, the loader, inspect --grid, extract, stats):
   // a crafted record cannot make any of them allocate gigabytes.
   uint64_t max_pixels = imaging::Limits().max_pixels;
+  // VerifyPath: a remote archive's cache (unset fields: storage::SetCacheOptions, then the
+  // environment).
+  storage::CacheOptions cache;
 };
 
 struct BadSample {
