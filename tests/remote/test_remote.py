@@ -411,6 +411,13 @@ def test_a_cache_below_the_minimum_is_refused_at_open_giving_it(env, many_shards
     with pytest.raises(shardfeed.Error) as e:
         shardfeed.Loader(url, cache_limit=total // 4, **dict(BLOCK, shuffle=True))
     assert 'shuffle="block"' in str(e.value) and f"at least {total}" in str(e.value)
+    # The figure it quotes for shuffle="block" is what that loader takes (it was more), and
+    # worker processes' refusal quotes the same.
+    quoted = int(re.search(r"needs only (\d+) bytes", str(e.value)).group(1))
+    with pytest.raises(shardfeed.Error) as e:
+        shardfeed.Loader(url, cache_limit=total // 4, mode="processes", **BLOCK)
+    assert f"releases them and needs {quoted} bytes" in str(e.value)
+    assert quoted == minimum
 
 
 def test_cache_options_through_the_cli(env, many_shards, tmp_path):
