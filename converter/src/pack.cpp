@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "shardfeed/base/file_io.h"
 #include "shardfeed/base/random.h"
 #include "shardfeed/converter/options.h"
 #include "shardfeed/converter/sample_writer.h"
@@ -294,14 +295,7 @@ Status WriteReport(const std::string& path, const std::string& text, bool overwr
   const int fd = replace ? ::mkostemp(file.data(), O_CLOEXEC)
                          : ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return Status::IOError("--report ", file, ": ", std::strerror(errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<size_t>(n);
-  }
-  int err = done == text.size() ? 0 : errno ? errno : EIO;
+  int err = WriteAll(fd, text.data(), text.size());
   if (replace && err == 0 && ::fchmod(fd, 0644) != 0) err = errno;
   if (::close(fd) != 0 && err == 0) err = errno;
   if (replace && err == 0 && ::rename(file.c_str(), path.c_str()) != 0) err = errno;

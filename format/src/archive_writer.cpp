@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "shard_internal.h"
+#include "shardfeed/base/file_io.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/format/stats_record.h"
 #include "shardfeed/storage/remote.h"
@@ -179,16 +180,10 @@ Status CopyFileData(const std::string& from, const std::string& to) {
       break;
     }
     if (n == 0) break;
-    for (ssize_t done = 0; done < n;) {
-      ssize_t w = ::write(out, buf.data() + done, static_cast<size_t>(n - done));
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) {
-        status = Status::IOError(to, ": ", SystemError(errno));
-        break;
-      }
-      done += w;
+    if (const int err = WriteAll(out, buf.data(), static_cast<size_t>(n)); err != 0) {
+      status = Status::IOError(to, ": ", SystemError(err));
+      break;
     }
-    if (!status.ok()) break;
   }
   if (status.ok() && ::fsync(out) != 0) status = Status::IOError(to, ": ", SystemError(errno));
   if (::close(out) != 0 && status.ok()) status = Status::IOError(to, ": ", SystemError(errno));

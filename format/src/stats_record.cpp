@@ -13,6 +13,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "shardfeed/base/file_io.h"
+
 namespace shardfeed::format {
 namespace {
 
@@ -199,17 +201,10 @@ Status WriteStatsRecord(const Archive& archive, const StatsRecord& r) {
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return Status::IOError(tmp, ": ", std::strerror(errno));
-  size_t off = 0;
-  while (off < text.size()) {
-    const ssize_t w = ::write(fd, text.data() + off, text.size() - off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return Status::IOError(tmp, ": ", std::strerror(err));
-    }
-    off += static_cast<size_t>(w);
+  if (const int err = WriteAll(fd, text.data(), text.size()); err != 0) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return Status::IOError(tmp, ": ", std::strerror(err));
   }
   struct stat mine;
   if (::fstat(fd, &mine) != 0 || ::fsync(fd) != 0 || ::close(fd) != 0) {

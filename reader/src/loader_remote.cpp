@@ -19,7 +19,6 @@ Status Loader::Impl::PlanCache(LoaderOptions* o, std::shared_ptr<format::Archive
   uint64_t whole = 0;
   for (const auto& info : archive->manifest().shards) whole += info.file_bytes;
   const bool by_shard = o->shuffle && o->shuffle_by_shard;
-  uint64_t in_flight = uint64_t{ring_cap} * o->batch_size;
   *downloads = kShardDownloadsAhead;
   // The archive given to the loader keeps the shards it has opened (mapped, their cached files
   // held) while the loader's own copy opens what it reads again: those count too. (Shards the
@@ -31,26 +30,23 @@ Status Loader::Impl::PlanCache(LoaderOptions* o, std::shared_ptr<format::Archive
   // Both archives map the same cached files, so what they hold together is the union: never
   // more than the whole archive (adding them refused a cache that holds every shard, while a
   // smaller one, where the given archive opened lazily and held nothing, was taken).
-  auto need = [&](uint32_t window, uint64_t* shards) {
-    const uint64_t bytes =
-        held + ShardKeeper::Need(archive->manifest().shards, window, in_flight, o->world_size,
-                                 o->run_ahead, *downloads, shards);
+  // With `slots` ring slots of samples in flight and `ahead` downloads ahead of the workers.
+  auto need_with = [&](uint32_t window, uint32_t slots, uint32_t ahead, uint64_t* shards) {
+    const uint64_t bytes = held + ShardKeeper::Need(archive->manifest().shards, window,
+                                                    uint64_t{slots} * o->batch_size, o->world_size,
+                                                    o->run_ahead, ahead, shards);
     return std::min(bytes, whole);
+  };
+  auto need = [&](uint32_t window, uint64_t* shards) {
+    return need_with(window, ring_cap, *downloads, shards);
   };
   if (!by_shard || o->mode != WorkerMode::kThreads) {
     // Every shard stays held until the archive is closed: the cache must hold them all. The
     // figure quoted for threads with shuffle="block" is the least that path takes (below): a
     // ring of 2 slots when prefetch is auto, no download ahead, the window given or 1.
-    const uint32_t cap = ring_cap, ahead = *downloads;
-    if (auto_prefetch && ring_cap > 2) ring_cap = 2;
-    in_flight = uint64_t{ring_cap} * o->batch_size;
-    *downloads = 0;
-    uint64_t shards = 0;
     const uint64_t block =
-        need(o->shuffle_window == LoaderOptions::kAutoWindow ? 1 : o->shuffle_window, &shards);
-    ring_cap = cap;
-    in_flight = uint64_t{ring_cap} * o->batch_size;
-    *downloads = ahead;
+        need_with(o->shuffle_window == LoaderOptions::kAutoWindow ? 1 : o->shuffle_window,
+                  auto_prefetch ? std::min<uint32_t>(ring_cap, 2) : ring_cap, 0, nullptr);
     std::string why = "of " + archive->path() + "'s shards (";
     why += by_shard ? "worker processes hold every shard they read; mode=\"threads\" with "
                       "shuffle=\"block\" releases them and needs " +
@@ -66,10 +62,7 @@ Status Loader::Impl::PlanCache(LoaderOptions* o, std::shared_ptr<format::Archive
   uint64_t shards = 0;
   // prefetch="auto": fewer ring slots (each slot's samples keep their shards held) rather than
   // a refusal; an explicit prefetch is taken as given.
-  while (auto_prefetch && limit != 0 && ring_cap > 2 && need(1, &shards) > limit) {
-    --ring_cap;
-    in_flight = uint64_t{ring_cap} * o->batch_size;
-  }
+  while (auto_prefetch && limit != 0 && ring_cap > 2 && need(1, &shards) > limit) --ring_cap;
   // Then fewer shards fetched ahead (workers wait for more downloads, but the epoch reads).
   const uint32_t fit_window =
       o->shuffle_window == LoaderOptions::kAutoWindow ? 1 : o->shuffle_window;
@@ -82,18 +75,18 @@ Status Loader::Impl::PlanCache(LoaderOptions* o, std::shared_ptr<format::Archive
   const uint64_t bytes = need(o->shuffle_window, &shards);
   std::string more;  // refused with no download ahead: what the full number would need
   if (*downloads < kShardDownloadsAhead) {
-    const uint32_t fewer = *downloads;
-    *downloads = kShardDownloadsAhead;
-    more = "; " + std::to_string(need(o->shuffle_window, nullptr)) + " bytes let it download " +
-           std::to_string(kShardDownloadsAhead) + " shards ahead of the workers";
-    *downloads = fewer;
+    more = "; " +
+           std::to_string(need_with(o->shuffle_window, ring_cap, kShardDownloadsAhead, nullptr)) +
+           " bytes let it download " + std::to_string(kShardDownloadsAhead) +
+           " shards ahead of the workers";
   }
   SF_RETURN_IF_ERROR(remote.CheckLimit(
       bytes, "a loader of " + archive->path() + " holds at once with shuffle=\"block\" (" +
                  Shards(shards) +
                  ": the windows of shuffle_window=" + std::to_string(o->shuffle_window) +
-                 " shards that " + std::to_string(in_flight) + " samples in flight span, and " +
-                 std::to_string(*downloads) + " downloaded ahead, the end windows' and the " +
+                 " shards that " + std::to_string(uint64_t{ring_cap} * o->batch_size) +
+                 " samples in flight span, and " + std::to_string(*downloads) +
+                 " downloaded ahead, the end windows' and the " +
                  "downloads' at the largest shards' sizes; a smaller shuffle_window, batch_size " +
                  "or prefetch needs less" + more +
                  (held_shards ? "; and " + Shards(held_shards) + " the archive given to the " +

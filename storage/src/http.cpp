@@ -15,6 +15,7 @@
 #include <random>
 #include <thread>
 
+#include "shardfeed/base/file_io.h"
 #include "shardfeed/base/option_text.h"
 
 namespace shardfeed::storage::internal {
@@ -79,22 +80,15 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
     sink->text->append(data, n);
     return n;
   }
-  size_t done = 0;
   const uint64_t before = sink->received - n;
   if (sink->at >= 0 && before + n > sink->max_bytes) {  // a range longer than asked for
     sink->too_big = true;
     return 0;
   }
-  while (done < n) {
-    ssize_t w = sink->at >= 0 ? ::pwrite(sink->fd, data + done, n - done,
-                                         static_cast<off_t>(sink->at + before + done))
-                              : ::write(sink->fd, data + done, n - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) {
-      sink->write_errno = errno;
-      return 0;
-    }
-    done += static_cast<size_t>(w);
+  const off_t at = sink->at >= 0 ? static_cast<off_t>(sink->at + before) : -1;
+  if (const int err = WriteAll(sink->fd, data, n, at); err != 0) {
+    sink->write_errno = err;
+    return 0;
   }
   return n;
 }

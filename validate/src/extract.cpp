@@ -16,6 +16,7 @@
 
 #include "fields_io.h"
 #include "sample_context.h"
+#include "shardfeed/base/file_io.h"
 #include "shardfeed/codec/codec.h"
 #include "shardfeed/imaging/image.h"
 
@@ -196,16 +197,9 @@ Status WriteNewFile(const std::string& path, const uint8_t* data, size_t size) {
                                    "(remove it or choose another name)");
   }
   if (fd < 0) return Status::IOError(path, ": ", std::strerror(errno));
-  size_t off = 0;
-  while (off < size) {
-    ssize_t n = ::write(fd, data + off, size - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      return Status::IOError(path, ": ", std::strerror(err));
-    }
-    off += static_cast<size_t>(n);
+  if (const int err = WriteAll(fd, data, size); err != 0) {
+    ::close(fd);
+    return Status::IOError(path, ": ", std::strerror(err));
   }
   if (::close(fd) != 0) return Status::IOError(path, ": ", std::strerror(errno));
   return Status::OK();
