@@ -411,11 +411,13 @@ int CmdVerify(int argc, char** argv) {
     std::fflush(stderr);
   };
   // Damage of any kind (an archive too damaged to open, a shard file missing, a bad record) is
-  // a report and exit 1; only a path that is not there or not an archive at all is exit 2.
+  // a report and exit 1; a path that is not there or not an archive at all is exit 2; an archive
+  // that could not be read (a disk or network error, the cache unusable) is exit 3.
   auto result = validate::VerifyPath(path, opt, progress);
   if (!result.ok()) {
+    const StatusCode code = result.status().code();
     Fail(result.status());
-    return 2;
+    return code == StatusCode::kNotFound || code == StatusCode::kInvalidArgument ? 2 : 3;
   }
   const validate::VerifyReport& report = *result;
   if (tty) std::fprintf(stderr, "\n");

@@ -568,8 +568,11 @@ Status Archive::CheckUnchanged(uint64_t index) const {
   if (!shard.ready.load(std::memory_order_acquire) || !internal::RangeFaulted(shard.guard)) {
     return Status::OK();
   }
+  // A remote shard's file is its cached copy (shard.file is its URL): the copy is what changed.
+  const std::string& local = shard.lease ? shard.lease->path() : shard.file;
+  const std::string named = shard.lease ? shard.file + " (cached copy " + local + ")" : local;
   struct stat st {};
-  const bool seen = ::stat(shard.file.c_str(), &st) == 0;
+  const bool seen = ::stat(local.c_str(), &st) == 0;
   const std::string now = seen ? std::to_string(st.st_size) + " bytes now"
                                : std::string("now unreadable: ") + std::strerror(errno);
   // The kernel raised SIGBUS for a page of the mapping: the file shrank, or (same size) the
@@ -577,7 +580,7 @@ Status Archive::CheckUnchanged(uint64_t index) const {
   const char* what = seen && uint64_t(st.st_size) >= shard.store->file_bytes
                          ? ": could not be read through its mapping (an I/O error?"
                          : ": changed on disk while in use (";
-  return Status::Corrupt(shard.file, what, shard.store->file_bytes, " bytes when opened, ", now,
+  return Status::Corrupt(named, what, shard.store->file_bytes, " bytes when opened, ", now,
                          "); sample ", index,
                          " and any read from it since are unreliable: reopen the archive");
 }

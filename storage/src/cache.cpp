@@ -77,11 +77,13 @@ bool EndsWith(const std::string& s, const char* tail) {
 // (an evictor may have unlinked it between open and flock). Touches its time for the LRU order.
 std::unique_ptr<CachedFile> Hold(const std::string& path) {
   for (int tries = 0; tries < 3; ++tries) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) return nullptr;
     struct stat held {
     }, named{};
-    if (!LockWithin(fd, LOCK_SH, 10) || ::fstat(fd, &held) != 0) {
+    // Only a regular file is ever ours: a folder or device someone put at this name is not
+    // held (a download then fails to rename over it, naming it, and leaves it alone).
+    if (::fstat(fd, &held) != 0 || !S_ISREG(held.st_mode) || !LockWithin(fd, LOCK_SH, 10)) {
       ::close(fd);
       return nullptr;
     }

@@ -5,6 +5,7 @@ import gc
 import itertools
 import json
 import os
+import pathlib
 import re
 import signal
 import subprocess
@@ -1023,3 +1024,36 @@ def test_a_slow_download_is_progress_not_a_timeout(proxy, env, many_shards, tmp_
     with pytest.raises(shardfeed.Timeout, match="no byte was downloaded"):
         next(iter(loader))
     proxy.release()
+
+
+def test_a_cached_copy_truncated_while_mapped_is_named_with_its_real_size(env, s3_archive,
+                                                                          local_archive):
+    root = os.environ["SHARDFEED_CACHE_DIR"]
+    name, samples = shard_samples(local_archive, 3)
+    archive = shardfeed.Archive(s3_archive)
+    [copy] = cached_copies(root, name)
+    os.truncate(copy, 8192)
+    with pytest.raises(shardfeed.DataError) as e:
+        for i in samples:
+            archive.sample(i)
+    # It stat'ed the URL as a path: "now unreadable: No such file or directory".
+    assert f"{name} (cached copy {copy}): changed on disk while in use" in str(e.value)
+    assert "8192 bytes now" in str(e.value)
+
+
+def test_something_else_at_a_cached_copys_name_is_left_alone_and_not_called_damage(
+        env, s3_archive, local_archive):
+    root = os.environ["SHARDFEED_CACHE_DIR"]
+    name, _ = shard_samples(local_archive, 3)
+    shardfeed.Archive(s3_archive)
+    gc.collect()
+    [copy] = cached_copies(root, name)
+    os.unlink(copy)
+    os.mkdir(copy)  # a folder of that name, the user's
+    (pathlib.Path(copy) / "mine.txt").write_text("keep")
+    out = subprocess.run([CLI, "verify", s3_archive], capture_output=True, text=True)
+    assert out.returncode == 3, out.stdout + out.stderr  # could not read: not "BAD archive"
+    assert copy in out.stderr and "BAD" not in out.stdout
+    with pytest.raises(shardfeed.StorageError):
+        shardfeed.verify(s3_archive)
+    assert (pathlib.Path(copy) / "mine.txt").read_text() == "keep"

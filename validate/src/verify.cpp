@@ -123,6 +123,12 @@ Result<VerifyReport> VerifyPath(const std::string& path, const VerifyOptions& op
         std::error_code ec;
         if (!fs::exists(fs::path(path) / "manifest.json", ec)) return archive.status();
       }
+      // Reading failed, which says nothing about the archive: a disk or network error, the
+      // store down, a cache full or unusable.
+      if (code == StatusCode::kIOError || code == StatusCode::kTimeout ||
+          code == StatusCode::kResourceExhausted) {
+        return archive.status();
+      }
       VerifyReport report;
       report.archive = path;
       report.error = archive.status().ToString();
