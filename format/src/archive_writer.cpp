@@ -270,25 +270,30 @@ Result<std::unique_ptr<ArchiveWriter>> ArchiveWriter::Create(const std::string& 
   }
   // The folders above the output that are missing, deepest first: made now, removed again
   // (while empty) if the writer never finishes, so a typo in a path leaves nothing behind.
+  // Another writer that made the same folders and gave up removes them while they are empty:
+  // between our making (or finding) them and our lock file appearing in them. Made again then.
   std::vector<std::string> made;
-  std::error_code ec;
-  for (fs::path p = ParentOf(clean); !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
-    made.push_back(p.string());
-    if (p == p.parent_path()) break;
-  }
-  fs::create_directories(ParentOf(clean), ec);
-  if (ec) {
-    RemoveEmptyFolders(made);
-    return Status::IOError(ParentOf(clean), ": ", ec.message());
-  }
-
-  // The lock first: a writer that does not get it has touched nothing, and its destructor
-  // touches nothing either (lock_fd_ and partial_path_ stay unset).
+  Result<int> locked = Status::Internal("not locked");
   bool created = false;
-  Result<int> locked = TakeLock(clean + ".lock", clean, &created);
-  if (!locked.ok()) {
-    RemoveEmptyFolders(made);
-    return locked.status();
+  for (int attempt = 0;; ++attempt) {
+    std::error_code ec;
+    std::vector<std::string> missing;  // deepest first: the made folders of all attempts are
+    for (fs::path p = ParentOf(clean); !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+      missing.push_back(p.string());  // the longest such list
+      if (p == p.parent_path()) break;
+    }
+    if (missing.size() > made.size()) made = std::move(missing);
+    fs::create_directories(ParentOf(clean), ec);
+    // The lock first: a writer that does not get it has touched nothing, and its destructor
+    // touches nothing either (lock_fd_ and partial_path_ stay unset).
+    locked = ec ? Status::IOError(ParentOf(clean), ": ", ec.message())
+                : TakeLock(clean + ".lock", clean, &created);
+    if (locked.ok()) break;
+    const bool vanished = !fs::exists(ParentOf(clean), ec);
+    if (!vanished || attempt >= 20) {
+      RemoveEmptyFolders(made);
+      return locked.status();
+    }
   }
   const int lock_fd = *locked;
   std::unique_ptr<ArchiveWriter> w(new ArchiveWriter());

@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import pathlib
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -186,6 +187,42 @@ def test_a_writer_that_never_finishes_removes_the_folders_it_made(tmp_path):
     with shardfeed.Writer(out) as w:  # a finished writer keeps them
         w.write({"image": np.zeros((4, 4, 3), np.uint8), "label": 0})
     assert len(shardfeed.Archive(out)) == 1
+
+
+def _abort_in(folder, n, barrier):
+    for i in range(n):
+        barrier.wait()
+        try:
+            with shardfeed.Writer(os.path.join(folder, "n%d" % i, "sub", "a.sf")) as w:
+                w.write((np.zeros((8, 8, 3), np.uint8), 0))
+                raise KeyError("abort")
+        except KeyError:
+            pass
+
+
+def test_a_writer_giving_up_never_takes_the_folder_from_under_another(tmp_path):
+    """Two writers make the same new folder; the one that gives up removed it (while empty)
+    before the other's lock file was in it: 88 of 1000 of the others failed with ENOENT."""
+    ctx = multiprocessing.get_context("fork")
+    barrier, n = ctx.Barrier(2, timeout=60), 800
+    other = ctx.Process(target=_abort_in, args=(str(tmp_path), n, barrier))
+    other.start()
+    failed = []
+    try:
+        for i in range(n):
+            barrier.wait()
+            time.sleep((i % 40) * 0.0001)  # sweeps the window the other's abort falls in
+            try:
+                with shardfeed.Writer(tmp_path / ("n%d" % i) / "sub" / "b.sf") as w:
+                    w.write((np.zeros((8, 8, 3), np.uint8), 0))
+            except Exception as e:  # noqa: BLE001 - counted, reported below
+                failed.append(repr(e))
+    finally:
+        other.join(timeout=120)
+    assert other.exitcode == 0
+    assert failed == []
+    assert all(len(shardfeed.Archive(tmp_path / ("n%d" % i) / "sub" / "b.sf")) == 1
+               for i in range(n))
 
 
 def test_exception_keeps_the_old_archive(tmp_path):
