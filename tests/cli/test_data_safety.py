@@ -461,22 +461,92 @@ def test_a_killed_extract_leaves_a_folder_the_next_extract_removes(tmp_path):
     assert len(files_under(out)) == 1500 and ".shardfeed-extracting" not in files_under(out)
 
 
-def test_extract_gives_colliding_names_their_own_files(tmp_path):
-    """x.png and x.tif of one folder are both stored as PNG; a third file was named like the
-    class layout's fallback for the second. Each gets a file of its own, none is lost."""
+def _pack_pngs(tmp_path, names, size=8):
+    """A folder pack of one class 'a' whose files are `names` (PNG content whatever the
+    extension says), each a colour of its own; returns (archive, {name: colour})."""
     from PIL import Image
-    src = tmp_path / "src" / "cls"
-    src.mkdir(parents=True)
-    Image.new("RGB", (8, 8), (255, 0, 0)).save(src / "x.png")
-    Image.new("RGB", (8, 8), (0, 255, 0)).save(src / "x.tif")
-    Image.new("RGB", (8, 8), (0, 0, 255)).save(src / "00000002.png")
-    assert run("pack", tmp_path / "src", tmp_path / "a").returncode == 0
-    p = run("extract", tmp_path / "a", tmp_path / "x")
+    src = tmp_path / "src" / "a"
+    colours = {}
+    for k, name in enumerate(names):
+        colours[name] = (k * 7 % 256, k * 13 % 256, 200)
+        path = src / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (size, size), colours[name]).save(path, format="PNG")
+    out = tmp_path / "arc"
+    p = run("pack", tmp_path / "src", out)
     assert p.returncode == 0, p.stderr
-    got = files_under(tmp_path / "x")
+    return out, colours
+
+
+def _colours(folder):
+    from PIL import Image
+    return {f: Image.open(folder / f).getpixel((0, 0)) for f in files_under(folder)}
+
+
+def test_extract_gives_colliding_names_their_own_files(tmp_path):
+    """x.png and x.tif of one folder are both stored as PNG; files were named like the class
+    layout's fallback names. Each source file keeps its own name (a fallback took the next
+    source's name, which then fell back in turn: a cascade), the collision gets a file of its
+    own, none is lost."""
+    names = ["!x.png", "!x.tif", "00000001.png", "00000002.png", "00000003.png"]
+    archive, colours = _pack_pngs(tmp_path, names)
+    p = run("extract", archive, tmp_path / "x")
+    assert p.returncode == 0, p.stderr
+    got = _colours(tmp_path / "x")
+    assert len(got) == 5, got
+    for name in ("!x.png", "00000001.png", "00000002.png", "00000003.png"):
+        assert got["a/" + name] == colours[name], name
+    [extra] = set(got) - {"a/" + n for n in names}
+    assert got[extra] == colours["!x.tif"] and extra.startswith("a/00000001-")
+
+
+def test_extract_names_that_collide_with_folders_fall_back(tmp_path):
+    """A file x.tif (stored as PNG: x.png) beside a folder x.png/: extract failed with 'Not a
+    directory'."""
+    names = ["x.png/z.png", "x.tif", "y/q.png"]
+    archive, colours = _pack_pngs(tmp_path, names)
+    p = run("extract", archive, tmp_path / "x")
+    assert p.returncode == 0, p.stderr
+    got = _colours(tmp_path / "x")
     assert len(got) == 3, got
-    colours = sorted(Image.open(tmp_path / "x" / f).getpixel((0, 0)) for f in got)
-    assert colours == [(0, 0, 255), (0, 255, 0), (255, 0, 0)]
+    assert sorted(got.values()) == sorted(colours.values())
+    assert got["a/y/q.png"] == colours["y/q.png"]
+    # The first in sample order keeps its name; the other falls back to the class layout.
+    assert got.get("a/x.png") == colours["x.tif"] or \
+        got.get("a/x.png/z.png") == colours["x.png/z.png"], got
+
+
+def test_extract_keeps_an_existing_folders_mode_and_gives_a_new_one_the_umask(tmp_path):
+    import grp
+    archive, _ = _pack_pngs(tmp_path, ["a.png"])
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    group = grp.getgrnam("nogroup").gr_gid
+    os.chown(shared, -1, group)
+    os.chmod(shared, 0o2775)  # a group's folder: setgid, group-writable
+    p = run("extract", archive, shared)
+    assert p.returncode == 0, p.stderr
+    st = os.stat(shared)
+    assert (st.st_mode & 0o7777, st.st_gid) == (0o2775, group)  # it was 0700 root:root
+    old = os.umask(0o027)
+    try:
+        p = run("extract", archive, tmp_path / "new")
+    finally:
+        os.umask(old)
+    assert p.returncode == 0, p.stderr
+    assert os.stat(tmp_path / "new").st_mode & 0o7777 == 0o750
+
+
+def test_extract_refuses_a_symlinked_or_parentless_dir_before_any_work(tmp_path):
+    archive, _ = _pack_pngs(tmp_path, ["a.png"])
+    (tmp_path / "real").mkdir()
+    (tmp_path / "lnk").symlink_to(tmp_path / "real")
+    p = run("extract", archive, tmp_path / "lnk")
+    assert p.returncode == 2 and "is a symbolic link" in p.stderr, p.stderr
+    assert (tmp_path / "lnk").is_symlink() and os.listdir(tmp_path / "real") == []
+    p = run("extract", archive, tmp_path / "no" / "such" / "out")
+    assert p.returncode == 2 and str(tmp_path / "no" / "such") in p.stderr, p.stderr
+    assert "extracting" not in p.stderr
 
 
 def test_extract_never_touches_a_folder_that_is_not_empty(archive, tmp_path):

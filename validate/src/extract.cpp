@@ -2,14 +2,17 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
@@ -36,6 +39,21 @@ std::string SafeComponent(const std::string& name) {
 }
 
 constexpr char kExtractingMarker[] = ".shardfeed-extracting";
+
+// The process's umask, read without changing it (umask(2) would, for every thread):
+// /proc/self/status's "Umask:" line; 022 where it cannot be read.
+mode_t Umask() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Umask:", 0) == 0) {
+      char* end = nullptr;
+      const unsigned long mask = std::strtoul(line.c_str() + 6, &end, 8);
+      if (end != line.c_str() + 6 && mask <= 0777) return static_cast<mode_t>(mask);
+    }
+  }
+  return 022;
+}
 
 // Folders "<beside>.extracting-XXXXXX" left by an extract that was killed (Ctrl-C, kill -9, a
 // crash): removed when they carry our marker and nobody holds its lock (a running extract holds
@@ -94,6 +112,21 @@ class OwnTempDir {
     if (lock_ >= 0) ::close(lock_);
   }
   const std::string& path() const { return path_; }
+  // Gives the folder `like`'s mode, owner and group (as far as this process may: a group it is
+  // not in is left as it is), or, without `like`, a new folder's mode: 0777 less the umask.
+  Status TakeModeOf(const struct stat* like) {
+    mode_t mode = 0777 & ~Umask();
+    if (like) {
+      if (::chown(path_.c_str(), like->st_uid, like->st_gid) != 0) {
+        (void)!::chown(path_.c_str(), static_cast<uid_t>(-1), like->st_gid);
+      }
+      mode = like->st_mode & 07777;
+    }
+    if (::chmod(path_.c_str(), mode) != 0) {
+      return Status::IOError(path_, ": chmod: ", std::strerror(errno));
+    }
+    return Status::OK();
+  }
   // Moves the folder to `dir` (absent, or an empty directory: rename() replaces only an empty
   // one, so nothing of the user's can be lost even if it filled up meanwhile), without its
   // marker.
@@ -140,38 +173,93 @@ bool SameExtension(const std::string& path, const std::string& ext) {
   return have == ext || (ext == ".jpg" && have == ".jpeg");
 }
 
-// Where sample i's image goes, relative to DIR: its `path` (with the record's extension when
-// it was stored in another form) when the schema has one, else <class>/<index><ext>.
-std::string ImageName(const format::Archive& archive, uint64_t i, const format::IndexEntry& e,
-                      const std::string& ext, int digits, int path_field,
-                      std::set<std::string>* used) {
-  std::string rel;
-  if (path_field >= 0) {
-    auto v = archive.Field(i, static_cast<size_t>(path_field));
-    if (v.ok()) rel = SafeRelative(std::string(reinterpret_cast<const char*>(v->data), v->size));
-    if (!rel.empty() && !SameExtension(rel, ext)) {
-      const size_t dot = rel.rfind('.');
-      const size_t slash = rel.rfind('/');
-      if (dot != std::string::npos && (slash == std::string::npos || dot > slash)) {
-        rel.erase(dot);
-      }
-      rel += ext;
+// The files and folders an extract writes, relative to DIR: a name is free when it is no file or
+// folder taken yet and no folder above it is a file taken yet.
+class Names {
+ public:
+  explicit Names(bool jsonl) {
+    Take(kExtractingMarker);
+    if (jsonl) {
+      for (const char* ours : {"samples.jsonl", "schema.json", "masks"}) Take(ours);
     }
   }
-  if (rel.empty() || used->count(rel) || rel == kExtractingMarker) {
-    // No usable path, or two samples share one (x.png and x.tif both stored as PNG): the class
-    // layout, its name made unique should a `path` have taken it already.
-    std::string name = std::to_string(i);
-    name =
-        std::string(static_cast<size_t>(std::max<int>(0, digits - int(name.size()))), '0') + name;
-    const auto& names = archive.manifest().class_names;
-    const std::string folder =
-        (names.empty() ? std::string("samples") : SafeComponent(names[e.label])) + "/";
-    rel = folder + name + ext;
-    for (int n = 1; used->count(rel); ++n) rel = folder + name + "-" + std::to_string(n) + ext;
+  bool Free(const std::string& rel) const {
+    if (files_.count(rel) || folders_.count(rel)) return false;
+    for (size_t slash = rel.find('/'); slash != std::string::npos; slash = rel.find('/', slash + 1))
+      if (files_.count(rel.substr(0, slash))) return false;
+    return true;
   }
-  used->insert(rel);
+  bool FreeFolder(const std::string& folder) const { return !files_.count(folder); }
+  void Take(const std::string& rel) {
+    files_.insert(rel);
+    for (size_t slash = rel.find('/'); slash != std::string::npos; slash = rel.find('/', slash + 1))
+      folders_.insert(rel.substr(0, slash));
+  }
+
+ private:
+  std::set<std::string> files_, folders_;
+};
+
+// Where sample i's image would go, relative to DIR: its `path` (with the record's extension when
+// it was stored in another form) when the schema has one and it is a safe relative path; "" when
+// it has none.
+std::string SourceName(const format::Archive& archive, uint64_t i, const std::string& ext,
+                       int path_field) {
+  if (path_field < 0) return "";
+  auto v = archive.Field(i, static_cast<size_t>(path_field));
+  if (!v.ok()) return "";  // a damaged blob: the record's own check reports it
+  std::string rel = SafeRelative(std::string(reinterpret_cast<const char*>(v->data), v->size));
+  if (!rel.empty() && !SameExtension(rel, ext)) {
+    const size_t dot = rel.rfind('.');
+    const size_t slash = rel.rfind('/');
+    if (dot != std::string::npos && (slash == std::string::npos || dot > slash)) rel.erase(dot);
+    rel += ext;
+  }
   return rel;
+}
+
+// Every sample's image name, relative to DIR, decided before anything is written: first each
+// source name in sample order (a name taken already, or below a file taken already, is left
+// out); then the rest in the class layout, <class>/<index><ext>, with -1, -2... added where a
+// source name took that name. A source file is never moved off its own name for a fallback.
+Result<std::vector<std::string>> ImageNames(const format::Archive& archive, int path_field,
+                                            Names* names) {
+  const uint64_t n = archive.size();
+  std::vector<std::string> out(n), exts(n);
+  std::vector<uint64_t> rest;
+  for (uint64_t i = 0; i < n; ++i) {
+    auto name = [&]() -> Status {
+      SF_ASSIGN_OR_RETURN(const format::RecordView r, archive.At(i));
+      SF_ASSIGN_OR_RETURN(const codec::Codec* c, codec::CodecFor(*r.entry));
+      exts[i] = c->file_extension();
+      std::string rel = SourceName(archive, i, exts[i], path_field);
+      if (!rel.empty() && names->Free(rel)) {
+        names->Take(rel);
+        out[i] = std::move(rel);
+      } else {
+        rest.push_back(i);
+      }
+      return Status::OK();
+    };
+    SF_RETURN_IF_ERROR(ForSample(archive.path(), i, name()));
+  }
+  const int digits = std::max<int>(8, static_cast<int>(std::to_string(n).size()));
+  const auto& classes = archive.manifest().class_names;
+  for (uint64_t i : rest) {
+    SF_ASSIGN_OR_RETURN(const format::RecordView r, archive.At(i));
+    std::string folder =
+        classes.empty() ? std::string("samples") : SafeComponent(classes[r.entry->label]);
+    while (!names->FreeFolder(folder)) folder = "_" + folder;
+    std::string number = std::to_string(i);
+    number.insert(0, size_t(std::max<int>(0, digits - int(number.size()))), '0');
+    std::string rel = folder + "/" + number + exts[i];
+    for (int k = 1; !names->Free(rel); ++k) {
+      rel = folder + "/" + number + "-" + std::to_string(k) + exts[i];
+    }
+    names->Take(rel);
+    out[i] = std::move(rel);
+  }
+  return out;
 }
 
 // The schema as `pack --schema` takes it (a JSON object, fields in order).
@@ -208,12 +296,24 @@ Status WriteNewFile(const std::string& path, const uint8_t* data, size_t size) {
 Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
                          const ExtractOptions& options) {
   std::error_code ec;
-  if (fs::exists(dir, ec) && !(fs::is_directory(dir, ec) && fs::is_empty(dir, ec))) {
-    return Status::InvalidArgument(dir, ": exists and is not an empty directory");
-  }
   std::string target = fs::path(dir).lexically_normal().string();
   while (target.size() > 1 && target.back() == '/') target.pop_back();
-  SF_ASSIGN_OR_RETURN(OwnTempDir tmp, OwnTempDir::Create(target));
+  if (fs::is_symlink(target, ec)) {
+    // The rename at the end would replace the link, not fill the folder it names.
+    return Status::InvalidArgument(dir, ": is a symbolic link (to ",
+                                   fs::read_symlink(target, ec).string(),
+                                   "); give the folder's own path");
+  }
+  struct stat existing {};
+  const bool exists = ::stat(target.c_str(), &existing) == 0;
+  if (exists && !(S_ISDIR(existing.st_mode) && fs::is_empty(target, ec))) {
+    return Status::InvalidArgument(dir, ": exists and is not an empty directory");
+  }
+  const fs::path parent =
+      fs::path(target).has_parent_path() ? fs::path(target).parent_path() : fs::path(".");
+  if (!fs::is_directory(parent, ec)) {
+    return Status::InvalidArgument(dir, ": its folder ", parent.string(), " does not exist");
+  }
   const format::Schema& schema = archive.schema();
   const int path_field = [&] {
     const int f = schema.Find("path");
@@ -227,11 +327,16 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
     const int fi = static_cast<int>(f);
     jsonl |= fi != schema.image_field() && fi != schema.label_field() && fi != path_field;
   }
+  Names names(jsonl);
+  SF_ASSIGN_OR_RETURN(const std::vector<std::string> image_names,
+                      ImageNames(archive, path_field, &names));
+  SF_ASSIGN_OR_RETURN(OwnTempDir tmp, OwnTempDir::Create(target));
+  // The folder DIR becomes gets an existing DIR's mode, owner and group (a group's setgid
+  // folder stays one), or a new folder's mode (0777 less the umask) where mkdtemp gave 0700.
+  SF_RETURN_IF_ERROR(tmp.TakeModeOf(exists ? &existing : nullptr));
   std::string lines;
   codec::Context ctx;
   std::vector<uint8_t> file;
-  std::set<std::string> used;
-  const int digits = std::max<int>(8, static_cast<int>(std::to_string(archive.size()).size()));
   for (uint64_t i = 0; i < archive.size(); ++i) {
     auto extract_one = [&]() -> Status {
       SF_ASSIGN_OR_RETURN(const format::RecordView r, archive.At(i));
@@ -241,8 +346,7 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
       // than verify --decode or the loader would.
       SF_RETURN_IF_ERROR(format::CheckPixelLimit(e, options.max_pixels));
       SF_ASSIGN_OR_RETURN(const codec::Codec* c, codec::CodecFor(e));
-      const std::string rel =
-          ImageName(archive, i, e, c->file_extension(), digits, path_field, &used);
+      const std::string& rel = image_names[i];
       SF_RETURN_IF_ERROR(c->ExtractFile(ctx, r, &file));
       const fs::path path = fs::path(tmp.path()) / rel;
       fs::create_directories(path.parent_path(), ec);
