@@ -103,30 +103,61 @@ struct Entry {
   int64_t used_ns;
 };
 
+// One cache file for Survey: its bytes (0 for a ".part" file of a dead downloader, which is
+// removed); a finished file also goes to `entries`.
+uint64_t Count(const std::string& path, std::vector<Entry>* entries) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  const uint64_t bytes = std::max<uint64_t>(st.st_size, uint64_t(st.st_blocks) * 512);
+  if (EndsWith(path, ".part")) {
+    const std::string lock = path.substr(0, path.size() - 5) + ".lock";
+    Fd fd(::open(lock.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.fd < 0 || ::flock(fd.fd, LOCK_EX | LOCK_NB) == 0) {
+      ::unlink(path.c_str());  // its downloader died (or never took the lock): never used
+      return 0;
+    }
+    return bytes;
+  }
+  entries->push_back({path, bytes, int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec});
+  return bytes;
+}
+
+bool IsHex16(const std::string& s, size_t at) {
+  if (s.size() < at + 16) return false;
+  for (size_t i = at; i < at + 16; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (!std::isxdigit(c) || std::isupper(c)) return false;
+  }
+  return true;
+}
+
+// A name the cache gives its files: "<shard file>.<16 hex>" (the version, the content hash) or
+// that with ".part". Anything else under the cache folder is someone else's: never counted,
+// never removed.
+bool IsCacheFileName(const std::string& name) {
+  const size_t n = name.size() - (EndsWith(name, ".part") ? 5 : 0);
+  return n > 17 && name[0] != '.' && name[n - 17] == '.' && IsHex16(name, n - 16);
+}
+
 // Bytes the cache holds now (finished files and downloads in progress), removing the ".part"
 // files of dead downloaders (their ".lock" is free) on the way. Finished files go to `entries`.
+// Only the cache's own files count: regular files named as IsCacheFileName says, directly in a
+// location's folder (remote/<16 hex>/).
 uint64_t Survey(const std::string& root, std::vector<Entry>* entries) {
   uint64_t total = 0;
   std::error_code ec;
-  for (fs::recursive_directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-    if (!it->is_regular_file(ec)) continue;
-    const std::string path = it->path().string();
-    if (EndsWith(path, ".lock") || it->path().filename().string()[0] == '.') continue;
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) continue;
-    const uint64_t bytes = std::max<uint64_t>(st.st_size, uint64_t(st.st_blocks) * 512);
-    if (EndsWith(path, ".part")) {
-      const std::string lock = path.substr(0, path.size() - 5) + ".lock";
-      Fd fd(::open(lock.c_str(), O_RDONLY | O_CLOEXEC));
-      if (fd.fd < 0 || ::flock(fd.fd, LOCK_EX | LOCK_NB) == 0) {
-        ::unlink(path.c_str());  // its downloader died (or never took the lock): never used
-        continue;
-      }
-      total += bytes;
+  for (fs::directory_iterator loc(root, ec), none; !ec && loc != none; loc.increment(ec)) {
+    const std::string key = loc->path().filename().string();
+    if (key.size() != 16 || !IsHex16(key, 0) || loc->is_symlink(ec) || !loc->is_directory(ec)) {
       continue;
     }
-    total += bytes;
-    entries->push_back({path, bytes, int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec});
+    std::error_code inner;
+    for (fs::directory_iterator it(loc->path(), inner), end; !inner && it != end;
+         it.increment(inner)) {
+      if (it->is_symlink(inner) || !it->is_regular_file(inner)) continue;
+      if (!IsCacheFileName(it->path().filename().string())) continue;
+      total += Count(it->path().string(), entries);
+    }
   }
   return total;
 }
@@ -410,6 +441,11 @@ Status Download(const internal::Endpoint& endpoint, const FetchRetry& retry,
 Result<std::unique_ptr<CachedFile>> Remote::Fetch(const std::string& name, uint64_t size,
                                                   const std::string& version,
                                                   const VerifyFn& verify) const {
+  if (name.find('/') != std::string::npos || !IsCacheFileName(name + "." + version)) {
+    return Status::InvalidArgument(
+        UrlOf(name), ": version '", version,
+        "' or name not one the cache holds (16 hex digits; a file name)");
+  }
   const std::string final_path = impl_->dir + "/" + name + "." + version;
   if (auto held = Hold(final_path)) {
     internal::CountStat(&FetchStats::hits, 1);

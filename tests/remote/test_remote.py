@@ -1057,3 +1057,28 @@ def test_something_else_at_a_cached_copys_name_is_left_alone_and_not_called_dama
     with pytest.raises(shardfeed.StorageError):
         shardfeed.verify(s3_archive)
     assert (pathlib.Path(copy) / "mine.txt").read_text() == "keep"
+
+
+def test_eviction_never_removes_a_file_the_cache_did_not_name(env, many_shards, tmp_path):
+    """Eviction walked the whole cache folder and removed any file, least recently used first:
+    a user's notes, a backup of a shard, files in folders of their own."""
+    local, url, total = many_shards
+    cache = tmp_path / "c"
+    loader = shardfeed.Loader(url, cache_dir=str(cache), cache_limit=total // 4, **BLOCK)
+    loader.set_epoch(0)
+    batches = iter(loader)
+    next(batches)  # the cache folders exist now
+    [key] = os.listdir(cache / "remote")
+    first = shard_files(str(cache))[0]
+    folder = cache / "remote" / key
+    theirs = [cache / "notes.txt", cache / "remote" / "mine.txt", cache / "remote" / "dir" / "f",
+              folder / "notes.txt", folder / (first + ".bak"), folder / "sub" / "x",
+              folder / ".hidden.0123456789abcdef"]
+    for p in theirs:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"keep" * 1000)
+        os.utime(p, (1, 1))  # the least recently used of all
+    assert 1 + sum(1 for _ in batches) == 400  # every shard downloaded, most evicted
+    assert loader.stats()["cache_misses"] >= 20
+    for p in theirs:
+        assert p.read_bytes() == b"keep" * 1000, p

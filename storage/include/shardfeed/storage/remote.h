@@ -143,8 +143,11 @@ class Remote {
   // kResourceExhausted, giving both figures, when the cache limit is below `need` bytes
   // (what a reader must hold at once).
   Status CheckLimit(uint64_t need, const std::string& why) const;
-  // The cached copy of `name` (`size` bytes, `version` a string that changes when its content
-  // does, e.g. the content hash), downloading and verifying it first when absent.
+  // The cached copy of `name` (`size` bytes, `version` 16 lowercase hex digits that change when
+  // its content does: the content hash), downloading and verifying it first when absent. The
+  // cache counts, evicts and removes only files it names so (<name>.<version>[.part] in
+  // <cache_dir>/remote/<16 hex>/): anything else there is left alone. kInvalidArgument for
+  // another version or a name with a '/'.
   Result<std::unique_ptr<CachedFile>> Fetch(const std::string& name, uint64_t size,
                                             const std::string& version,
                                             const VerifyFn& verify) const;
