@@ -428,6 +428,12 @@ Status Archive::OpenShard(size_t s) const {
       const bool damaged = code == StatusCode::kCorrupt || code == StatusCode::kChecksumMismatch;
       if (opened.ok() || !damaged || attempt >= 1) break;
       SF_RETURN_IF_ERROR(remote_->Discard(*shards_[s]->lease));
+      {
+        std::lock_guard<std::mutex> lock(discard_mu_);
+        discard_notes_.push_back(shards_[s]->file + ": the cached copy " +
+                                 shards_[s]->lease->path() + " no longer opened (" +
+                                 opened.status().message() + "): discarded and downloaded again");
+      }
       shards_[s]->lease.reset();
       discarded_.fetch_add(1, std::memory_order_relaxed);
     }
@@ -714,6 +720,11 @@ std::string Archive::DiscardDamagedCopy(const Shard& slot) const {
   return " in the cached copy " + slot.lease->path() + ", damaged since its download" +
          (gone.ok() ? " and now discarded: the next open of the shard downloads it again"
                     : "; it could not be discarded (" + gone.message() + ")");
+}
+
+std::vector<std::string> Archive::DiscardNotes() const {
+  std::lock_guard<std::mutex> lock(discard_mu_);
+  return discard_notes_;
 }
 
 Status Archive::VerifyDerived() const {

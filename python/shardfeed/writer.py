@@ -18,6 +18,7 @@ import concurrent.futures
 import gc
 import itertools
 import json
+import math
 import multiprocessing
 import numbers
 import operator
@@ -85,6 +86,14 @@ def _cast(arr, strict, target):
         raise _Bad("dtype %s does not cast safely to %s (convert it first, e.g. "
                    ".astype('%s'))" % (src.name, target.name, target.name))
     return np.ascontiguousarray(arr, dtype=target)
+
+
+def _infinite(value):
+    """Whether `value` (a number of any type) is itself an infinity."""
+    try:
+        return bool(abs(value) == float("inf"))
+    except (TypeError, ValueError, ArithmeticError):
+        return False
 
 
 def _check_finite(given, stored, target):
@@ -225,6 +234,8 @@ class _Converter:
             except OverflowError:  # an int above float64's range
                 raise _Bad("a whole number of %d digits is outside %s's range"
                            % (len(str(abs(operator.index(v)))), kind)) from None
+            if math.isinf(x) and not _infinite(v):  # np.longdouble, Decimal beyond float64
+                raise _Bad("%s is outside float64's range" % (v,))
             if kind == "float32":
                 with np.errstate(over="ignore"):
                     _check_finite(np.float64(x), np.float32(x), np.dtype(np.float32))

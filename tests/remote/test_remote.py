@@ -966,6 +966,13 @@ def test_a_cached_copy_truncated_on_disk_is_downloaded_again(env, s3_archive, lo
     assert [bytes(shardfeed.Archive(s3_archive).record(i)) for i in range(36)] == expected
     [copy] = cached_copies(root, name)
     assert open(copy, "rb").read() == open(os.path.join(local_archive, name), "rb").read()
+    gc.collect()
+    os.truncate(copy, 100)
+    out = subprocess.run([CLI, "verify", s3_archive], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    # verify says which copy it replaced, and why (it gave only a count).
+    assert f"REPAIRED cache: {s3_archive}/{name}: the cached copy {copy} no longer opened (" \
+        in out.stdout, out.stdout
 
 
 def test_verify_replaces_a_cached_copy_damaged_since_its_download(env, s3_archive, local_archive):

@@ -142,12 +142,7 @@ Result<VerifyReport> VerifyPath(const std::string& path, const VerifyOptions& op
     VerifyReport report = Verify(**archive, options, progress);
     const uint64_t discarded = (*archive)->DiscardedCopies() - at_open;
     if (at_open > 0) {
-      const auto* remote = (*archive)->remote();
-      repaired.push_back(std::to_string(at_open) + " cached shard cop" +
-                         (at_open == 1 ? "y" : "ies") + " in " +
-                         (remote ? remote->cache_dir() : std::string("the cache")) +
-                         " no longer opened (damaged since downloaded): discarded and "
-                         "downloaded again");
+      for (std::string& note : (*archive)->DiscardNotes()) repaired.push_back(std::move(note));
     }
     if (discarded == 0 || report.bad_shards.empty() || pass >= 1) {
       report.repaired = repaired;

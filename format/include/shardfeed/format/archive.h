@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,8 @@ class Archive {
   // that no longer opens is discarded and downloaded once more, transparently) or by
   // VerifyShard. Thread-safe.
   uint64_t DiscardedCopies() const { return discarded_.load(std::memory_order_relaxed); }
+  // One line per copy discarded at open, naming the shard, the file and why. Thread-safe.
+  std::vector<std::string> DiscardNotes() const;
   // Cross-checks every field of the manifest that is derived from the shards against the shards
   // themselves (what a recomputed "manifest_xxh3" does not catch): per shard, payload_bytes (the
   // sum of its records' sizes, and of its chunks), file_bytes (LMDB: the file's size; HDF5
@@ -200,6 +203,8 @@ class Archive {
   std::shared_ptr<storage::Remote> remote_;     // set for a remote location
   OpenOptions open_options_;                    // as given to Open
   mutable std::atomic<uint64_t> discarded_{0};  // DiscardedCopies()
+  mutable std::mutex discard_mu_;
+  mutable std::vector<std::string> discard_notes_;  // DiscardNotes(), under discard_mu_
   size_t FindShard(uint64_t index) const;
 };
 
