@@ -304,6 +304,15 @@ Result<std::unique_ptr<ArchiveWriter>> ArchiveWriter::Create(const std::string& 
   SF_RETURN_IF_ERROR(w->Recover());
 
   if (Exists(clean)) {
+    std::error_code link_ec;
+    if (fs::is_symlink(clean, link_ec)) {
+      // --overwrite would not help: the swap would replace the link itself with a folder and
+      // leave the archive it names as it was, neither what the link's owner meant.
+      return Status::InvalidArgument(
+          clean, ": is a symbolic link (to ", fs::read_symlink(clean, link_ec).string(),
+          "); shardfeed writes an archive at its own path, never through or over a link: give "
+          "that path or a new one");
+    }
     if (!options.overwrite) {
       return Status::InvalidArgument(
           clean, ": already exists (replace it with --overwrite; in Python, overwrite=True)");
@@ -312,14 +321,6 @@ Result<std::unique_ptr<ArchiveWriter>> ArchiveWriter::Create(const std::string& 
       return Status::InvalidArgument(clean,
                                      ": exists and is not a shardfeed archive; --overwrite "
                                      "replaces only an archive, so it is left as it is");
-    }
-    // The swap would replace the link itself with a folder, and leave the archive it names as
-    // it was: neither is what the link's owner meant.
-    std::error_code link_ec;
-    if (fs::is_symlink(clean, link_ec)) {
-      return Status::InvalidArgument(
-          clean, ": is a symbolic link (to ", fs::read_symlink(clean, link_ec).string(),
-          "); --overwrite replaces an archive at its own path: give that path");
     }
     SF_RETURN_IF_ERROR(CheckOnlyOurs(clean));
     for (const std::string& p : options.protect) {

@@ -545,6 +545,16 @@ def test_overwrite_of_a_symlink_leaves_the_link_and_its_archive(small_archive, t
     assert "is a symbolic link" in p.stderr and str(small_archive) in p.stderr
     assert link.is_symlink() and os.readlink(link) == str(small_archive)
     assert (small_archive / "manifest.json").read_bytes() == before
+    # Without --overwrite, a link (even a dangling one) is not told to use --overwrite.
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    p = run("pack", GOOD, dangling, check=2)
+    assert "is a symbolic link" in p.stderr and "--overwrite" not in p.stderr
+    assert dangling.is_symlink() and not (tmp_path / "nowhere").exists()
+    # convert refuses --jpeg-layout indexed for an archive that holds no JPEG, as pack does.
+    run("pack", GOOD, tmp_path / "raw", "--encoding", "raw", check=0)
+    p = run("convert", tmp_path / "raw", tmp_path / "c", "--jpeg-layout", "indexed", check=2)
+    assert "holds none (encoding raw)" in p.stderr and not (tmp_path / "c").exists()
 
 
 def test_tune_help_lists_only_what_tune_takes(small_archive):
