@@ -411,8 +411,8 @@ int CmdVerify(int argc, char** argv) {
     std::fflush(stderr);
   };
   // Damage of any kind (an archive too damaged to open, a shard file missing, a bad record) is
-  // a report and exit 1; a path that is not there or not an archive at all is exit 2; an archive
-  // that could not be read (a disk or network error, the cache unusable) is exit 3.
+  // a report and exit 1; a path that is not there or not an archive at all is exit 2; a remote
+  // archive that could not be read (the network, the cache unusable) is exit 3.
   auto result = validate::VerifyPath(path, opt, progress);
   if (!result.ok()) {
     const StatusCode code = result.status().code();

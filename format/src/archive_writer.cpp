@@ -237,6 +237,33 @@ Result<int> TakeLock(const std::string& lock_file, const std::string& what, bool
   return Status::IOError(what, ": could not take ", lock_file, " (it keeps changing)");
 }
 
+// Makes the folders above `clean` that are missing (`made` lists them, deepest first: removed
+// again, while empty, if the writer never finishes, so a typo in a path leaves nothing behind)
+// and takes the output's lock in them. Another writer that made the same folders and gave up
+// removes them while they are empty: between our making (or finding) them and our lock file
+// appearing in them. They are made again then (bounded).
+Result<int> LockOutput(const std::string& clean, std::vector<std::string>* made) {
+  for (int attempt = 0;; ++attempt) {
+    std::error_code ec;
+    std::vector<std::string> missing;  // deepest first: the made folders of all attempts are
+    for (fs::path p = ParentOf(clean); !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+      missing.push_back(p.string());  // the longest such list
+      if (p == p.parent_path()) break;
+    }
+    if (missing.size() > made->size()) *made = std::move(missing);
+    fs::create_directories(ParentOf(clean), ec);
+    bool created = false;
+    Result<int> locked = ec ? Result<int>(Status::IOError(ParentOf(clean), ": ", ec.message()))
+                            : TakeLock(clean + ".lock", clean, &created);
+    if (locked.ok()) return locked;
+    const bool vanished = !fs::exists(ParentOf(clean), ec);
+    if (!vanished || attempt >= 20) {
+      RemoveEmptyFolders(*made);
+      return locked.status();
+    }
+  }
+}
+
 }  // namespace
 
 struct ArchiveWriter::HashState {
@@ -268,34 +295,11 @@ Result<std::unique_ptr<ArchiveWriter>> ArchiveWriter::Create(const std::string& 
                                      "); choose an output outside it");
     }
   }
-  // The folders above the output that are missing, deepest first: made now, removed again
-  // (while empty) if the writer never finishes, so a typo in a path leaves nothing behind.
-  // Another writer that made the same folders and gave up removes them while they are empty:
-  // between our making (or finding) them and our lock file appearing in them. Made again then.
+  // The lock first: a writer that does not get it has touched nothing (but folders it made for
+  // the output, removed again), and its destructor touches nothing either (lock_fd_ and
+  // partial_path_ stay unset).
   std::vector<std::string> made;
-  Result<int> locked = Status::Internal("not locked");
-  bool created = false;
-  for (int attempt = 0;; ++attempt) {
-    std::error_code ec;
-    std::vector<std::string> missing;  // deepest first: the made folders of all attempts are
-    for (fs::path p = ParentOf(clean); !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
-      missing.push_back(p.string());  // the longest such list
-      if (p == p.parent_path()) break;
-    }
-    if (missing.size() > made.size()) made = std::move(missing);
-    fs::create_directories(ParentOf(clean), ec);
-    // The lock first: a writer that does not get it has touched nothing, and its destructor
-    // touches nothing either (lock_fd_ and partial_path_ stay unset).
-    locked = ec ? Status::IOError(ParentOf(clean), ": ", ec.message())
-                : TakeLock(clean + ".lock", clean, &created);
-    if (locked.ok()) break;
-    const bool vanished = !fs::exists(ParentOf(clean), ec);
-    if (!vanished || attempt >= 20) {
-      RemoveEmptyFolders(made);
-      return locked.status();
-    }
-  }
-  const int lock_fd = *locked;
+  SF_ASSIGN_OR_RETURN(const int lock_fd, LockOutput(clean, &made));
   std::unique_ptr<ArchiveWriter> w(new ArchiveWriter());
   w->made_parents_ = std::move(made);
   w->lock_fd_ = lock_fd;

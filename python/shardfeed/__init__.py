@@ -593,8 +593,8 @@ def verify(path, decode=False, workers=0, max_pixels=0, cache_dir=None, cache_li
     report dict (`ok`, `bad_samples`, `bad_shards`, `bad_manifest`, `repaired`: a remote archive's
     cached copies found damaged and downloaded again before a second pass, and `error` when the
     archive is too damaged to open or a shard file is missing). Damage of any kind is `ok: False`, never
-    an exception; a path that is not there or not an archive at all raises, and so does one that
-    could not be read (StorageError: a disk or network error; Timeout). With decode, records
+    an exception; a path that is not there or not an archive at all raises, and so does a remote
+    one that could not be read (StorageError: the network, the cache; Timeout). With decode, records
     declaring more than max_pixels pixels (0: the packer's limit) are reported instead of
     decoded. A remote location is read through cache_dir/cache_limit as shardfeed.Archive's."""
     return _native.verify(os.fspath(path), decode, workers, max_pixels, _path_or_none(cache_dir),

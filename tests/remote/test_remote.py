@@ -121,6 +121,22 @@ def test_a_missing_object_fails_at_once_naming_the_url(env, moto_url):
     assert "test-secret-never-shown" not in str(e.value)
 
 
+def test_verify_reports_a_missing_shard_object_as_damage(env, moto_url, local_archive):
+    """A missing shard object was exit 2 ("not an archive") with no JSON: the manifest is there,
+    so the archive is damaged, as a local one missing a shard file is."""
+    from conftest import BUCKET, s3_client
+    url = upload(moto_url, local_archive, "missing")
+    s3_client(moto_url).delete_object(Bucket=BUCKET, Key="missing/shard-00001.mdb")
+    out = subprocess.run([CLI, "verify", url, "--json"], capture_output=True, text=True)
+    assert out.returncode == 1, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    assert not report["ok"] and f"{url}/shard-00001.mdb" in report["error"]
+    assert not shardfeed.verify(url)["ok"]
+    out = subprocess.run([CLI, "verify", "s3://data/no-such-archive"], capture_output=True,
+                         text=True)
+    assert out.returncode == 2 and "manifest.json" in out.stderr  # not an archive at all
+
+
 def test_a_too_small_cache_limit_is_refused_at_open(env, s3_archive, local_archive):
     need = sum(os.path.getsize(os.path.join(local_archive, f)) for f in os.listdir(local_archive)
                if f.startswith("shard-"))

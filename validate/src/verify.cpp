@@ -38,6 +38,18 @@ std::string SampleReason(const format::Archive& archive, uint64_t i, const Statu
   return m;
 }
 
+// Whether `path` has a manifest (a folder's file, or a remote location's object): an archive
+// that failed to open with one is damaged (a shard missing), not a wrong path.
+bool ManifestThere(const std::string& path, const storage::CacheOptions& cache) {
+  const std::string name(format::kManifestFileName);
+  if (storage::IsRemote(path)) {
+    auto remote = storage::Remote::Open(path, cache);
+    return remote.ok() && (*remote)->ReadText(name, format::kMaxManifestBytes).ok();
+  }
+  std::error_code ec;
+  return fs::exists(fs::path(path) / name, ec);
+}
+
 }  // namespace
 
 std::string VerifyReport::ToJson() const {
@@ -119,14 +131,16 @@ Result<VerifyReport> VerifyPath(const std::string& path, const VerifyOptions& op
     if (!archive.ok()) {
       // Not there, or not an archive at all: the caller asked for the wrong thing.
       const StatusCode code = archive.status().code();
-      if (code == StatusCode::kNotFound || code == StatusCode::kInvalidArgument) {
-        std::error_code ec;
-        if (!fs::exists(fs::path(path) / "manifest.json", ec)) return archive.status();
+      if ((code == StatusCode::kNotFound || code == StatusCode::kInvalidArgument) &&
+          !ManifestThere(path, options.cache)) {
+        return archive.status();
       }
-      // Reading failed, which says nothing about the archive: a disk or network error, the
-      // store down, a cache full or unusable.
-      if (code == StatusCode::kIOError || code == StatusCode::kTimeout ||
-          code == StatusCode::kResourceExhausted) {
+      // A remote archive that could not be read says nothing about the archive: the network,
+      // the store down, a cache full or unusable. (A local shard file that is missing or
+      // unreadable is the archive's damage: a report.)
+      if (storage::IsRemote(path) &&
+          (code == StatusCode::kIOError || code == StatusCode::kTimeout ||
+           code == StatusCode::kResourceExhausted)) {
         return archive.status();
       }
       VerifyReport report;

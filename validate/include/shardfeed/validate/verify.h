@@ -70,9 +70,10 @@ VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options
 
 // Opens `path` with every check (format::IndexCheck::kFull) and verifies it. A path that does
 // not exist or is not an archive at all (a file, a folder without manifest.json) is a Status
-// (kNotFound / kInvalidArgument), and so is a failure to read it at all (kIOError, kTimeout,
-// kResourceExhausted: a disk or network error, the store down, the cache full or unusable),
-// which says nothing about the archive; an archive too damaged to open is a report with `error`
+// (kNotFound / kInvalidArgument), and so is a remote archive that could not be read at all
+// (kIOError, kTimeout, kResourceExhausted: the network, the store down, the cache full or
+// unusable), which says nothing about the archive; an archive too damaged to open (a local
+// shard file missing or unreadable, a remote shard object missing) is a report with `error`
 // set.
 // A remote archive whose cached copies were found damaged (and discarded) is opened and
 // verified once more, downloading those shards again: `repaired` says what was replaced, and
