@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shardfeed/codec/codec.h"
+#include "shardfeed/converter/options.h"
 
 namespace shardfeed::converter {
 
@@ -84,13 +85,8 @@ Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
     }
   }
   if (wo.chunk_bytes == 0) wo.chunk_bytes = 1 << 20;
-  if (jpeg_indexed && m.encoding != format::Encoding::kJpeg &&
-      m.encoding != format::Encoding::kAuto) {
-    // As pack refuses it with raw or zstd: it would change nothing.
-    return Status::InvalidArgument("jpeg_layout (--jpeg-layout) indexed re-lays JPEG records; ",
-                                   archive.path(), " holds none (encoding ",
-                                   format::EncodingName(m.encoding), ")");
-  }
+  // As pack refuses it with raw or zstd: it would change nothing.
+  SF_RETURN_IF_ERROR(CheckJpegLayout(jpeg_indexed, m.encoding, archive.path()));
   SF_ASSIGN_OR_RETURN(auto writer, format::ArchiveWriter::Create(out, wo));
   // --jpeg-layout indexed: the JPEG codec's own pack-time re-layout, on the stored bytes.
   // An auto archive's JPEG records are re-laid too; its pixel records are copied as they are.

@@ -162,6 +162,15 @@ Status SetPackOption(PackOptions* options, std::string_view name, std::string_vi
   return PackOptionTable().Set(options, name, text);
 }
 
+Status CheckJpegLayout(bool indexed, format::Encoding encoding, const std::string& holder) {
+  if (!indexed || encoding == format::Encoding::kJpeg || encoding == format::Encoding::kAuto) {
+    return Status::OK();
+  }
+  return Status::InvalidArgument("jpeg_layout (--jpeg-layout) indexed re-lays JPEG records; ",
+                                 holder, " stores none (encoding ", format::EncodingName(encoding),
+                                 "; use encoding auto or jpeg, or leave jpeg_layout out)");
+}
+
 Status ValidatePackOptions(const PackOptions& o) {
   using format::Encoding;
   if (o.encoding != Encoding::kJpeg && o.center_crop && o.size == 0) {
@@ -172,12 +181,7 @@ Status ValidatePackOptions(const PackOptions& o) {
         "crop (--crop) center applies to raw and zstd records; jpeg records keep the whole "
         "image");
   }
-  if (o.jpeg_indexed && o.encoding != Encoding::kJpeg && o.encoding != Encoding::kAuto) {
-    return Status::InvalidArgument(
-        "jpeg_layout (--jpeg-layout) indexed re-lays JPEG records; encoding (--encoding) ",
-        o.encoding == Encoding::kRaw ? "raw" : "zstd",
-        " stores none (use encoding auto or jpeg, or leave jpeg_layout out)");
-  }
+  SF_RETURN_IF_ERROR(CheckJpegLayout(o.jpeg_indexed, o.encoding, "this pack"));
   if (o.max_side &&
       ((o.encoding != Encoding::kJpeg && o.encoding != Encoding::kAuto) || o.size == 0)) {
     return Status::InvalidArgument(

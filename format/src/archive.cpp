@@ -215,6 +215,9 @@ struct Archive::Shard {
   mutable std::atomic<bool> ready{false};
   // `status` says why it could not be opened (until ReleaseShard forgets it); written under `mu`
   mutable std::atomic<bool> failed{false};
+  // A remote shard's cached copy against the manifest's content hash, once a check needed it
+  // (DiscardDamagedCopy): 0 not known, 1 the same, 2 different. Reset with each open.
+  mutable std::atomic<int> copy_state{0};
   mutable Status status;
   // When it failed: a remote shard whose download failed for a reason that may pass (an I/O
   // error, a timeout: the server down) is tried again kRetryFailedShardAfter later.
@@ -420,22 +423,21 @@ Status Archive::OpenShard(size_t s) const {
     };
     // A copy found in the cache was verified when it was downloaded: one that no longer opens
     // was damaged since (a disk fault, a truncation), so it is discarded and downloaded once more.
-    for (int attempt = 0;; ++attempt) {
+    // One downloaded just now that does not open is the archive's damage: reported as it is.
+    for (;;) {
       SF_ASSIGN_OR_RETURN(shards_[s]->lease, remote_->Fetch(info.file, info.file_bytes,
                                                             HashToHex(info.content_hash), verify));
       opened = open(shards_[s]->lease->path());
       const StatusCode code = opened.status().code();
       const bool damaged = code == StatusCode::kCorrupt || code == StatusCode::kChecksumMismatch;
-      if (opened.ok() || !damaged || attempt >= 1) break;
-      SF_RETURN_IF_ERROR(remote_->Discard(*shards_[s]->lease));
-      {
-        std::lock_guard<std::mutex> lock(discard_mu_);
-        discard_notes_.push_back(shards_[s]->file + ": the cached copy " +
-                                 shards_[s]->lease->path() + " no longer opened (" +
-                                 opened.status().message() + "): discarded and downloaded again");
+      if (opened.ok() || !damaged || shards_[s]->lease->downloaded()) break;
+      bool removed = false;
+      if (!remote_->Discard(*shards_[s]->lease, &removed).ok()) break;  // the open's error
+      if (removed) {
+        Note(CopyName(*shards_[s]) + " no longer opened (" + opened.status().message() +
+             "): discarded and downloaded again");
       }
       shards_[s]->lease.reset();
-      discarded_.fetch_add(1, std::memory_order_relaxed);
     }
     if (!opened.ok()) shards_[s]->lease.reset();
   }
@@ -447,6 +449,7 @@ Status Archive::OpenShard(size_t s) const {
     shards_[s]->guard = internal::GuardRange(store->map_base, store->map_size);
   }
   shards_[s]->store = std::move(store);
+  shards_[s]->copy_state.store(0, std::memory_order_release);
   return Status::OK();
 }
 
@@ -576,7 +579,7 @@ Status Archive::CheckUnchanged(uint64_t index) const {
   }
   // A remote shard's file is its cached copy (shard.file is its URL): the copy is what changed.
   const std::string& local = shard.lease ? shard.lease->path() : shard.file;
-  const std::string named = shard.lease ? shard.file + " (cached copy " + local + ")" : local;
+  const std::string named = CopyName(shard);
   struct stat st {};
   const bool seen = ::stat(local.c_str(), &st) == 0;
   const std::string now = seen ? std::to_string(st.st_size) + " bytes now"
@@ -596,10 +599,10 @@ Status Archive::VerifyRecord(uint64_t index, bool fields) const {
   uint64_t got = RecordChecksum(r.data, r.size);
   SF_RETURN_IF_ERROR(CheckUnchanged(index));
   if (got != r.entry->checksum) {
-    return Status::ChecksumMismatch(path_, ": sample ", index,
-                                    ": payload checksum mismatch (stored ",
-                                    HashToHex(r.entry->checksum), ", computed ", HashToHex(got),
-                                    ")", DiscardDamagedCopy(*shards_[FindShard(index)]));
+    return Status::ChecksumMismatch(
+        path_, ": sample ", index, ": payload checksum mismatch (stored ",
+        HashToHex(r.entry->checksum), ", computed ", HashToHex(got), ")",
+        DiscardDamagedCopy(*shards_[FindShard(index)], FindShard(index)));
   }
   if (!fields || !manifest_.schema.has_var_fields()) return Status::OK();
   SF_ASSIGN_OR_RETURN(VarBlob blob, Blob(index));
@@ -635,7 +638,7 @@ Status Archive::CheckBlob(uint64_t index, const VarBlob& blob) const {
     return Status::ChecksumMismatch(
         *blob.file, ": sample ", index, which, ": var blob (the sample's variable fields ", held,
         ") checksum mismatch (stored ", HashToHex(blob.checksum), ", computed ", HashToHex(got),
-        ")", DiscardDamagedCopy(*shards_[FindShard(index)]),
+        ")", DiscardDamagedCopy(*shards_[FindShard(index)], FindShard(index)),
         damaged.empty() ? "; every value still decodes, so which one is damaged is unknown" : "");
   }
   return Status::OK();
@@ -706,20 +709,44 @@ Status Archive::VerifyShard(size_t s) const {
     const std::string mismatch = shards_[s]->file + ": shard hash mismatch (manifest " +
                                  HashToHex(manifest_.shards[s].content_hash) + ", computed " +
                                  HashToHex(got) + ")";
-    return Status::ChecksumMismatch(mismatch, DiscardDamagedCopy(*slot));
+    return Status::ChecksumMismatch(mismatch, DiscardDamagedCopy(*slot, s, &got));
   }
   return Status::OK();
 }
 
-std::string Archive::DiscardDamagedCopy(const Shard& slot) const {
+std::string Archive::CopyName(const Shard& slot) const {
+  return slot.lease ? slot.file + " (cached copy " + slot.lease->path() + ")" : slot.file;
+}
+
+void Archive::Note(std::string note) const {
+  std::lock_guard<std::mutex> lock(discard_mu_);
+  discard_notes_.push_back(std::move(note));
+}
+
+std::string Archive::DiscardDamagedCopy(const Shard& slot, size_t s, const uint64_t* hash) const {
   if (!remote_ || !slot.lease) return "";
-  // Downloads are checked against the manifest's hash: the cached copy changed since. It is
-  // removed, so that the next open of the shard downloads it again.
-  const Status gone = remote_->Discard(*slot.lease);
-  if (gone.ok()) discarded_.fetch_add(1, std::memory_order_relaxed);
-  return " in the cached copy " + slot.lease->path() + ", damaged since its download" +
-         (gone.ok() ? " and now discarded: the next open of the shard downloads it again"
-                    : "; it could not be discarded (" + gone.message() + ")");
+  // Downloads are checked against the manifest's content hash, which covers every record, blob,
+  // index entry and field: a copy that still has it holds the archive as stored, so the damage
+  // is the archive's. One that no longer has it changed in the cache since: it is removed, so
+  // that the next open of the shard downloads it again. Hashed once per shard (a whole read).
+  int state = slot.copy_state.load(std::memory_order_acquire);
+  if (state == 0) {
+    const uint64_t got = hash ? *hash : ShardContentHash(*slot.store);
+    state = got == manifest_.shards[s].content_hash ? 1 : 2;
+    slot.copy_state.store(state, std::memory_order_release);
+  }
+  if (state == 1) return "";
+  bool removed = false;
+  const Status gone = remote_->Discard(*slot.lease, &removed);
+  const std::string where = " in the cached copy " + slot.lease->path();
+  if (removed) {
+    Note(slot.file + ": shard hash mismatch" + where +
+         ", damaged since its download: discarded and downloaded again");
+  }
+  return where + ", damaged since its download" +
+         (!gone.ok() ? "; it could not be discarded (" + gone.message() + ")"
+          : removed  ? " and now discarded: the next open of the shard downloads it again"
+                    : " and no longer in the cache: the next open of the shard downloads it again");
 }
 
 std::vector<std::string> Archive::DiscardNotes() const {

@@ -194,16 +194,17 @@ Status CopyFileData(const std::string& from, const std::string& to) {
 
 bool FlagsUnsupported(int err) { return err == EINVAL || err == ENOSYS || err == EOPNOTSUPP; }
 
-// Takes <path>.lock: created if missing (and then ours to remove), never truncated; locked with
-// flock; re-checked after locking so a lock file unlinked meanwhile by the previous owner is not
-// mistaken for the current one.
-// Removes each of `folders` (deepest first) that is empty; stops at the first that is not.
+// Removes each of `folders` (deepest first) that is empty; one that is missing (never made, or
+// removed already) is passed over; stops at the first that holds something.
 void RemoveEmptyFolders(const std::vector<std::string>& folders) {
   for (const std::string& f : folders) {
-    if (::rmdir(f.c_str()) != 0) break;
+    if (::rmdir(f.c_str()) != 0 && errno != ENOENT) break;
   }
 }
 
+// Takes <path>.lock: created if missing (and then ours to remove), never truncated; locked with
+// flock; re-checked after locking so a lock file unlinked meanwhile by the previous owner is not
+// mistaken for the current one.
 Result<int> TakeLock(const std::string& lock_file, const std::string& what, bool* created) {
   for (int attempt = 0; attempt < 3; ++attempt) {
     int fd = ::open(lock_file.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0644);

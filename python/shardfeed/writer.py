@@ -231,9 +231,11 @@ class _Converter:
                 x = float(v)
             except (TypeError, ValueError):
                 raise _Bad("a %s field takes a number, not %s" % (kind, type(v).__name__)) from None
-            except OverflowError:  # an int above float64's range
-                raise _Bad("a whole number of %d digits is outside %s's range"
-                           % (len(str(abs(operator.index(v)))), kind)) from None
+            except OverflowError:  # an int (or Fraction) above float64's range
+                if isinstance(v, numbers.Integral):
+                    raise _Bad("a whole number of %d digits is outside %s's range"
+                               % (len(str(abs(int(v)))), kind)) from None
+                raise _Bad("%s is outside %s's range" % (type(v).__name__, kind)) from None
             if math.isinf(x) and not _infinite(v):  # np.longdouble, Decimal beyond float64
                 raise _Bad("%s is outside float64's range" % (v,))
             if kind == "float32":

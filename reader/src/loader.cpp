@@ -245,10 +245,11 @@ Status Loader::Impl::WaitForBatch(std::unique_lock<std::mutex>& lock, uint64_t b
   const double poll = hook ? kWaitPollSeconds : 1.0;
   uint64_t seen = completions;
   auto progressed = enter;  // when a sample last completed, as far as this wait knows
-  // A remote archive's download moving (bytes arriving in this process) is progress too: a
-  // big shard from a slow store can take longer than the timeout while no sample completes.
-  const bool remote = archive->remote() != nullptr;
-  uint64_t fetched = remote ? storage::GetFetchStats().bytes_fetched : 0;
+  // A remote archive's download moving (bytes arriving from its location, in this process) is
+  // progress too: a big shard from a slow store can take longer than the timeout while no
+  // sample completes. (Other archives' downloads are not: they would hide a stall.)
+  const storage::Remote* remote = archive->remote();
+  uint64_t fetched = remote ? remote->BytesReceived() : 0;
   for (;;) {
     if (ready()) {
       if (!*starved || !fatal.ok() || stopping) break;
@@ -272,7 +273,7 @@ Status Loader::Impl::WaitForBatch(std::unique_lock<std::mutex>& lock, uint64_t b
       progressed = now;
     }
     if (remote) {
-      const uint64_t bytes = storage::GetFetchStats().bytes_fetched;
+      const uint64_t bytes = remote->BytesReceived();
       if (bytes != fetched) {
         fetched = bytes;
         progressed = now;

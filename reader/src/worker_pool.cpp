@@ -144,7 +144,7 @@ Status Loader::Impl::OnTimeout(double waited) {
   msg << archive->path() << ": no sample completed for " << std::fixed << std::setprecision(1)
       << waited << " s (timeout " << options.timeout << " s) while waiting for batch "
       << next_deliver << " of epoch " << epoch;
-  if (archive->remote() && children.empty()) {
+  if (archive->remote() && children.empty() && archive->OpenedShards() < archive->shard_count()) {
     msg << " and no byte was downloaded (the store is down or stalled?)";
   }
   if (slowest < 0) {

@@ -75,7 +75,7 @@ bool EndsWith(const std::string& s, const char* tail) {
 
 // Opens `path` and holds it with a shared flock, if it still names the same file once locked
 // (an evictor may have unlinked it between open and flock). Touches its time for the LRU order.
-std::unique_ptr<CachedFile> Hold(const std::string& path) {
+std::unique_ptr<CachedFile> Hold(const std::string& path, bool downloaded = false) {
   for (int tries = 0; tries < 3; ++tries) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) return nullptr;
@@ -90,7 +90,7 @@ std::unique_ptr<CachedFile> Hold(const std::string& path) {
     if (::stat(path.c_str(), &named) == 0 && named.st_ino == held.st_ino &&
         named.st_dev == held.st_dev) {
       ::futimens(fd, nullptr);  // least recently used first: mtime is the last use
-      return std::make_unique<CachedFile>(path, fd);
+      return std::make_unique<CachedFile>(path, fd, downloaded);
     }
     ::close(fd);
   }
@@ -147,14 +147,18 @@ uint64_t Survey(const std::string& root, std::vector<Entry>* entries) {
   uint64_t total = 0;
   std::error_code ec;
   for (fs::directory_iterator loc(root, ec), none; !ec && loc != none; loc.increment(ec)) {
+    // Queries of an entry get their own error code: one that vanished (evicted by another
+    // process) must not end the listing, or the cache would be counted short.
+    std::error_code entry_ec;
     const std::string key = loc->path().filename().string();
-    if (key.size() != 16 || !IsHex16(key, 0) || loc->is_symlink(ec) || !loc->is_directory(ec)) {
+    if (key.size() != 16 || !IsHex16(key, 0) || loc->is_symlink(entry_ec) ||
+        !loc->is_directory(entry_ec)) {
       continue;
     }
     std::error_code inner;
     for (fs::directory_iterator it(loc->path(), inner), end; !inner && it != end;
          it.increment(inner)) {
-      if (it->is_symlink(inner) || !it->is_regular_file(inner)) continue;
+      if (it->is_symlink(entry_ec) || !it->is_regular_file(entry_ec)) continue;
       if (!IsCacheFileName(it->path().filename().string())) continue;
       total += Count(it->path().string(), entries);
     }
@@ -319,6 +323,10 @@ Result<std::shared_ptr<Remote>> Remote::Open(const std::string& location,
   return remote;
 }
 
+uint64_t Remote::BytesReceived() const {
+  return impl_->endpoint.received->load(std::memory_order_relaxed);
+}
+
 std::string Remote::UrlOf(const std::string& name) const {
   return location_ + (location_.back() == '/' ? "" : "/") + name;
 }
@@ -469,7 +477,7 @@ Result<std::unique_ptr<CachedFile>> Remote::Fetch(const std::string& name, uint6
                            WaitBound(), " s (SHARDFEED_FETCH_WAIT); its lock is ", final_path,
                            ".lock");
   }
-  if (auto held = Hold(final_path)) {  // another process fetched it meanwhile
+  if (auto held = Hold(final_path, true)) {  // another process fetched it meanwhile
     internal::CountStat(&FetchStats::waits, 1);
     return held;
   }
@@ -497,7 +505,7 @@ Result<std::unique_ptr<CachedFile>> Remote::Fetch(const std::string& name, uint6
         got = locked.status();
       } else if (Fd cache_lock(*locked); ::rename(part.c_str(), final_path.c_str()) != 0) {
         got = Status::IOError(part, ": rename: ", std::strerror(errno));
-      } else if (auto held = Hold(final_path)) {
+      } else if (auto held = Hold(final_path, true)) {
         return held;
       } else {
         got = Status::IOError(final_path, ": removed as soon as downloaded (cache too small?)");
@@ -509,24 +517,27 @@ Result<std::unique_ptr<CachedFile>> Remote::Fetch(const std::string& name, uint6
   }
 }
 
-Status Remote::Discard(const CachedFile& held) const {
+Status Remote::Discard(const CachedFile& held, bool* removed) const {
+  if (removed) *removed = false;
   const std::string& path = held.path();
+  auto names_it = [&] {
+    struct stat mine {
+    }, named{};
+    return ::fstat(held.fd(), &mine) == 0 && ::lstat(path.c_str(), &named) == 0 &&
+           mine.st_ino == named.st_ino && mine.st_dev == named.st_dev;
+  };
+  if (!names_it()) return Status::OK();  // already gone, or replaced by a fresh download
   Fd lock(::open((path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
   if (lock.fd < 0) return Status::IOError(path, ".lock: ", std::strerror(errno));
-  // Short: a reader waits here. The holder is downloading a copy that is missing (so ours is
-  // gone already) or about to take ours as a cache hit.
+  // Short: a reader waits here, for a process about to take this copy as a cache hit.
   if (!LockWithin(lock.fd, LOCK_EX, 10)) {
     return Status::Timeout(path, ".lock: still held by another process after 10 s");
   }
-  struct stat mine {
-  }, named{};
-  if (::fstat(held.fd(), &mine) != 0 || ::stat(path.c_str(), &named) != 0 ||
-      mine.st_ino != named.st_ino || mine.st_dev != named.st_dev) {
-    return Status::OK();  // already gone, or replaced by a fresh download
-  }
+  if (!names_it()) return Status::OK();
   if (::unlink(path.c_str()) != 0) {
     return Status::IOError(path, ": cannot remove the damaged cached copy: ", std::strerror(errno));
   }
+  if (removed) *removed = true;
   g_room_generation.fetch_add(1, std::memory_order_acq_rel);
   internal::CountStat(&FetchStats::discards, 1);
   return Status::OK();

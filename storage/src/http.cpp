@@ -63,7 +63,8 @@ struct Sink {
   std::string* text = nullptr;
   uint64_t max_bytes = 0;
   uint64_t received = 0;
-  int write_errno = 0;  // set when writing to fd failed (ENOSPC...)
+  std::atomic<uint64_t>* location_received = nullptr;  // the Endpoint's count
+  int write_errno = 0;                                 // set when writing to fd failed (ENOSPC...)
   bool too_big = false;
 };
 
@@ -71,6 +72,7 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
   Sink* sink = static_cast<Sink*>(user);
   const size_t n = size * count;
   sink->received += n;
+  if (sink->location_received) sink->location_received->fetch_add(n, std::memory_order_relaxed);
   CountStat(&FetchStats::bytes_fetched, n);
   if (sink->fd < 0) {
     if (sink->text->size() + n > sink->max_bytes) {
@@ -276,6 +278,7 @@ Status Transfer(const Endpoint& endpoint, const std::string& name, const FetchRe
   std::string last;
   for (int attempt = 0;; ++attempt) {
     Sink sink;
+    sink.location_received = endpoint.received.get();
     sink.fd = fd;
     sink.text = text;
     sink.max_bytes = max_bytes;

@@ -3,9 +3,11 @@
 
 #include <curl/curl.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "shardfeed/base/status.h"
@@ -19,6 +21,8 @@ struct Endpoint {
   std::string bucket_base, prefix;  // s3: the bucket's URL (base without the prefix), the prefix
   std::string shown;                // the location as the user wrote it, for messages
   std::string key_id, secret, token, region;  // empty key_id: unsigned requests
+  // Body bytes received from this location (all copies of the Endpoint share it).
+  std::shared_ptr<std::atomic<uint64_t>> received = std::make_shared<std::atomic<uint64_t>>(0);
 };
 
 // Parses s3:// or http(s):// and reads the AWS variables and credentials file.

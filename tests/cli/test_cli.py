@@ -554,7 +554,7 @@ def test_overwrite_of_a_symlink_leaves_the_link_and_its_archive(small_archive, t
     # convert refuses --jpeg-layout indexed for an archive that holds no JPEG, as pack does.
     run("pack", GOOD, tmp_path / "raw", "--encoding", "raw", check=0)
     p = run("convert", tmp_path / "raw", tmp_path / "c", "--jpeg-layout", "indexed", check=2)
-    assert "holds none (encoding raw)" in p.stderr and not (tmp_path / "c").exists()
+    assert "stores none (encoding raw" in p.stderr and not (tmp_path / "c").exists()
 
 
 def test_tune_help_lists_only_what_tune_takes(small_archive):

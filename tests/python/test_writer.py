@@ -275,6 +275,7 @@ BAD = [
     ({"weight": 10 ** 400}, "weight", "outside float64's range"),
     ({"weight": np.longdouble("1e400")}, "weight", "outside float64's range"),
     ({"score": __import__("decimal").Decimal("-1e400")}, "score", "outside float64's range"),
+    ({"weight": __import__("fractions").Fraction(10 ** 400)}, "weight", "outside float64's range"),
     ({"half": [[1, 2, 3], [4, 5, 70000]]}, "half", "70000 is outside float16's range"),
     ({"embedding": [0, 0, 0, 0, 0, 0, 0, 1e300]}, "embedding", "outside float32's range"),
 ]

@@ -93,15 +93,19 @@ class OwnTempDir {
     }
     OwnTempDir d;
     d.path_ = buf.data();
+    // The marker appears under its name already locked (made under another name, locked,
+    // renamed): an extract cleaning up leftovers never finds it free while this one lives.
     const std::string marker = d.path_ + "/" + kExtractingMarker;
-    d.lock_ = ::open(marker.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (d.lock_ < 0 || ::flock(d.lock_, LOCK_EX | LOCK_NB) != 0) {
+    const std::string making = marker + ".new";
+    d.lock_ = ::open(making.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (d.lock_ < 0 || ::flock(d.lock_, LOCK_EX | LOCK_NB) != 0 ||
+        ::rename(making.c_str(), marker.c_str()) != 0) {
       return Status::IOError(marker, ": ", std::strerror(errno));
     }
     return d;
   }
   OwnTempDir() = default;
-  OwnTempDir(OwnTempDir&& o) noexcept : path_(std::move(o.path_)), lock_(o.lock_) {
+  OwnTempDir(OwnTempDir&& o) noexcept : path_(std::move(o.path_)), lock_(o.lock_), mode_(o.mode_) {
     o.path_.clear();
     o.lock_ = -1;
   }
@@ -114,27 +118,36 @@ class OwnTempDir {
   const std::string& path() const { return path_; }
   // Gives the folder `like`'s mode, owner and group (as far as this process may: a group it is
   // not in is left as it is), or, without `like`, a new folder's mode: 0777 less the umask.
-  Status TakeModeOf(const struct stat* like) {
-    mode_t mode = 0777 & ~Umask();
+  // The owner and group now (as far as this process may: a group it is not in is left as it
+  // is); the mode (a read-only one would stop the writing) at MoveTo.
+  void TakeModeOf(const struct stat* like) {
+    mode_ = 0777 & ~Umask();
     if (like) {
       if (::chown(path_.c_str(), like->st_uid, like->st_gid) != 0) {
         (void)!::chown(path_.c_str(), static_cast<uid_t>(-1), like->st_gid);
       }
-      mode = like->st_mode & 07777;
+      mode_ = like->st_mode & 07777;
     }
-    if (::chmod(path_.c_str(), mode) != 0) {
-      return Status::IOError(path_, ": chmod: ", std::strerror(errno));
-    }
-    return Status::OK();
   }
   // Moves the folder to `dir` (absent, or an empty directory: rename() replaces only an empty
   // one, so nothing of the user's can be lost even if it filled up meanwhile), without its
-  // marker.
+  // marker, with the mode TakeModeOf chose. kIOError if the marker is no longer the one this
+  // extract made (the folder was taken for a leftover and removed: its files are incomplete).
   Status MoveTo(const std::string& dir) {
     const std::string marker = path_ + "/" + kExtractingMarker;
+    struct stat mine {
+    }, named{};
+    if (::fstat(lock_, &mine) != 0 || ::lstat(marker.c_str(), &named) != 0 ||
+        mine.st_ino != named.st_ino || mine.st_dev != named.st_dev) {
+      return Status::IOError(path_, ": removed while the extract ran; nothing was moved to ", dir);
+    }
     if (::unlink(marker.c_str()) != 0) return Status::IOError(marker, ": ", std::strerror(errno));
+    if (::chmod(path_.c_str(), mode_) != 0) {
+      return Status::IOError(path_, ": chmod: ", std::strerror(errno));
+    }
     if (::rename(path_.c_str(), dir.c_str()) != 0) {
       const int err = errno;
+      (void)::chmod(path_.c_str(), 0700);  // so that it can be removed, whatever mode_ is
       if (err == ENOTEMPTY || err == EEXIST) {
         return Status::InvalidArgument(dir,
                                        ": is no longer empty; the extracted files were not "
@@ -149,6 +162,7 @@ class OwnTempDir {
  private:
   std::string path_;
   int lock_ = -1;
+  mode_t mode_ = 0755;
 };
 
 // The `path` field's value as a relative path inside DIR, or "" when it is not one (absolute,
@@ -333,7 +347,7 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
   SF_ASSIGN_OR_RETURN(OwnTempDir tmp, OwnTempDir::Create(target));
   // The folder DIR becomes gets an existing DIR's mode, owner and group (a group's setgid
   // folder stays one), or a new folder's mode (0777 less the umask) where mkdtemp gave 0700.
-  SF_RETURN_IF_ERROR(tmp.TakeModeOf(exists ? &existing : nullptr));
+  tmp.TakeModeOf(exists ? &existing : nullptr);
   std::string lines;
   codec::Context ctx;
   std::vector<uint8_t> file;

@@ -150,19 +150,16 @@ Result<VerifyReport> VerifyPath(const std::string& path, const VerifyOptions& op
       return report;
     }
     // Copies that no longer opened were replaced while opening (kFull opens every shard);
-    // those whose hash no longer matched are discarded by the check, and one more pass reads
-    // them as downloaded again.
-    const uint64_t at_open = (*archive)->DiscardedCopies();
+    // those a check found changed since their download are removed by it, and one more pass
+    // reads them as downloaded again.
+    const size_t at_open = (*archive)->DiscardNotes().size();
     VerifyReport report = Verify(**archive, options, progress);
-    const uint64_t discarded = (*archive)->DiscardedCopies() - at_open;
-    if (at_open > 0) {
-      for (std::string& note : (*archive)->DiscardNotes()) repaired.push_back(std::move(note));
-    }
-    if (discarded == 0 || report.bad_shards.empty() || pass >= 1) {
+    const std::vector<std::string> notes = (*archive)->DiscardNotes();
+    repaired.insert(repaired.end(), notes.begin(), notes.end());
+    if (notes.size() == at_open || pass >= 1) {
       report.repaired = repaired;
       return report;
     }
-    repaired.insert(repaired.end(), report.bad_shards.begin(), report.bad_shards.end());
   }
 }
 

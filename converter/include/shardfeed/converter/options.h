@@ -28,6 +28,9 @@ const PackOption* FindPackOption(std::string_view name);  // "max_side" or "max-
 Status SetPackOption(PackOptions* options, std::string_view name, std::string_view text);
 // Rules across options (what Pack() refuses before reading anything).
 Status ValidatePackOptions(const PackOptions& options);
+// jpeg_layout indexed re-lays JPEG records: kInvalidArgument, naming `holder` (what would hold
+// the records: the pack, an archive), for an encoding that stores none (raw, zstd).
+Status CheckJpegLayout(bool indexed, format::Encoding encoding, const std::string& holder);
 // The recorded options as a JSON object, plus "source": `source_kind` ("folder" or "list").
 std::string PackOptionsJson(const PackOptions& options, std::string_view source_kind);
 

@@ -118,11 +118,11 @@ class Archive {
   // the message names that file, and the copy is discarded (storage::Remote::Discard) so the
   // next Archive opened downloads the shard again; this one keeps its mapping of the old copy.
   Status VerifyShard(size_t shard) const;
-  // Remote archives: cached copies this archive found damaged and discarded, at open (a copy
-  // that no longer opens is discarded and downloaded once more, transparently) or by
-  // VerifyShard. Thread-safe.
-  uint64_t DiscardedCopies() const { return discarded_.load(std::memory_order_relaxed); }
-  // One line per copy discarded at open, naming the shard, the file and why. Thread-safe.
+  // Remote archives: one line per cached copy this archive found damaged and removed, naming the
+  // shard, the file and why, in order: at open (a copy found in the cache that no longer opens
+  // is removed and downloaded once more, transparently), or by a check (VerifyShard,
+  // VerifyRecord, a var blob's checksum) whose copy no longer has the manifest's content hash.
+  // Thread-safe.
   std::vector<std::string> DiscardNotes() const;
   // Cross-checks every field of the manifest that is derived from the shards against the shards
   // themselves (what a recomputed "manifest_xxh3" does not catch): per shard, payload_bytes (the
@@ -191,18 +191,21 @@ class Archive {
   };
   Result<VarBlob> Blob(uint64_t index) const;
   Status CheckBlob(uint64_t index, const VarBlob& blob) const;
-  // A remote shard's checksum mismatch: discards its cached copy (Remote::Discard) and says
-  // so, naming the file, for the end of the message; "" for a local archive.
-  std::string DiscardDamagedCopy(const Shard& slot) const;
+  // A remote shard's checksum mismatch: when its cached copy no longer has the manifest's
+  // content hash (`hash` if known, else computed once per shard), discards it
+  // (Remote::Discard) and says so, naming the file, for the end of the message; "" for a local
+  // archive or a copy as downloaded (the archive's own damage).
+  std::string DiscardDamagedCopy(const Shard& slot, size_t s, const uint64_t* hash = nullptr) const;
+  std::string CopyName(const Shard& slot) const;  // the URL and, remote, the cached file
+  void Note(std::string note) const;              // to DiscardNotes()
 
   std::string path_;
   Manifest manifest_;
   bool lazy_ = false;
   std::vector<std::unique_ptr<Shard>> shards_;
-  std::vector<uint64_t> shard_starts_;          // first_sample per shard, ascending
-  std::shared_ptr<storage::Remote> remote_;     // set for a remote location
-  OpenOptions open_options_;                    // as given to Open
-  mutable std::atomic<uint64_t> discarded_{0};  // DiscardedCopies()
+  std::vector<uint64_t> shard_starts_;       // first_sample per shard, ascending
+  std::shared_ptr<storage::Remote> remote_;  // set for a remote location
+  OpenOptions open_options_;                 // as given to Open
   mutable std::mutex discard_mu_;
   mutable std::vector<std::string> discard_notes_;  // DiscardNotes(), under discard_mu_
   size_t FindShard(uint64_t index) const;

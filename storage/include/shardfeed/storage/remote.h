@@ -60,8 +60,9 @@ struct CacheOptions {
 // The cache options, declared once (base/option_table.h): `cache_dir` and `cache_limit` (bytes,
 // or a size such as 20GB or 512MiB; ParseByteSize). The CLI's --cache-dir/--cache-limit (inspect,
 // verify, bench, tune, extract, stats), Python's cache_dir=/cache_limit= (shardfeed.Archive,
-// shardfeed.Loader, shardfeed.torch.Loader, verify, stats, inspect) and C++ callers (format::OpenOptions::cache) all set
-// a CacheOptions through it. An empty text leaves the field at its default.
+// shardfeed.Loader, shardfeed.torch.Loader, verify, stats, inspect) and C++ callers
+// (format::OpenOptions::cache) all set a CacheOptions through it. An empty text leaves the field at
+// its default.
 const OptionTable<CacheOptions>& CacheOptionTable();
 // Process-wide defaults for archives opened later without options of their own (the CLI sets
 // its --cache-dir/--cache-limit here). Thread-safe; archives already open keep theirs.
@@ -105,16 +106,21 @@ uint64_t CacheRoomGeneration();
 // Destroy it only after the file is unmapped. Not copyable; thread-compatible.
 class CachedFile {
  public:
-  CachedFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  CachedFile(std::string path, int fd, bool downloaded = false)
+      : path_(std::move(path)), fd_(fd), downloaded_(downloaded) {}
   ~CachedFile();
   CachedFile(const CachedFile&) = delete;
   CachedFile& operator=(const CachedFile&) = delete;
   const std::string& path() const { return path_; }
   int fd() const { return fd_; }  // open read-only on the held file (never closed by callers)
+  // Whether Fetch downloaded it just now (this process, or another one it waited for): checked
+  // against the version then. False for a copy found in the cache.
+  bool downloaded() const { return downloaded_; }
 
  private:
   std::string path_;
   int fd_;
+  bool downloaded_;
 };
 
 // Checks a downloaded file before it is renamed into the cache: OK, or why it is unusable
@@ -136,6 +142,9 @@ class Remote {
   // <location>/<name> as a URL for messages (no secret in it).
   std::string UrlOf(const std::string& name) const;
   uint64_t cache_limit() const { return cache_.limit; }
+  // Body bytes received from this location so far, in this process (all requests, retries
+  // included): what a reader watches to tell a slow download from a stalled one. Thread-safe.
+  uint64_t BytesReceived() const;
   const std::string& cache_dir() const { return cache_.dir; }
 
   // GETs a small object (the manifest) into memory, never cached. kNotFound for a 404.
@@ -154,10 +163,11 @@ class Remote {
   // Removes a cached copy found damaged after its download was verified (the disk, or someone,
   // changed it since): under its per-file lock, and only if its name still names the file
   // `held` holds (a copy another process downloaded meanwhile is left alone). Holders keep
-  // their open file and mapping; the next Fetch downloads the shard again. Thread-safe. Waits
-  // at most 10 s for another process holding the file's lock (kTimeout); kIOError if the file
+  // their open file and mapping; the next Fetch downloads the shard again. `*removed` says
+  // whether this call removed it (false: it was gone or replaced already). Thread-safe. Waits at
+  // most 10 s for another process holding the file's lock (kTimeout); kIOError if the file
   // cannot be removed.
-  Status Discard(const CachedFile& held) const;
+  Status Discard(const CachedFile& held, bool* removed = nullptr) const;
 
   struct Impl;
 
