@@ -424,19 +424,24 @@ Status Archive::OpenShard(size_t s) const {
     // A copy found in the cache was verified when it was downloaded: one that no longer opens
     // was damaged since (a disk fault, a truncation), so it is discarded and downloaded once more.
     // One downloaded just now that does not open is the archive's damage: reported as it is.
-    for (;;) {
+    for (int attempt = 0;; ++attempt) {
       SF_ASSIGN_OR_RETURN(shards_[s]->lease, remote_->Fetch(info.file, info.file_bytes,
                                                             HashToHex(info.content_hash), verify));
       opened = open(shards_[s]->lease->path());
       const StatusCode code = opened.status().code();
       const bool damaged = code == StatusCode::kCorrupt || code == StatusCode::kChecksumMismatch;
-      if (opened.ok() || !damaged || shards_[s]->lease->downloaded()) break;
+      if (opened.ok() || !damaged || shards_[s]->lease->downloaded() || attempt >= 2) break;
+      // A copy that passes the download's own check (it opens, it has the content hash) is as
+      // stored: what failed (the fields table) is the archive's damage, and it stays.
+      if (verify(shards_[s]->lease->path()).ok()) break;
       bool removed = false;
-      if (!remote_->Discard(*shards_[s]->lease, &removed).ok()) break;  // the open's error
-      if (removed) {
-        Note(CopyName(*shards_[s]) + " no longer opened (" + opened.status().message() +
-             "): discarded and downloaded again");
+      if (Status gone = remote_->Discard(*shards_[s]->lease, &removed); !gone.ok()) {
+        return Status::IOError(CopyName(*shards_[s]), " no longer opens (",
+                               opened.status().message(),
+                               ") and could not be removed: ", gone.message());
       }
+      Note(CopyName(*shards_[s]) + " no longer opened (" + opened.status().message() + "): " +
+           (removed ? "discarded" : "replaced in the cache meanwhile") + "; downloaded again");
       shards_[s]->lease.reset();
     }
     if (!opened.ok()) shards_[s]->lease.reset();
@@ -711,6 +716,7 @@ Status Archive::VerifyShard(size_t s) const {
                                  HashToHex(got) + ")";
     return Status::ChecksumMismatch(mismatch, DiscardDamagedCopy(*slot, s, &got));
   }
+  slot->copy_state.store(1, std::memory_order_release);  // the copy is as downloaded
   return Status::OK();
 }
 
@@ -728,20 +734,29 @@ std::string Archive::DiscardDamagedCopy(const Shard& slot, size_t s, const uint6
   // Downloads are checked against the manifest's content hash, which covers every record, blob,
   // index entry and field: a copy that still has it holds the archive as stored, so the damage
   // is the archive's. One that no longer has it changed in the cache since: it is removed, so
-  // that the next open of the shard downloads it again. Hashed once per shard (a whole read).
+  // that the next open of the shard downloads it again. Hashed once per shard (a whole read),
+  // under the shard's lock; the first to find it changed notes it (DiscardNotes).
+  bool first = false;
   int state = slot.copy_state.load(std::memory_order_acquire);
   if (state == 0) {
-    const uint64_t got = hash ? *hash : ShardContentHash(*slot.store);
-    state = got == manifest_.shards[s].content_hash ? 1 : 2;
-    slot.copy_state.store(state, std::memory_order_release);
+    std::lock_guard<std::mutex> lock(slot.mu);
+    state = slot.copy_state.load(std::memory_order_acquire);
+    if (state == 0) {
+      const uint64_t got = hash ? *hash : ShardContentHash(*slot.store);
+      state = got == manifest_.shards[s].content_hash ? 1 : 2;
+      slot.copy_state.store(state, std::memory_order_release);
+      first = state == 2;
+    }
   }
   if (state == 1) return "";
   bool removed = false;
   const Status gone = remote_->Discard(*slot.lease, &removed);
   const std::string where = " in the cached copy " + slot.lease->path();
-  if (removed) {
-    Note(slot.file + ": shard hash mismatch" + where +
-         ", damaged since its download: discarded and downloaded again");
+  if (first) {
+    Note(slot.file + ": shard hash mismatch" + where + ", damaged since its download: " +
+         (!gone.ok() ? "could not be removed (" + gone.message() + ")"
+          : removed  ? "discarded; the next open downloads it again"
+                     : "replaced in the cache meanwhile; the next open reads the new copy"));
   }
   return where + ", damaged since its download" +
          (!gone.ok() ? "; it could not be discarded (" + gone.message() + ")"

@@ -338,7 +338,7 @@ class Loader:
     skip_errors=False (True: a sample that cannot be decoded becomes a zero image labelled -1,
     so train with F.cross_entropy(..., ignore_index=-1)), verify_checksums=False, timeout=120
     (seconds with no sample completed, nor for a remote archive read by threads any byte
-    downloaded, before shardfeed.Timeout is raised; 0 or None waits
+    arriving from its location, before shardfeed.Timeout is raised; 0 or None waits
     forever), fields=None (every field of the archive's schema but a folder pack's source
     `path`, which fields='*' or a list naming it adds; or a list of names: what each batch
     carries beside images and labels, see Batch; an unknown name raises ValueError naming the

@@ -233,8 +233,8 @@ class _Converter:
                 raise _Bad("a %s field takes a number, not %s" % (kind, type(v).__name__)) from None
             except OverflowError:  # an int (or Fraction) above float64's range
                 if isinstance(v, numbers.Integral):
-                    raise _Bad("a whole number of %d digits is outside %s's range"
-                               % (len(str(abs(int(v)))), kind)) from None
+                    raise _Bad("a whole number of %d bits is outside %s's range"
+                               % (int(v).bit_length(), kind)) from None
                 raise _Bad("%s is outside %s's range" % (type(v).__name__, kind)) from None
             if math.isinf(x) and not _infinite(v):  # np.longdouble, Decimal beyond float64
                 raise _Bad("%s is outside float64's range" % (v,))

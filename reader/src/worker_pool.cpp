@@ -144,8 +144,8 @@ Status Loader::Impl::OnTimeout(double waited) {
   msg << archive->path() << ": no sample completed for " << std::fixed << std::setprecision(1)
       << waited << " s (timeout " << options.timeout << " s) while waiting for batch "
       << next_deliver << " of epoch " << epoch;
-  if (archive->remote() && children.empty() && archive->OpenedShards() < archive->shard_count()) {
-    msg << " and no byte was downloaded (the store is down or stalled?)";
+  if (archive->remote() && children.empty()) {
+    msg << "; no byte arrived from " << archive->remote()->location() << " in that time either";
   }
   if (slowest < 0) {
     msg << "; no worker is decoding";

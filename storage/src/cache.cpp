@@ -314,6 +314,7 @@ Result<std::shared_ptr<Remote>> Remote::Open(const std::string& location,
   remote->cache_ = cache;
   remote->impl_ = std::make_unique<Impl>();
   remote->impl_->endpoint = std::move(endpoint);
+  remote->impl_->endpoint.received = internal::ReceivedCounter(remote->impl_->endpoint.base);
   SF_ASSIGN_OR_RETURN(remote->impl_->retry, internal::RetryFromEnv());
   // Keyed by where the bytes come from (the URL, never a credential).
   remote->impl_->dir = cache.dir + "/remote/" + KeyOf(remote->impl_->endpoint.base);

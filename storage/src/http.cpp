@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -106,6 +107,15 @@ size_t StatSlot(uint64_t FetchStats::*field) {
 }
 
 }  // namespace
+
+std::shared_ptr<std::atomic<uint64_t>> ReceivedCounter(const std::string& base) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<std::atomic<uint64_t>>> counters;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& counter = counters[base];
+  if (!counter) counter = std::make_shared<std::atomic<uint64_t>>(0);
+  return counter;
+}
 
 bool Transient(CURLcode code) {
   switch (code) {

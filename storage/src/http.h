@@ -21,9 +21,13 @@ struct Endpoint {
   std::string bucket_base, prefix;  // s3: the bucket's URL (base without the prefix), the prefix
   std::string shown;                // the location as the user wrote it, for messages
   std::string key_id, secret, token, region;  // empty key_id: unsigned requests
-  // Body bytes received from this location (all copies of the Endpoint share it).
-  std::shared_ptr<std::atomic<uint64_t>> received = std::make_shared<std::atomic<uint64_t>>(0);
+  // Body bytes received from this location in this process: one counter per location (every
+  // Remote of the same URL shares it; ParseEndpoint sets it).
+  std::shared_ptr<std::atomic<uint64_t>> received;
 };
+
+// The process's byte counter of location `base` (Endpoint::received), made on first use.
+std::shared_ptr<std::atomic<uint64_t>> ReceivedCounter(const std::string& base);
 
 // Parses s3:// or http(s):// and reads the AWS variables and credentials file.
 Result<Endpoint> ParseEndpoint(const std::string& location);

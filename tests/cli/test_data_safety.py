@@ -530,6 +530,10 @@ def test_extract_keeps_an_existing_folders_mode_and_gives_a_new_one_the_umask(tm
     assert p.returncode == 0, p.stderr
     st = os.stat(shared)
     assert (st.st_mode & 0o7777, st.st_gid) == (0o2775, group)  # it was 0700 root:root
+    # What was written inside takes the folder's group, as it would have in DIR itself.
+    for d, dirs, files in os.walk(shared):
+        for name in dirs + files:
+            assert os.stat(os.path.join(d, name)).st_gid == group, name
     old = os.umask(0o027)
     try:
         p = run("extract", archive, tmp_path / "new")

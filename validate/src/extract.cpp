@@ -66,10 +66,15 @@ void RemoveDeadLeftovers(const std::string& beside) {
   for (fs::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (name.size() != prefix.size() + 6 || name.compare(0, prefix.size(), prefix) != 0) continue;
-    if (!it->is_directory(ec) || it->is_symlink(ec)) continue;
-    const int fd =
-        ::open((it->path() / kExtractingMarker).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) continue;  // not ours, or one being set up right now
+    std::error_code entry_ec;  // its own: an entry that vanished must not end the listing
+    if (!it->is_directory(entry_ec) || it->is_symlink(entry_ec)) continue;
+    // (".new": an extract killed while making its marker, between creating and renaming it.)
+    int fd = ::open((it->path() / kExtractingMarker).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+      fd = ::open((it->path() / (std::string(kExtractingMarker) + ".new")).c_str(),
+                  O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    if (fd < 0) continue;  // not ours
     if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
       std::error_code ignored;
       fs::remove_all(it->path(), ignored);
@@ -118,8 +123,8 @@ class OwnTempDir {
   const std::string& path() const { return path_; }
   // Gives the folder `like`'s mode, owner and group (as far as this process may: a group it is
   // not in is left as it is), or, without `like`, a new folder's mode: 0777 less the umask.
-  // The owner and group now (as far as this process may: a group it is not in is left as it
-  // is); the mode (a read-only one would stop the writing) at MoveTo.
+  // The owner, group and setgid bit now (so what is written inside takes the group, as it
+  // would in DIR); the permission bits at MoveTo (a read-only mode would stop the writing).
   void TakeModeOf(const struct stat* like) {
     mode_ = 0777 & ~Umask();
     if (like) {
@@ -128,6 +133,7 @@ class OwnTempDir {
       }
       mode_ = like->st_mode & 07777;
     }
+    (void)::chmod(path_.c_str(), (mode_ & 07000) | 0700);
   }
   // Moves the folder to `dir` (absent, or an empty directory: rename() replaces only an empty
   // one, so nothing of the user's can be lost even if it filled up meanwhile), without its

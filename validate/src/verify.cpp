@@ -38,13 +38,16 @@ std::string SampleReason(const format::Archive& archive, uint64_t i, const Statu
   return m;
 }
 
-// Whether `path` has a manifest (a folder's file, or a remote location's object): an archive
-// that failed to open with one is damaged (a shard missing), not a wrong path.
+// Whether `path` has a manifest (a folder's file, or a remote location's object; a remote
+// one must be ours): an archive that failed to open with one is damaged (a shard missing), not
+// a wrong path.
 bool ManifestThere(const std::string& path, const storage::CacheOptions& cache) {
   const std::string name(format::kManifestFileName);
   if (storage::IsRemote(path)) {
     auto remote = storage::Remote::Open(path, cache);
-    return remote.ok() && (*remote)->ReadText(name, format::kMaxManifestBytes).ok();
+    if (!remote.ok()) return false;
+    auto text = (*remote)->ReadText(name, format::kMaxManifestBytes);
+    return text.ok() && format::IsShardfeedManifest(*text);
   }
   std::error_code ec;
   return fs::exists(fs::path(path) / name, ec);

@@ -110,13 +110,15 @@ class Archive {
   // Recomputes a record's XXH3 and compares it with the index and, with `fields` (version 4,
   // a schema with variable fields), its var blob's with its VarEntry. kChecksumMismatch names
   // the shard and the sample. A reader that uses no variable field passes false: the check then
-  // touches nothing but the record, as before version 4. A remote archive's mismatch names the
-  // cached copy and discards it, as VerifyShard does.
+  // touches nothing but the record, as before version 4. A remote archive's mismatch in a cached
+  // copy that no longer has the manifest's content hash names the copy and discards it, as
+  // VerifyShard does (DiscardDamagedCopy); one whose copy still has it is the archive's damage.
   Status VerifyRecord(uint64_t index, bool fields = true) const;
   // Recomputes a shard's content hash and compares it with the header and the manifest.
-  // A remote archive's mismatch is in the cached copy (downloads are checked against the hash):
-  // the message names that file, and the copy is discarded (storage::Remote::Discard) so the
-  // next Archive opened downloads the shard again; this one keeps its mapping of the old copy.
+  // A remote archive's copy whose hash differs from the manifest's changed in the cache
+  // (downloads are checked against it): the message names that file, and the copy is discarded
+  // (storage::Remote::Discard) so the next Archive opened downloads the shard again; this one
+  // keeps its mapping of the old copy.
   Status VerifyShard(size_t shard) const;
   // Remote archives: one line per cached copy this archive found damaged and removed, naming the
   // shard, the file and why, in order: at open (a copy found in the cache that no longer opens

@@ -142,8 +142,9 @@ class Remote {
   // <location>/<name> as a URL for messages (no secret in it).
   std::string UrlOf(const std::string& name) const;
   uint64_t cache_limit() const { return cache_.limit; }
-  // Body bytes received from this location so far, in this process (all requests, retries
-  // included): what a reader watches to tell a slow download from a stalled one. Thread-safe.
+  // Body bytes received from this location so far, in this process, through any Remote of it
+  // (all requests, retries included): what a reader watches to tell a slow download from a
+  // stalled one. Thread-safe.
   uint64_t BytesReceived() const;
   const std::string& cache_dir() const { return cache_.dir; }
 
