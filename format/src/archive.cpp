@@ -428,6 +428,12 @@ Status Archive::OpenShard(size_t s) const {
       SF_ASSIGN_OR_RETURN(shards_[s]->lease, remote_->Fetch(info.file, info.file_bytes,
                                                             HashToHex(info.content_hash), verify));
       opened = open(shards_[s]->lease->path());
+      if (!opened.ok() && attempt < 2 && !shards_[s]->lease->named()) {
+        // Another process discarded the copy (or replaced it) between the fetch and the open:
+        // not this copy's fault, fetched once more.
+        shards_[s]->lease.reset();
+        continue;
+      }
       const StatusCode code = opened.status().code();
       const bool damaged = code == StatusCode::kCorrupt || code == StatusCode::kChecksumMismatch;
       if (opened.ok() || !damaged || shards_[s]->lease->downloaded() || attempt >= 2) break;

@@ -177,6 +177,13 @@ CachedFile::~CachedFile() {
   g_room_generation.fetch_add(1, std::memory_order_acq_rel);
 }
 
+bool CachedFile::named() const {
+  struct stat mine {
+  }, at{};
+  return ::fstat(fd_, &mine) == 0 && ::lstat(path_.c_str(), &at) == 0 && mine.st_ino == at.st_ino &&
+         mine.st_dev == at.st_dev;
+}
+
 namespace {
 
 // The scheme of a `scheme://...` location, lower-cased; "" for a plain path.
@@ -521,20 +528,14 @@ Result<std::unique_ptr<CachedFile>> Remote::Fetch(const std::string& name, uint6
 Status Remote::Discard(const CachedFile& held, bool* removed) const {
   if (removed) *removed = false;
   const std::string& path = held.path();
-  auto names_it = [&] {
-    struct stat mine {
-    }, named{};
-    return ::fstat(held.fd(), &mine) == 0 && ::lstat(path.c_str(), &named) == 0 &&
-           mine.st_ino == named.st_ino && mine.st_dev == named.st_dev;
-  };
-  if (!names_it()) return Status::OK();  // already gone, or replaced by a fresh download
+  if (!held.named()) return Status::OK();  // already gone, or replaced by a fresh download
   Fd lock(::open((path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
   if (lock.fd < 0) return Status::IOError(path, ".lock: ", std::strerror(errno));
   // Short: a reader waits here, for a process about to take this copy as a cache hit.
   if (!LockWithin(lock.fd, LOCK_EX, 10)) {
     return Status::Timeout(path, ".lock: still held by another process after 10 s");
   }
-  if (!names_it()) return Status::OK();
+  if (!held.named()) return Status::OK();
   if (::unlink(path.c_str()) != 0) {
     return Status::IOError(path, ": cannot remove the damaged cached copy: ", std::strerror(errno));
   }

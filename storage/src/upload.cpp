@@ -145,8 +145,11 @@ class Client {
     const std::string url = e_.base + "/" + name + (query.empty() ? "" : "?" + query);
     const std::string sigv4 = "aws:amz:" + e_.region + ":s3";
     const std::string userpwd = e_.key_id + ":" + e_.secret;
-    struct curl_slist* headers = curl_slist_append(nullptr, "Expect:");
-    headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    // Every header listed here is signed (CURLOPT_AWS_SIGV4), so each must be sent: an empty
+    // `Expect:` (curl's way to drop its 100-continue) is signed yet never sent, and a store that
+    // checks signatures refused every write. A PUT with a body waits for 100-continue instead.
+    struct curl_slist* headers =
+        curl_slist_append(nullptr, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
     if (!e_.token.empty()) {
       headers = curl_slist_append(headers, ("x-amz-security-token: " + e_.token).c_str());
     }

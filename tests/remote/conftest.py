@@ -58,6 +58,37 @@ def moto_url():
 
 
 @pytest.fixture(scope="session")
+def moto_signed():
+    """A second moto_server that checks every request's SigV4 signature (as S3, MinIO and R2 do;
+    the one above accepts any): (url, key id, secret) of a user allowed s3:*, bucket made."""
+    import boto3
+    server = os.path.join(os.path.dirname(sys.executable), "moto_server")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    # The first 3 requests (making the user, its policy and its key) go unchecked; then auth is on.
+    proc = subprocess.Popen([server, "-H", "127.0.0.1", "-p", str(port)],
+                            env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_listening(port, proc)
+        iam = boto3.client("iam", endpoint_url=url, aws_access_key_id="admin",
+                           aws_secret_access_key="admin", region_name="us-east-1")
+        iam.create_user(UserName="packer")
+        iam.put_user_policy(UserName="packer", PolicyName="s3", PolicyDocument=(
+            '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:*",'
+            '"Resource":"*"}]}'))
+        key = iam.create_access_key(UserName="packer")["AccessKey"]
+        key_id, secret = key["AccessKeyId"], key["SecretAccessKey"]
+        boto3.client("s3", endpoint_url=url, aws_access_key_id=key_id,
+                     aws_secret_access_key=secret,
+                     region_name="us-east-1").create_bucket(Bucket=BUCKET)
+        yield url, key_id, secret
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
 def local_archive(tmp_path_factory):
     """36 JPEGs in shards of about 30 KB of records (LMDB): 8 to 22 shards."""
     out = str(tmp_path_factory.mktemp("remote") / "a")

@@ -67,6 +67,32 @@ def test_pack_to_s3_verifies_and_reads_as_the_local_pack(env, bucket, tmp_path, 
     assert records(f"s3://{BUCKET}/w-{name}") == records(local)
 
 
+def test_pack_convert_and_merge_to_a_store_that_checks_signatures(env, moto_signed, tmp_path):
+    # Every header a request signs must be sent: an `Expect:` signed but never sent made every
+    # write fail with SignatureDoesNotMatch on real stores (reads were fine).
+    url, key_id, secret = moto_signed
+    env.setenv("AWS_ENDPOINT_URL", url)
+    env.setenv("AWS_ACCESS_KEY_ID", key_id)
+    env.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    env.setenv("SHARDFEED_UPLOAD_PART_SIZE", "5MiB")
+    local = str(tmp_path / "local")
+    assert cli("pack", GOOD, local, "-q", "--shard-size", "30K").returncode == 0
+    out = cli("pack", GOOD, f"s3://{BUCKET}/signed", "-q", "--shard-size", "30K")
+    assert out.returncode == 0, out.stderr
+    # a multipart upload (create, parts, complete) signed as well
+    out = cli("pack", GOOD, f"s3://{BUCKET}/signed-mp", "-q", "--encoding", "raw", "--size",
+              "512", "--shard-size", "12M")
+    assert out.returncode == 0, out.stderr
+    out = cli("convert", local, f"s3://{BUCKET}/signed-conv", "-q")
+    assert out.returncode == 0, out.stderr
+    out = cli("pack", GOOD, f"s3://{BUCKET}/signed", "-q", "--overwrite")  # LIST and DELETE
+    assert out.returncode == 0, out.stderr
+    for name in ("signed", "signed-mp", "signed-conv"):
+        out = cli("verify", f"s3://{BUCKET}/{name}")
+        assert out.returncode == 0, out.stdout + out.stderr
+    assert records(f"s3://{BUCKET}/signed") == records(local)
+
+
 def test_an_existing_manifest_is_refused_without_overwrite(env, bucket, tmp_path):
     dest = f"s3://{BUCKET}/w-again"
     assert cli("pack", GOOD, dest, "-q", "--shard-size", "30K").returncode == 0

@@ -1,4 +1,6 @@
 // storage/: locations, credentials, sizes and cache options (no server: tests/remote has those).
+#include <fcntl.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdlib>
@@ -238,4 +240,19 @@ TEST_CASE("an exception in an upload or ranged-download thread is the call's err
   CHECK(s.message().find("uploading s3://b/p: item 5 failed") != std::string::npos);
   CHECK(done.load() == 39);  // the others went on, and every thread was joined
   CHECK(storage::internal::RunOnThreads(3, "x", [] {}).ok());
+}
+
+// The open of a held cache copy retries, rather than failing, when another process discarded
+// the copy between the fetch and the open: named() is how it tells.
+TEST_CASE("a held cached copy knows when its name no longer names it", "[storage]") {
+  testing::TempDir dir;
+  const std::string path = dir / "shard.lmdb.0123456789abcdef";
+  std::ofstream(path) << "copy";
+  CachedFile held(path, ::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  REQUIRE(held.fd() >= 0);
+  CHECK(held.named());
+  std::filesystem::remove(path);  // what another process's Discard does
+  CHECK_FALSE(held.named());
+  std::ofstream(path) << "a fresh download";  // another file now has the name
+  CHECK_FALSE(held.named());
 }

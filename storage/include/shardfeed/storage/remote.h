@@ -116,6 +116,10 @@ class CachedFile {
   // Whether Fetch downloaded it just now (this process, or another one it waited for): checked
   // against the version then. False for a copy found in the cache.
   bool downloaded() const { return downloaded_; }
+  // Whether path() still names the held file: false once another process discarded it
+  // (Remote::Discard) or a fresh download replaced it. An open of path() that fails while this
+  // is false failed for that reason, not for the copy's content.
+  bool named() const;
 
  private:
   std::string path_;
