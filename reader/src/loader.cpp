@@ -340,6 +340,19 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
     p.stats.consumer_seconds += Seconds(enter - p.last_return);
   }
   if (!p.fatal.ok()) return p.fatal;
+  if (p.reread) {
+    // The batch that failed, and those after it begun meanwhile, are read again: the epoch
+    // from that batch on, its statistics and the epoch expected next kept.
+    p.reread = false;
+    const EpochStats stats = p.stats;
+    const uint64_t step = p.epoch_step;
+    const auto epoch_start = p.epoch_start;
+    p.BeginEpoch(p.sampler->Plan(p.epoch, p.current.plan.start), p.next_deliver);
+    p.stats = stats;
+    p.epoch_step = step;
+    p.epoch_start = epoch_start;
+    p.cv_work.notify_all();
+  }
   if (p.next_deliver >= p.batches) {
     p.last_return = Clock::time_point();
     return Batch();
@@ -357,6 +370,11 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
   p.last_return = now;
   if (!slot.error.ok()) {
     Status err = slot.error;
+    const StatusCode code = err.code();
+    if (code == StatusCode::kIOError || code == StatusCode::kTimeout) {
+      --p.next_deliver;  // not consumed: a download or read that may pass (loader.h, Next)
+      p.reread = true;
+    }
     lock.unlock();
     p.ReleaseSlot(s);
     return err;

@@ -174,6 +174,9 @@ struct Loader::Impl {
   std::condition_variable cv_work, cv_ready, cv_exit;
   int threads_running = 0;  // thread mode: worker threads not yet at their end (cv_exit)
   bool stopping = false, started = false;
+  // The batch at next_deliver failed for a reason that may pass (Next): the next Next() reads
+  // the epoch again from it.
+  bool reread = false;
   Status fatal;  // the loader cannot go on (a worker died): every later call reports it
   std::vector<Slot> slots;
   std::vector<int> free_slots;

@@ -543,6 +543,39 @@ def test_a_server_down_mid_epoch_for_good_fails_with_a_clear_error(proxy, env, m
     assert "shard-" in str(e.value) and "test-secret-never-shown" not in str(e.value)
 
 
+def test_an_epoch_continued_after_a_download_error_delivers_every_batch_once(proxy, env,
+                                                                            many_shards, tmp_path):
+    # Before, the batch whose download failed was consumed (and the batches after it that failed
+    # while the server was down): an epoch continued once the server was back lacked them, and
+    # state_dict() counted them as read.
+    local, url, total = many_shards
+    env.setenv("SHARDFEED_FETCH_RETRIES", "0")
+    loader = shardfeed.Loader(url, cache_dir=str(tmp_path / "c"), cache_limit=total // 4, **BLOCK)
+    loader.set_epoch(0)
+    got = []
+    for b in loader:
+        got.append((b.images.copy(), b.labels.copy(), b.indices.copy()))
+        if len(got) == 50:
+            break
+    proxy.all_reset(True)  # the server is down
+    with pytest.raises(shardfeed.StorageError):
+        for b in loader:
+            got.append((b.images.copy(), b.labels.copy(), b.indices.copy()))
+    assert loader.state_dict()["position"] == len(got)  # the failed batch is not consumed
+    proxy.all_reset(False)
+    errors = 0
+    for _ in range(40):  # bounded: a shard that failed is tried again 2 s later
+        try:
+            for b in loader:
+                got.append((b.images.copy(), b.labels.copy(), b.indices.copy()))
+            break
+        except shardfeed.StorageError:
+            errors += 1
+            threading.Event().wait(0.25)
+    assert errors < 40
+    same(got, epoch(shardfeed.Loader(local, shuffle_window=1, **BLOCK)))
+
+
 def test_a_shard_whose_download_failed_is_fetched_again_once_the_server_is_back(proxy, env,
                                                                                many_shards,
                                                                                tmp_path):

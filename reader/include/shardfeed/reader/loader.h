@@ -319,9 +319,14 @@ class Loader {
   // every later call, until StartEpoch). Before the first StartEpoch, Next() starts epoch 0
   // from its start, as StartEpoch(0) would. An error from a worker (decode failure naming the
   // sample, dead worker process, timeout) is returned here; the batch it concerns is consumed
-  // (the next call delivers the one after), except a wait that ends without a batch (the
-  // hook's error, kTimeout, kResourceExhausted for kept_mb), after which the next call waits
-  // for the same batch again.
+  // (the next call delivers the one after: a sample's data error fails the same way each
+  // time; skip_errors skips the sample instead), except
+  // - a wait that ends without a batch (the hook's error, kTimeout, kResourceExhausted for
+  //   kept_mb): the next call waits for the same batch again;
+  // - a batch that failed for a reason that may pass (kIOError, kTimeout: a remote shard's
+  //   download, the server down, a read error): not consumed either; the next call reads it
+  //   again, and the batches after it that were begun, so an epoch continued after the error
+  //   delivers every sample once (a remote shard that failed is tried again 2 s later).
   Result<Batch> Next(const WaitHook& hook = {});
 
   LoaderState State() const;  // to resume: Resume(state)
