@@ -25,12 +25,12 @@ Result<Json> ReadJson(const std::string& file, const char* what) {
   std::stringstream text;
   text << in.rdbuf();
   if (in.bad()) return Status::IOError(file, ": read failed");
-  Json j = Json::parse(text.str(), nullptr, false);
-  if (j.is_discarded()) {
+  if (!Json::accept(text.str())) {
     return Status::Corrupt(file, ": not valid JSON: ", JsonSyntaxError(text.str()));
   }
-  const Status exact = CheckJsonIntegers(text.str());
+  const Status exact = CheckJsonText(text.str());  // before the parse: its depth
   if (!exact.ok()) return Status::Corrupt(file, ": ", exact.message());
+  Json j = Json::parse(text.str(), nullptr, false);
   if (!j.is_object()) return Status::Corrupt(file, ": not a JSON object");
   return j;
 }

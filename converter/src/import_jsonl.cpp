@@ -103,8 +103,9 @@ Status ExactAs(const Json& v, const char* type) {
                                  "string)");
 }
 
-bool IsJsonText(const std::string& s) {
-  return !s.empty() && (s[0] == '[' || s[0] == '{') && Json::accept(s);
+bool IsJsonText(const std::string& s) {  // a cell nested too deep stays text (refused later)
+  return !s.empty() && (s[0] == '[' || s[0] == '{') &&
+         format::JsonDepth(s.data(), s.size()) <= format::kMaxJsonDepth && Json::accept(s);
 }
 
 ColumnType TypeOf(const Json& v, bool text_cell) {
@@ -389,7 +390,7 @@ Status ValueOf(const FieldSpec& spec, const Json& v, bool text, OwnedValue* out)
       }
       default:
         if (!Json::accept(s)) return Status::InvalidArgument("'", s, "' is not a JSON list");
-        SF_RETURN_IF_ERROR(CheckJsonIntegers(s));
+        SF_RETURN_IF_ERROR(CheckJsonText(s));
         return ValueOf(spec, Json::parse(s), false, out);
     }
   }
@@ -563,7 +564,13 @@ Status InferSchema(const std::vector<Row>& rows, const std::vector<std::string>&
 
 }  // namespace
 
-Status CheckJsonIntegers(const std::string& text) {
+Status CheckJsonText(const std::string& text) {
+  // A document (a JSONL row, a COCO file) holds values a few levels down: each value is held to
+  // kMaxJsonDepth itself when it is written (format::CheckValue).
+  constexpr int kDocumentDepth = format::kMaxJsonDepth + 8;
+  if (format::JsonDepth(text.data(), text.size()) > kDocumentDepth) {
+    return Status::InvalidArgument("JSON nested deeper than ", kDocumentDepth, " levels");
+  }
   size_t line = 1;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
@@ -777,12 +784,13 @@ Result<SourceList> ImportJsonl(const std::string& file, const ImportOptions& opt
   for (size_t line_no = 1; std::getline(in, line); ++line_no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string at = file + ":" + std::to_string(line_no);
-    Json object = Json::parse(line, nullptr, false);
-    const Status exact = object.is_discarded() ? Status::OK() : CheckJsonIntegers(line);
+    const Status exact = CheckJsonText(line);  // before the parse: depth first
+    Json object = exact.ok() ? Json::parse(line, nullptr, false) : Json();
+    if (!exact.ok()) object = Json::value_t::discarded;
     if (object.is_discarded() || !object.is_object() || !exact.ok()) {
-      const std::string why = object.is_discarded() ? "not valid JSON: " + JsonSyntaxError(line)
-                              : !exact.ok()         ? exact.message()
-                                                    : "not a JSON object";
+      const std::string why = !exact.ok()             ? exact.message()
+                              : object.is_discarded() ? "not valid JSON: " + JsonSyntaxError(line)
+                                                      : "not a JSON object";
       if (!options.skip_bad) return Status::Corrupt(at, ": ", why);
       skipped.push_back({at, why});
       continue;

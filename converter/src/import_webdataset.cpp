@@ -387,7 +387,7 @@ Result<SourceList> ImportWebDataset(const std::string& src, const ImportOptions&
           row = Status::InvalidArgument("member ", m.name, " is not valid JSON: ", why);
           break;
         }
-        row = CheckJsonIntegers(bytes);
+        row = CheckJsonText(bytes);
         if (row.ok()) v = OwnedValue::Text(bytes);
       } else {
         row = ValueFromText(schema.fields()[f], bytes, &v);

@@ -90,6 +90,28 @@ uint64_t DimsBytes(const FieldSpec& spec) { return Align8(4 * spec.stored_dims()
 
 }  // namespace
 
+int JsonDepth(const void* text, size_t size) {
+  const char* t = static_cast<const char*>(text);
+  int depth = 0, max = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < size; ++i) {
+    const char c = t[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max = std::max(max, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max;
+}
+
 size_t ElemSize(ElemType t) {
   for (const auto& e : kElems) {
     if (e.type == t) return e.size;
@@ -373,6 +395,10 @@ Status CheckValue(const FieldSpec& spec, const FieldValue& value, uint32_t heigh
       return Status::OK();
     case FieldKind::kJson: {
       if (!ValidUtf8(p, value.size)) return FieldError(spec, "not valid UTF-8");
+      if (JsonDepth(p, value.size) > kMaxJsonDepth) {
+        return FieldError(spec,
+                          "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+      }
       if (!nlohmann::json::accept(p, p + value.size)) return FieldError(spec, "not valid JSON");
       return Status::OK();
     }

@@ -88,29 +88,6 @@ uint64_t ManifestChecksum(json j) {
   return XXH3_64bits(canonical.data(), canonical.size());
 }
 
-// Nesting depth of JSON text, scanned without recursion (strings skipped), so a hostile
-// manifest of 100,000 nested arrays is refused before any recursive code sees it.
-int MaxDepth(const std::string& text) {
-  int depth = 0, max = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      max = std::max(max, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return max;
-}
-
 // Typed access: a missing or mistyped field is an error naming it, never an exception.
 template <typename T>
 Status Get(const json& j, const char* key, T* out, const std::string& origin,
@@ -481,7 +458,7 @@ Result<Manifest> Manifest::FromJson(const std::string& text, const std::string& 
     return Status::Corrupt(origin, ": ", text.size(), " bytes, more than a manifest may hold (",
                            kMaxManifestBytes, ")");
   }
-  if (MaxDepth(text) > kMaxManifestDepth) {
+  if (JsonDepth(text.data(), text.size()) > kMaxManifestDepth) {  // before any recursion
     return Status::Corrupt(origin, ": JSON nested deeper than ", kMaxManifestDepth, " levels");
   }
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);

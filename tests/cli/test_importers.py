@@ -707,6 +707,37 @@ def test_json_integers_no_64_bit_integer_holds_are_refused_not_rounded(tmp_path)
         assert not (tmp_path / ("k%d" % n)).exists()
 
 
+def test_json_nested_past_the_depth_limit_is_refused_not_a_crash(tmp_path):
+    # REGRESSION (found by a stranger's test): a JSONL value of 100,000 nested lists crashed pack
+    # (SIGSEGV in nlohmann's recursive dump), and a CSV cell of them packed as a json field that
+    # verify passed and extract crashed on. Refused, naming the row; 256 levels still pack.
+    # (Deeper JSON in a shard is refused by the writers, and by extract as the sample's error.)
+    jpeg(str(tmp_path / "a.jpg"))
+    deep = "[" * 100000 + "]" * 100000
+    (tmp_path / "d.jsonl").write_text('{"image": "a.jpg", "x": 1}\n{"image": "a.jpg", "x": %s}\n'
+                                     % deep)
+    p = run("pack", tmp_path / "d.jsonl", tmp_path / "j", "-q")
+    assert p.returncode == 1 and "d.jsonl:2" in p.stderr, (p.returncode, p.stderr)
+    assert "nested deeper than 264 levels" in p.stderr, p.stderr
+    assert not (tmp_path / "j").exists()
+    (tmp_path / "e.jsonl").write_text('{"image": "a.jpg", "x": %s}\n' % ("[" * 257 + "]" * 257))
+    p = run("pack", tmp_path / "e.jsonl", tmp_path / "e", "-q")  # the value itself: 257 levels
+    assert p.returncode == 1 and "e.jsonl:1" in p.stderr, (p.returncode, p.stderr)
+    assert "'x'" in p.stderr and "nested deeper than 256 levels" in p.stderr, p.stderr
+    # A CSV cell is JSON only when it parses within the limit: deeper, it is kept as text.
+    (tmp_path / "d.csv").write_text('image,x\na.jpg,"%s"\n' % deep)
+    run("pack", tmp_path / "d.csv", tmp_path / "c", "-q", check=0)
+    assert fields(tmp_path / "c")["x"] == "str"
+    run("extract", tmp_path / "c", tmp_path / "c-x", "-q", check=0)
+    assert json.loads((tmp_path / "c-x" / "samples.jsonl").read_text())["x"] == deep
+    ok = "[" * 256 + "]" * 256
+    (tmp_path / "ok.jsonl").write_text('{"image": "a.jpg", "x": %s}\n' % ok)
+    run("pack", tmp_path / "ok.jsonl", tmp_path / "ok", "-q", check=0)
+    run("extract", tmp_path / "ok", tmp_path / "ok-x", "-q", check=0)
+    row = json.loads((tmp_path / "ok-x" / "samples.jsonl").read_text().splitlines()[0])
+    assert json.dumps(row["x"], separators=(",", ":")) == ok
+
+
 def test_extract_then_pack_round_trips_masks_bit_for_bit(tmp_path):
     # extract writes a mask as a PNG file (DIR/masks/<field>/I.png) named in samples.jsonl; the
     # JSONL importer reads that path back (before: a bad row, "expected ..." for a string).

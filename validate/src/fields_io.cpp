@@ -199,6 +199,10 @@ Result<json> FieldJson(const format::Archive& archive, uint64_t i, size_t f,
     case FieldKind::kStr:
       return json(std::string(reinterpret_cast<const char*>(v.data), v.size));
     case FieldKind::kJson: {
+      if (format::JsonDepth(v.data, v.size) > format::kMaxJsonDepth) {  // dump would recurse
+        return Status::Corrupt("field '", spec.name, "': JSON nested deeper than ",
+                               format::kMaxJsonDepth, " levels");
+      }
       json j = json::parse(v.data, v.data + v.size, nullptr, false);
       if (j.is_discarded()) return Status::Corrupt("field '", spec.name, "': not valid JSON");
       return j;

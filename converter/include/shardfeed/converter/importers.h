@@ -101,10 +101,13 @@ format::FieldSpec MakeField(const std::string& name, const std::string& type);
 // format::kMaxFieldName bytes, "_" for an empty text.
 std::string SanitizeFieldName(const std::string& text);
 
-// kInvalidArgument naming the first integer literal of the JSON `text` that no 64-bit integer
-// holds (below INT64_MIN or above UINT64_MAX), with its line in `text`: nlohmann would keep it
-// as a rounded double, and an importer must refuse a value rather than change it. OK otherwise.
-Status CheckJsonIntegers(const std::string& text);
+// Checks JSON text an importer reads before anything parses or writes it: kInvalidArgument
+// when it nests deeper than format::kMaxJsonDepth + 8 (a value at the limit and the document
+// holding it; every JSON library recurses once a level),
+// or naming the first integer literal that no 64-bit integer holds (below INT64_MIN or above
+// UINT64_MAX), with its line in `text`: nlohmann would keep it as a rounded double, and an
+// importer must refuse a value rather than change it. OK otherwise.
+Status CheckJsonText(const std::string& text);
 
 // Why `text` is not JSON: nlohmann's reason with its line and column ("syntax error while
 // parsing value - invalid literal; last read: 'N'" at line 3, column 20), plus a hint for NaN

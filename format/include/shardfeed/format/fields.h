@@ -144,8 +144,16 @@ struct FieldValue {
 // travel as the record and IndexEntry::label).
 using FieldValues = std::vector<FieldValue>;
 
+// The deepest nesting of arrays and objects a json value may have. Deeper text is refused where
+// it comes in (importers, writers) and where it is read: nlohmann's dump (and every reader's
+// JSON library) recurses once a level, so 100,000 levels overflowed the stack.
+inline constexpr int kMaxJsonDepth = 256;
+// Nesting depth of JSON text, scanned without recursion (strings and escapes skipped).
+int JsonDepth(const void* text, size_t size);
+
 // Checks `value` against `spec` (dims, sizes, rows of a per-box field against `box_rows`, mask
-// dims against the image's stored `height` x `width`, UTF-8 of str, JSON syntax of json).
+// dims against the image's stored `height` x `width`, UTF-8 of str, JSON syntax and depth of
+// json).
 // kInvalidArgument naming the field and what is wrong.
 Status CheckValue(const FieldSpec& spec, const FieldValue& value, uint32_t height, uint32_t width,
                   int64_t box_rows);
