@@ -141,6 +141,7 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
   result.skipped = source.skipped;
   result.encoding = options.encoding;
   SF_RETURN_IF_ERROR(ValidatePackOptions(options));
+  SF_RETURN_IF_ERROR(format::CheckClassNames(source.class_names));  // before any work
   std::vector<SourceItem> items = source.items;
   if (options.shuffle) ShuffleItems(&items, options.seed);
   const format::PartInfo part = SliceForPart(source, options, &items);

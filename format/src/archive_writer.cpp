@@ -714,6 +714,7 @@ Status ArchiveWriter::Finish(Manifest manifest) {
     return Status::InvalidArgument("a record has label ", class_counts_.size() - 1, " but only ",
                                    manifest.class_names.size(), " class names were given");
   }
+  SF_RETURN_IF_ERROR(CheckClassNames(manifest.class_names));
   std::string manifest_text = manifest.ToJson();
   if (options_.backend == Backend::kHdf5) {
     for (size_t s = 0; s < shards_.size(); ++s) {

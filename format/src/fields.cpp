@@ -64,6 +64,14 @@ bool ValidName(std::string_view n) {
   return true;
 }
 
+Status FieldError(const FieldSpec& spec, const std::string& what) {
+  return Status::InvalidArgument("field '", spec.name, "' (", spec.TypeName(), "): ", what);
+}
+
+uint64_t DimsBytes(const FieldSpec& spec) { return Align8(4 * spec.stored_dims()); }
+
+}  // namespace
+
 bool ValidUtf8(const uint8_t* s, size_t n) {
   size_t i = 0;
   while (i < n) {
@@ -81,14 +89,6 @@ bool ValidUtf8(const uint8_t* s, size_t n) {
   }
   return true;
 }
-
-Status FieldError(const FieldSpec& spec, const std::string& what) {
-  return Status::InvalidArgument("field '", spec.name, "' (", spec.TypeName(), "): ", what);
-}
-
-uint64_t DimsBytes(const FieldSpec& spec) { return Align8(4 * spec.stored_dims()); }
-
-}  // namespace
 
 int JsonDepth(const void* text, size_t size) {
   const char* t = static_cast<const char*>(text);

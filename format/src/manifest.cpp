@@ -193,6 +193,18 @@ Result<uint64_t> CountManifestShards(const std::string& text, const std::string&
   return scan.shards;
 }
 
+Status CheckClassNames(const std::vector<std::string>& names) {
+  for (size_t c = 0; c < names.size(); ++c) {
+    const std::string& n = names[c];
+    if (ValidUtf8(reinterpret_cast<const uint8_t*>(n.data()), n.size())) continue;
+    return Status::InvalidArgument(
+        "class ", c, " name ", json(n).dump(-1, ' ', false, json::error_handler_t::replace),
+        " is not valid UTF-8 (a class folder's or label's name); class names are stored as "
+        "UTF-8 text: rename it");
+  }
+  return Status::OK();
+}
+
 std::string Manifest::ToJson() const {
   json shards_json = json::array();
   for (const ShardInfo& s : shards) {

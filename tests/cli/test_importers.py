@@ -793,3 +793,23 @@ def test_a_label_beyond_the_class_limit_is_refused_naming_the_line(tmp_path):
     (tmp_path / "l.txt").write_text("0\t1\t2000000000\ta.jpg\n1\t5\ta.jpg\n")  # MXNet .lst
     run("pack", tmp_path, tmp_path / "o4", "--list", tmp_path / "l.txt", "-q", check=0)
     assert samples(tmp_path / "o4", tmp_path)[0]["labels"] == [1, 2000000000]
+
+
+def test_a_class_name_that_is_not_utf8_is_refused_naming_it(tmp_path):
+    # REGRESSION (found by a stranger's test): a class folder named in Latin-1 ("caf\xe9") made
+    # pack fail after the whole run with nlohmann's "[json.exception.type_error.316] incomplete
+    # UTF-8 string", naming nothing; a CSV label the same.
+    src = tmp_path.as_posix().encode() + b"/src"
+    for name in (b"caf\xe9", b"dog"):
+        os.makedirs(src + b"/" + name)
+        jpeg((src + b"/" + name + b"/x.jpg").decode("utf-8", "surrogateescape"))
+    p = subprocess.run([CLI, "pack", src, str(tmp_path / "a"), "-q"], capture_output=True,
+                       timeout=300)
+    err = p.stderr.decode("utf-8", "replace")
+    assert p.returncode == 2 and "class 0 name \"caf\ufffd\" is not valid UTF-8" in err, err
+    assert "rename it" in err and "json.exception" not in err, err
+    assert not (tmp_path / "a").exists()
+    jpeg(str(tmp_path / "c0.jpg"))
+    (tmp_path / "l.csv").write_bytes(b"image,label\nc0.jpg,caf\xe9\nc0.jpg,dog\n")
+    p = run("pack", tmp_path / "l.csv", tmp_path / "b", "-q")
+    assert p.returncode == 2 and "is not valid UTF-8" in p.stderr, p.stderr

@@ -150,6 +150,8 @@ using FieldValues = std::vector<FieldValue>;
 inline constexpr int kMaxJsonDepth = 256;
 // Nesting depth of JSON text, scanned without recursion (strings and escapes skipped).
 int JsonDepth(const void* text, size_t size);
+// Whether s[0, n) is valid UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+bool ValidUtf8(const uint8_t* s, size_t n);
 
 // Checks `value` against `spec` (dims, sizes, rows of a per-box field against `box_rows`, mask
 // dims against the image's stored `height` x `width`, UTF-8 of str, JSON syntax and depth of

@@ -98,6 +98,11 @@ Result<uint64_t> CountManifestShards(const std::string& text, const std::string&
 
 // Formats a 64-bit hash as 16 lowercase hex digits, and back.
 std::string HashToHex(uint64_t hash);
+
+// Class names are stored as UTF-8 text: kInvalidArgument naming the first that is not (class i,
+// its bytes shown with U+FFFD), for a writer to refuse before it writes (a folder named in
+// Latin-1 made the manifest's JSON library throw after the whole pack).
+Status CheckClassNames(const std::vector<std::string>& names);
 bool HexToHash(const std::string& hex, uint64_t* out);
 
 }  // namespace shardfeed::format
