@@ -142,6 +142,10 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
   result.encoding = options.encoding;
   SF_RETURN_IF_ERROR(ValidatePackOptions(options));
   SF_RETURN_IF_ERROR(format::CheckClassNames(source.class_names));  // before any work
+  if (options.strict && !source.skipped.empty()) {  // a folder that could not be listed
+    const SkippedFile& first = source.skipped.front();
+    return Status::Corrupt(first.path, ": ", first.reason, " (--strict: no archive written)");
+  }
   std::vector<SourceItem> items = source.items;
   if (options.shuffle) ShuffleItems(&items, options.seed);
   const format::PartInfo part = SliceForPart(source, options, &items);

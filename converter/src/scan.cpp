@@ -82,6 +82,9 @@ struct Walker {
   const std::set<FileId>* excluded = nullptr;  // the archive being written, if inside the tree
   std::vector<std::pair<std::string, std::string>> found;  // (dir, name) of candidate files
   std::vector<SkippedFile>* ignored;
+  // Folders that could not be read: their images are lost to the pack, so they are skipped
+  // (reported, and --strict fails), never quietly ignored.
+  std::vector<SkippedFile>* skipped;
 
   bool Excluded(const std::string& path) const {
     FileId id;
@@ -91,7 +94,7 @@ struct Walker {
   Status Walk(const std::string& dir) {
     struct stat st;
     if (::stat(dir.c_str(), &st) != 0) {
-      ignored->push_back({dir, std::string("cannot read directory: ") + std::strerror(errno)});
+      skipped->push_back({dir, std::string("cannot read directory: ") + std::strerror(errno)});
       return Status::OK();
     }
     if (Excluded(dir)) {
@@ -107,7 +110,9 @@ struct Walker {
     DirEntries entries;
     Status s = ListDir(dir, &entries);
     if (!s.ok()) {
-      ignored->push_back({dir, s.message()});
+      const std::string& why = s.message();  // "<dir>: cannot list: ...": the path once
+      const bool named = why.compare(0, dir.size() + 2, dir + ": ") == 0;
+      skipped->push_back({dir, named ? why.substr(dir.size() + 2) : why});
       active.erase(key);
       return Status::OK();
     }
@@ -193,6 +198,7 @@ Result<SourceList> ScanImageFolder(const std::string& root,
   for (size_t label = 0; label < list.class_names.size(); ++label) {
     Walker walker;
     walker.ignored = &list.ignored;
+    walker.skipped = &list.skipped;
     walker.excluded = &excluded;
     walker.root_real = root_real;
     walker.active.insert({st.st_dev, st.st_ino});  // the root is every class's ancestor

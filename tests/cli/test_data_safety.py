@@ -572,6 +572,40 @@ def test_extract_into_a_read_only_empty_folder_works_for_its_owner(tmp_path):
         os.chmod(ro, 0o755)  # so that it can be cleaned up
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="runs the pack as nobody (root and setpriv only)")
+def test_a_folder_pack_cannot_list_is_skipped_and_fails_strict():
+    """REGRESSION (found by a stranger's test): a class folder the user could not list was
+    'ignored' (the report only): its images silently missing, even under --strict."""
+    import tempfile
+    from PIL import Image
+    with tempfile.TemporaryDirectory(dir="/tmp") as top:  # pytest's folders are root's alone
+        top = pathlib.Path(top)
+        src = top / "src"
+        for cls in ("aa", "bb", "cc"):
+            (src / cls).mkdir(parents=True)
+            Image.new("RGB", (8, 8), (10, 20, 30)).save(src / cls / "x.png")
+        for d, dirs, files in os.walk(top):
+            os.chown(d, 65534, 65534)
+            for name in files:
+                os.chown(os.path.join(d, name), 65534, 65534)
+        os.chmod(top, 0o777)
+        os.chown(src / "aa", 0, 0)
+        os.chmod(src / "aa", 0)
+        as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", CLI, "pack"]
+        p = subprocess.run(as_nobody + [str(src), str(top / "strict"), "--strict"],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 1, p.stderr
+        assert "aa: cannot list: Permission denied (--strict: no archive written)" in p.stderr
+        assert not (top / "strict").exists()
+        p = subprocess.run(as_nobody + [str(src), str(top / "a")], capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert "skipped %s: cannot list: Permission denied" % (src / "aa") in p.stderr, p.stderr
+        assert "packed 2 of 3 files" in p.stdout and "1 skipped" in p.stdout, p.stdout
+        os.chmod(src / "aa", 0o755)  # so that it can be cleaned up
+
+
 def test_extract_refuses_a_symlinked_or_parentless_dir_before_any_work(tmp_path):
     archive, _ = _pack_pngs(tmp_path, ["a.png"])
     (tmp_path / "real").mkdir()
