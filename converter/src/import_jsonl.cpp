@@ -57,7 +57,8 @@ bool ParseInt(const std::string& s, int64_t* v) {
   char* end = nullptr;
   errno = 0;
   long long x = std::strtoll(s.c_str(), &end, 10);
-  if (*end != 0 || errno != 0) return false;
+  // The whole text, NUL bytes included ("1\\0" "2" is text, not 1).
+  if (end != s.c_str() + s.size() || errno != 0) return false;
   *v = x;
   return true;
 }
@@ -67,7 +68,7 @@ bool ParseDouble(const std::string& s, double* v) {
   char* end = nullptr;
   errno = 0;
   double x = std::strtod(s.c_str(), &end);
-  if (*end != 0 || errno != 0 || !std::isfinite(x)) return false;
+  if (end != s.c_str() + s.size() || errno != 0 || !std::isfinite(x)) return false;
   *v = x;
   return true;
 }

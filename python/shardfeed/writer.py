@@ -414,8 +414,16 @@ class Writer:
         self._skipped.append({"sample": n, "reason": what})
 
     def write_many(self, samples):
-        """write() for each sample of an iterable; returns how many were given."""
+        """write() for each sample of an iterable, or of a sequence or map-style Dataset
+        (len() and [i]: samples[0] .. samples[len - 1], in index order); returns how many were
+        given."""
         start = self._count
+        if _map_style(samples):
+            # Not `for s in samples`: a torch Dataset has no __iter__, and Python's fallback
+            # calls [0], [1], ... until IndexError, which most Datasets never raise: the pack
+            # ran until the disk was full.
+            source = samples
+            samples = (source[i] for i in range(len(source)))
         for s in samples:
             self.write(s)
         return self._count - start

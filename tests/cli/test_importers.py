@@ -813,3 +813,15 @@ def test_a_class_name_that_is_not_utf8_is_refused_naming_it(tmp_path):
     (tmp_path / "l.csv").write_bytes(b"image,label\nc0.jpg,caf\xe9\nc0.jpg,dog\n")
     p = run("pack", tmp_path / "l.csv", tmp_path / "b", "-q")
     assert p.returncode == 2 and "is not valid UTF-8" in p.stderr, p.stderr
+
+
+def test_a_number_cell_with_a_nul_byte_is_text_not_a_cut_number(tmp_path):
+    # REGRESSION (found by a stranger's test): "1\0" "2" was stored as the int64 1 (strtoll
+    # stopped at the NUL and the check looked no further), "2.5\0" "9" as 2.5.
+    jpeg(str(tmp_path / "c0.jpg"))
+    (tmp_path / "n.csv").write_bytes(b"image,x,y\nc0.jpg,1\x002,2.5\x009\n")
+    run("pack", tmp_path / "n.csv", tmp_path / "a", "-q", check=0)
+    assert fields(tmp_path / "a")["x"] == "str" and fields(tmp_path / "a")["y"] == "str"
+    if PYTHONPATH:
+        got = samples(tmp_path / "a", tmp_path)
+        assert got[0]["x"] == "1\x002" and got[0]["y"] == "2.5\x009", got

@@ -408,6 +408,29 @@ def test_pack_iterable_torch_dataset_in_processes_keeps_order(tmp_path):
     check_order(tmp_path / "a", 203)  # names say every sample came from a worker process
 
 
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_map_style_dataset_in_this_process_is_read_by_index_up_to_its_len(tmp_path, workers):
+    # REGRESSION (found by a stranger's test): with workers 0 or 1, `for s in dataset` on a torch
+    # Dataset (no __iter__) called [0], [1], ... past len() until IndexError, which a Dataset that
+    # computes its samples never raises: the pack ran until the disk was full.
+    torch = pytest.importorskip("torch")
+
+    class Endless(torch.utils.data.Dataset):
+        def __len__(self):
+            return 10
+
+        def __getitem__(self, i):
+            if i >= 10:
+                raise RuntimeError("read past len(): sample %d" % i)
+            return indexed(i)
+
+    r = shardfeed.pack_iterable(Endless(), tmp_path / "a", schema=IDX_SCHEMA, workers=workers)
+    assert r["packed"] == 10
+    check_order(tmp_path / "a", 10)
+    with shardfeed.Writer(tmp_path / "b", schema=IDX_SCHEMA) as w:
+        assert w.write_many(Endless()) == 10
+
+
 def test_pack_iterable_dataset_error_leaves_nothing(tmp_path):
     class Broken:
         def __len__(self):
