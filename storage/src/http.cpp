@@ -141,6 +141,22 @@ void CountStat(uint64_t FetchStats::*field, uint64_t amount) {
   g_stats[StatSlot(field)].fetch_add(amount, std::memory_order_relaxed);
 }
 
+std::string EncodeKey(const std::string& key) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(key.size());
+  for (unsigned char c : key) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~' || c == '/') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
 Result<Endpoint> ParseEndpoint(const std::string& location) {
   Endpoint e;
   e.shown = location;
@@ -167,6 +183,12 @@ Result<Endpoint> ParseEndpoint(const std::string& location) {
     }
     if (authority.empty() || at + 1 == authority.size()) {
       return Status::InvalidArgument(location, ": no host in the URL");
+    }
+    if (loc.find_first_of("?#", host) != std::string::npos) {
+      return Status::InvalidArgument(location,
+                                     ": a query or fragment cannot be part of an archive's URL "
+                                     "(the archive's file names are appended to its path); give "
+                                     "the folder's URL, with any '?' or '#' in it as %3F or %23");
     }
     e.base = loc;
     return e;
@@ -213,7 +235,7 @@ Result<Endpoint> ParseEndpoint(const std::string& location) {
   }
   e.bucket_base = e.base;
   e.prefix = prefix;
-  if (!prefix.empty()) e.base += "/" + prefix;
+  if (!prefix.empty()) e.base += "/" + EncodeKey(prefix);
   return e;
 }
 
@@ -266,7 +288,7 @@ namespace {
 Status Transfer(const Endpoint& endpoint, const std::string& name, const FetchRetry& retry, int fd,
                 std::string* text, uint64_t max_bytes, int64_t range_at) {
   std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  const std::string url = endpoint.base + "/" + name;
+  const std::string url = endpoint.base + "/" + (endpoint.s3 ? EncodeKey(name) : name);
   const std::string shown = endpoint.shown + (endpoint.shown.back() == '/' ? "" : "/") + name;
   std::unique_ptr<CURL, void (*)(CURL*)> curl(curl_easy_init(), curl_easy_cleanup);
   if (!curl) return Status::Internal("curl_easy_init failed");

@@ -31,6 +31,10 @@ std::shared_ptr<std::atomic<uint64_t>> ReceivedCounter(const std::string& base);
 
 // Parses s3:// or http(s):// and reads the AWS variables and credentials file.
 Result<Endpoint> ParseEndpoint(const std::string& location);
+// An object key (or a name under the prefix) as a URL path: every byte but A-Z a-z 0-9 - . _ ~
+// and '/' as %XX (S3's UriEncode, which SigV4's canonical path is). Without it a '?', '#' or
+// '%' in a key ended the path, or was decoded: a pack wrote every object to one wrong key.
+std::string EncodeKey(const std::string& key);
 // The fetch settings of the environment (SHARDFEED_FETCH_RETRIES, _MAX_DELAY, _STALL_TIMEOUT; also
 // checks _WAIT and _PART_BYTES, read where they are used): a value that is not a number in its
 // range is an error naming the variable (atoi/atol read a typo, or 0, as "no stall timeout": a

@@ -142,7 +142,8 @@ class Client {
   Status Send(const char* method, const std::string& name, const std::string& query, Body* body,
               Reply* reply, bool cancellable = true) {
     if (!curl_) return Status::Internal("curl_easy_init failed");
-    const std::string url = e_.base + "/" + name + (query.empty() ? "" : "?" + query);
+    const std::string url =
+        e_.base + "/" + internal::EncodeKey(name) + (query.empty() ? "" : "?" + query);
     const std::string sigv4 = "aws:amz:" + e_.region + ":s3";
     const std::string userpwd = e_.key_id + ":" + e_.secret;
     // Every header listed here is signed (CURLOPT_AWS_SIGV4), so each must be sent: an empty

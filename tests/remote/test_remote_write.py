@@ -93,6 +93,43 @@ def test_pack_convert_and_merge_to_a_store_that_checks_signatures(env, moto_sign
     assert records(f"s3://{BUCKET}/signed") == records(local)
 
 
+@pytest.mark.parametrize("signed", [False, True])
+def test_a_prefix_with_characters_urls_reserve_is_written_and_read_as_its_keys(env, bucket,
+                                                                               moto_signed,
+                                                                               tmp_path, signed):
+    # REGRESSION (found by a stranger's test): keys went into URLs unencoded: "x?y" PUT every
+    # object to the key "x" (the rest a query) and reported success, "a#b" lost "#b", "%41"
+    # became "A"; with --overwrite such a name would delete another prefix's objects.
+    if signed:  # the encoded path is what SigV4 signs
+        url, key_id, secret = moto_signed
+        env.setenv("AWS_ENDPOINT_URL", url)
+        env.setenv("AWS_ACCESS_KEY_ID", key_id)
+        env.setenv("AWS_SECRET_ACCESS_KEY", secret)
+        import boto3
+        client = boto3.client("s3", endpoint_url=url, aws_access_key_id=key_id,
+                              aws_secret_access_key=secret, region_name="us-east-1")
+    else:
+        client = bucket
+    prefix = "odd dir/x?y#z%41+&=é"
+    out = cli("pack", GOOD, f"s3://{BUCKET}/{prefix}", "-q", "--shard-size", "30K")
+    assert out.returncode == 0, out.stderr
+    names = keys(client, prefix)
+    assert "manifest.json" in names and len(names) > 2, names
+    assert keys(client, "odd dir/x") == [] and keys(client, "odd dir/xAy") == []
+    out = cli("verify", f"s3://{BUCKET}/{prefix}", "--decode")
+    assert out.returncode == 0, out.stdout + out.stderr
+    out = cli("pack", GOOD, f"s3://{BUCKET}/{prefix}", "-q", "--overwrite")  # LIST, DELETE
+    assert out.returncode == 0, out.stderr
+    assert cli("verify", f"s3://{BUCKET}/{prefix}").returncode == 0
+
+
+def test_an_http_location_with_a_query_or_fragment_is_refused(env, tmp_path):
+    for loc in ("http://127.0.0.1:9/a?token=1", "https://example.com/a#x"):
+        out = cli("verify", loc)
+        assert out.returncode == 2, (loc, out.stderr)
+        assert "a query or fragment cannot be part of an archive's URL" in out.stderr
+
+
 def test_an_existing_manifest_is_refused_without_overwrite(env, bucket, tmp_path):
     dest = f"s3://{BUCKET}/w-again"
     assert cli("pack", GOOD, dest, "-q", "--shard-size", "30K").returncode == 0
