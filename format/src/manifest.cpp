@@ -405,8 +405,12 @@ Status ParseShards(const json& j, const std::string& origin, Manifest& m) {
     if (!s.is_object()) return Status::Corrupt(origin, ": a shard entry is not an object");
     ShardInfo info;
     SF_RETURN_IF_ERROR(Get(s, "file", &info.file, origin));
-    if (info.file.empty() || info.file.find('/') != std::string::npos || info.file[0] == '.') {
-      return Status::Corrupt(origin, ": shard file name \"", info.file, "\" is not a plain name");
+    // No NUL either: the C string a file is opened by would end there (another file's name).
+    if (info.file.empty() || info.file.find_first_of(std::string("/\0", 2)) != std::string::npos ||
+        info.file[0] == '.') {
+      return Status::Corrupt(origin, ": shard file name ",
+                             json(info.file).dump(-1, ' ', false, json::error_handler_t::replace),
+                             " is not a plain name");
     }
     const std::string where = origin + ": shard " + info.file;
     SF_RETURN_IF_ERROR(Get(s, "first_sample", &info.first_sample, where));

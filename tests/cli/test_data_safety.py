@@ -256,6 +256,16 @@ def test_verify_checks_every_field_against_the_shards(archive, field):
     assert p.returncode == 1, (p.returncode, p.stderr)
 
 
+def test_a_shard_name_with_a_nul_byte_is_not_a_plain_name(archive):
+    # REGRESSION (found by a stranger's test): "shard-00000.mdb\u0000x" passed the plain-name
+    # check, and the open (a C string) read shard-00000.mdb: verify said OK.
+    def change(m):
+        m["shards"][0]["file"] += "\u0000x"
+    edit_manifest(archive, change, keep_checksum=False)
+    p = run("verify", archive)
+    assert p.returncode == 1 and "is not a plain name" in p.stdout + p.stderr, (p.stdout, p.stderr)
+
+
 def test_convert_ignores_a_mistyped_option(archive, tmp_path):
     edit_manifest(archive, lambda m: m["options"].update(chunk_bytes="1M"), keep_checksum=False)
     assert run("verify", archive).returncode == 0
