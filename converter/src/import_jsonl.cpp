@@ -63,6 +63,14 @@ bool ParseInt(const std::string& s, int64_t* v) {
   return true;
 }
 
+// A CSV cell that is a boolean as csv writers and pandas write them (JSONL's true/false are
+// int64 1/0; so are these).
+bool ParseBool(const std::string& s, int64_t* v) {
+  if (s == "true" || s == "True" || s == "TRUE") return *v = 1, true;
+  if (s == "false" || s == "False" || s == "FALSE") return *v = 0, true;
+  return false;
+}
+
 bool ParseDouble(const std::string& s, double* v) {
   if (s.empty() || std::isspace(static_cast<unsigned char>(s[0]))) return false;
   char* end = nullptr;
@@ -115,7 +123,7 @@ ColumnType TypeOf(const Json& v, bool text_cell) {
     int64_t i;
     double d;
     if (s.empty()) return {Seen::kNull};
-    if (ParseInt(s, &i)) return {Seen::kInt};
+    if (ParseInt(s, &i) || ParseBool(s, &i)) return {Seen::kInt};
     if (ParseDouble(s, &d)) return {Seen::kFloat};
     if (IsJsonText(s)) return TypeOf(Json::parse(s), false);
     return {Seen::kStr};
@@ -381,7 +389,7 @@ Status ValueOf(const FieldSpec& spec, const Json& v, bool text, OwnedValue* out)
       case FieldKind::kFloat64: {
         int64_t i;
         double d;
-        if (ParseInt(s, &i)) return ValueOf(spec, Json(i), false, out);
+        if (ParseInt(s, &i) || ParseBool(s, &i)) return ValueOf(spec, Json(i), false, out);
         if (IntegerText(s)) {  // beyond int64: as a double it would be rounded
           return Status::InvalidArgument("integer ", s,
                                          " does not fit int64 (nor float64 exactly)");
@@ -513,6 +521,7 @@ Status InferSchema(const std::vector<Row>& rows, const std::vector<std::string>&
     if (c == image_column) continue;
     ColumnType t;
     std::string first, mixed;  // the first value and where; the first of another kind and why
+    std::string first_float;   // the first fraction: a label column of them is no class field
     bool ids_or_names = true;  // every value an integer or a string
     for (const Row& r : rows) {
       auto it = r.object->find(c);
@@ -523,6 +532,9 @@ Status InferSchema(const std::vector<Row>& rows, const std::vector<std::string>&
           ids_or_names && (u.seen == Seen::kNull || u.seen == Seen::kInt || u.seen == Seen::kStr);
       if (first.empty() && u.seen != Seen::kNull) {
         first = std::string(KindName(u.seen)) + " (" + Shown(*it) + ") at " + r.where;
+      }
+      if (first_float.empty() && u.seen == Seen::kFloat) {
+        first_float = Shown(*it) + " at " + r.where;
       }
       const bool mixes = (merged.seen == Seen::kStr || merged.seen == Seen::kJson) &&
                          t.seen != Seen::kNull && u.seen != Seen::kNull &&
@@ -549,6 +561,11 @@ Status InferSchema(const std::vector<Row>& rows, const std::vector<std::string>&
     SF_RETURN_IF_ERROR(TypeFor(name, t, &spec));
     SF_RETURN_IF_ERROR(schema->Add(spec));
     (*column_of)[name] = c;
+    if (name == "label" && t.seen == Seen::kFloat && mixed.empty()) {
+      notes->push_back("column '" + c + "' stored as " + spec.TypeName() +
+                       " (not as the class field): it holds numbers written as floats (" +
+                       first_float + "); class ids are written as integers: 2, not 2.0");
+    }
     if (!mixed.empty()) {
       notes->push_back("column '" + c + "' stored as " + spec.TypeName() +
                        (name == "label" ? " (not as the class field)" : "") +
@@ -707,6 +724,23 @@ Result<SourceList> ImportRows(const std::vector<Row>& rows, const std::vector<st
     }
     int64_t id = 0;
     for (auto& [name, value] : class_ids) list.class_names.push_back(name), value = id++;
+    // Digit strings ("5", "10") are names, numbered in text order: say so where that order is
+    // not the numbers' (a user who meant ids would otherwise train on other labels).
+    const bool all_digits =
+        std::all_of(list.class_names.begin(), list.class_names.end(),
+                    [](const std::string& n) { return IntegerText(n) && n[0] != '+'; });
+    if (all_digits && list.class_names.size() > 1) {
+      std::vector<std::string> by_number = list.class_names;
+      std::stable_sort(by_number.begin(), by_number.end(), [](const auto& a, const auto& b) {
+        return a.size() != b.size() ? a.size() < b.size() : a < b;
+      });
+      if (by_number != list.class_names || list.class_names[0] != "0") {
+        list.notes.push_back("column 'label' holds strings of digits (" + first_name +
+                             "): they are class names, numbered in sorted text order ('" +
+                             list.class_names[0] + "' is class 0, '" + list.class_names[1] +
+                             "' class 1); write them as numbers to use them as class ids");
+      }
+    }
   }
   int64_t max_label = -1;
   for (const Row& r : rows) {

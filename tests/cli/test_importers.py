@@ -825,3 +825,25 @@ def test_a_number_cell_with_a_nul_byte_is_text_not_a_cut_number(tmp_path):
     if PYTHONPATH:
         got = samples(tmp_path / "a", tmp_path)
         assert got[0]["x"] == "1\x002" and got[0]["y"] == "2.5\x009", got
+
+
+def test_label_columns_that_do_not_become_what_a_user_meant_say_so(tmp_path):
+    # Found by a stranger's test: JSONL labels "5".."10" (strings) silently became class names in
+    # text order ("10" class 0), a label column with one 2.0 silently became float64 (no class
+    # field: the loader gave labels=None), and CSV booleans (true/False) became str.
+    jpeg(str(tmp_path / "a.jpg"))
+    (tmp_path / "s.jsonl").write_text("".join('{"image": "a.jpg", "label": "%d"}\n' % n
+                                              for n in (5, 10, 7)))
+    p = run("pack", tmp_path / "s.jsonl", tmp_path / "s", "-q", check=0)
+    assert "note: column 'label' holds strings of digits ('5' at " in p.stderr, p.stderr
+    assert "('10' is class 0, '5' class 1); write them as numbers" in p.stderr, p.stderr
+    (tmp_path / "f.jsonl").write_text('{"image": "a.jpg", "label": 1}\n'
+                                      '{"image": "a.jpg", "label": 2.0}\n')
+    p = run("pack", tmp_path / "f.jsonl", tmp_path / "f", "-q", check=0)
+    assert "column 'label' stored as float64 (not as the class field): it holds numbers " \
+        "written as floats (2.0 at" in p.stderr, p.stderr
+    (tmp_path / "b.csv").write_text("image,flag\na.jpg,true\na.jpg,False\na.jpg,TRUE\n")
+    run("pack", tmp_path / "b.csv", tmp_path / "b", "-q", check=0)
+    assert fields(tmp_path / "b")["flag"] == "int64"
+    if PYTHONPATH:
+        assert [s["flag"] for s in samples(tmp_path / "b", tmp_path)] == [1, 0, 1]
