@@ -23,6 +23,7 @@
 #include "shardfeed/format/archive.h"
 #include "shardfeed/reader/loader.h"
 #include "shardfeed/reader/options.h"
+#include "shardfeed/storage/remote.h"
 #include "shardfeed/validate/extract.h"
 
 namespace po = boost::program_options;
@@ -305,8 +306,19 @@ nlohmann::json EpochJson(uint32_t e, const Consumed& c, const reader::EpochStats
 // Reads `epochs` epochs and prints them (one JSON object, or a line per epoch and a summary).
 int BenchEpochs(const std::string& path, const reader::LoaderOptions& opt, const BenchArgs& args,
                 bool json) {
+  // A remote archive checked whole at open downloads its shards there, before any epoch: those
+  // downloads are the open's (the epochs' remote lines count their own).
+  const storage::FetchStats before = storage::GetFetchStats();
   auto archive = format::Archive::Open(path);
   if (!archive.ok()) return Fail(archive.status());
+  const storage::FetchStats opened = storage::GetFetchStats();
+  const uint64_t open_bytes = opened.bytes_fetched - before.bytes_fetched;
+  const uint64_t open_hits = opened.hits - before.hits, open_misses = opened.misses - before.misses;
+  if (!json && (open_bytes || open_hits || open_misses)) {
+    std::printf("open: remote: %.1f MB fetched, %llu shards from the cache, %llu downloaded\n",
+                open_bytes / 1e6, static_cast<unsigned long long>(open_hits),
+                static_cast<unsigned long long>(open_misses));
+  }
   auto loader = reader::Loader::Create(*archive, opt);
   if (!loader.ok()) return Fail(loader.status());
   reader::Loader& l = **loader;
@@ -346,25 +358,28 @@ int BenchEpochs(const std::string& path, const reader::LoaderOptions& opt, const
   nlohmann::json options = nlohmann::json::object();  // every option as this loader resolved it
   for (const auto& [name, value] : LoaderOptionValues(l.options())) options[name] = value;
   if (json) {
-    nlohmann::json j = {{"archive", path},
-                        {"images_per_second", ips},
-                        {"mb_per_second", total_bytes / total_seconds / 1e6},
-                        {"images", total_images},
-                        {"seconds", total_seconds},
-                        {"batch_size", opt.batch_size},
-                        {"workers", l.options().workers},
-                        {"crop", crop},
-                        {"dtype", reader::DTypeName(opt.transform.dtype)},
-                        {"layout", layout},
-                        {"size", l.out_height()},
-                        {"output_shape", {l.out_height(), l.out_width()}},
-                        {"mode", reader::FindLoaderOption("mode")->get(opt)},
-                        {"flip", opt.transform.flip},
-                        {"pinned", reader::PinKindName(l.pin_kind())},
-                        {"device", l.on_device()},
-                        {"step_ms", args.step_ms},
-                        {"options", options},
-                        {"epochs", epochs_json}};
+    nlohmann::json j = {
+        {"archive", path},
+        {"images_per_second", ips},
+        {"mb_per_second", total_bytes / total_seconds / 1e6},
+        {"images", total_images},
+        {"seconds", total_seconds},
+        {"batch_size", opt.batch_size},
+        {"workers", l.options().workers},
+        {"crop", crop},
+        {"dtype", reader::DTypeName(opt.transform.dtype)},
+        {"layout", layout},
+        {"size", l.out_height()},
+        {"output_shape", {l.out_height(), l.out_width()}},
+        {"mode", reader::FindLoaderOption("mode")->get(opt)},
+        {"flip", opt.transform.flip},
+        {"pinned", reader::PinKindName(l.pin_kind())},
+        {"device", l.on_device()},
+        {"step_ms", args.step_ms},
+        {"options", options},
+        {"open",
+         {{"bytes_fetched", open_bytes}, {"cache_hits", open_hits}, {"cache_misses", open_misses}}},
+        {"epochs", epochs_json}};
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }

@@ -24,12 +24,12 @@ import weakref
 from . import _native
 from .writer import Writer, pack_iterable
 from ._native import (DataError, Error, StorageError, Timeout, WorkerError, cuda_available,
-                      cuda_kernels_built, cuda_unavailable_reason)
+                      cuda_kernels_built, cuda_unavailable_reason, fetch_stats)
 
 __all__ = ["Archive", "Loader", "Batch", "Writer", "pack_iterable", "pack", "merge", "convert", "verify", "inspect", "stats", "Error",
            "DataError", "StorageError",
            "WorkerError", "Timeout", "cuda_available", "cuda_unavailable_reason",
-           "cuda_kernels_built"]
+           "cuda_kernels_built", "fetch_stats"]
 
 __version__ = "0.1.0"
 

@@ -8,6 +8,7 @@
 #include "shardfeed/format/archive.h"
 #include "shardfeed/reader/options.h"
 #include "shardfeed/reader/pinned.h"
+#include "shardfeed/storage/remote.h"
 #include "shardfeed/validate/inspect.h"
 #include "shardfeed/validate/stats.h"
 #include "shardfeed/validate/verify.h"
@@ -162,6 +163,22 @@ py::dict Merge(const std::vector<std::string>& parts, const std::string& out, bo
 
 void BindTools(py::module_& m) {
   m.attr("max_class_id") = format::kMaxClassId;  // format/layout.h: the largest label
+  // This process's remote fetch counters, all archives together, since it started
+  // (storage::GetFetchStats): what opening an archive downloaded is here, not in Loader.stats().
+  m.def("fetch_stats", [] {
+    const storage::FetchStats s = storage::GetFetchStats();
+    py::dict d;
+    d["bytes_fetched"] = s.bytes_fetched;
+    d["requests"] = s.requests;
+    d["cache_hits"] = s.hits;
+    d["cache_misses"] = s.misses;
+    d["waits"] = s.waits;
+    d["retries"] = s.retries;
+    d["fetch_wait_seconds"] = s.fetch_wait_ns * 1e-9;
+    d["evictions"] = s.evictions;
+    d["discards"] = s.discards;
+    return d;
+  });
   m.def("cuda_available", &reader::CudaAvailable);
   m.def("cuda_kernels_built", &reader::CudaKernelsBuilt);
   m.def("cuda_unavailable_reason", &reader::CudaUnavailableReason);

@@ -286,6 +286,26 @@ def test_two_processes_sharing_a_cache_download_each_shard_once(proxy, s3_archiv
     assert sorted(gets.values()) == [1] * (shard_count(local_archive) - 1)
 
 
+def test_the_downloads_of_an_open_are_counted_in_bench_and_fetch_stats(env, s3_archive,
+                                                                        local_archive, tmp_path):
+    # Found by a stranger's test: an archive checked whole at open downloads every shard there,
+    # before any epoch, and bench's figures (and the loader's) showed no fetching at all.
+    n = shard_count(local_archive)
+    out = subprocess.run([CLI, "bench", s3_archive, "--cache-dir", str(tmp_path / "c"), "--epochs",
+                          "1", "--size", "16", "--json"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    opened = json.loads(out.stdout)["open"]
+    assert opened["cache_misses"] == n and opened["bytes_fetched"] > 0, opened
+    out = subprocess.run([CLI, "bench", s3_archive, "--cache-dir", str(tmp_path / "c"), "--epochs",
+                          "1", "--size", "16"], capture_output=True, text=True)
+    assert f"open: remote: 0.0 MB fetched, {n} shards from the cache, 0 downloaded" in out.stdout
+    before = shardfeed.fetch_stats()
+    shardfeed.Archive(s3_archive, cache_dir=str(tmp_path / "d"))
+    after = shardfeed.fetch_stats()
+    assert after["cache_misses"] - before["cache_misses"] == n
+    assert after["bytes_fetched"] > before["bytes_fetched"]
+
+
 def test_an_interrupted_download_is_never_used(proxy, s3_archive, local_archive):
     proxy.rules({"shard-00000": ["stall"]})
     cli = subprocess.Popen([CLI, "verify", s3_archive], stdout=subprocess.DEVNULL,
