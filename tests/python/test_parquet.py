@@ -49,8 +49,9 @@ def table(n=20):
 def check(out, n, boxes):
     a = shardfeed.Archive(out)
     assert len(a) == n
+    # A box-named column of 4-number lists is "boxes" (moved with resize, crop and flip).
     assert a.schema == {"image": "image", "label": "int64", "caption": "str", "tags": "int64[*]",
-                        "score": "float64", "conf": "float32", "boxes": "float32[*,4]",
+                        "score": "float64", "conf": "float32", "boxes": "boxes",
                         "emb": "float32[3]", "meta": "json", "blob": "bytes"}
     for i in range(n):
         s = a.sample(i)

@@ -14,7 +14,8 @@ else its `path`. Every other column becomes a field, its type inferred from the 
 integers and bools int64 (a column named `label` is the class field; a ClassLabel feature's
 names become the class names), float16/float32 float32, float64 float64, strings str, binary
 bytes, (nested) lists of numbers arrays (`int64[*]`, `float32[*,4]` when the inner lists have a
-fixed size), anything else json. --schema FILE.json ({name: type}, as shardfeed.Writer takes
+fixed size; a column named boxes, bbox or bboxes of 4-number lists is `boxes`, x0,y0,x1,y1, as
+in the JSONL and CSV importers), anything else json. --schema FILE.json ({name: type}, as shardfeed.Writer takes
 it) replaces the inference: its image field takes the image column, every other field the
 column of its name.
 
@@ -26,6 +27,7 @@ import bisect
 import glob
 import json
 import os
+import re
 import sys
 
 from .. import Writer, _native
@@ -194,6 +196,9 @@ def field_type(t, pa):
     return _list_type(t, pa) or "json"
 
 
+_BOX_NAMES = ("boxes", "bbox", "bboxes")
+
+
 def infer(source, image_col):
     """(schema dict, class names or None) for the source's columns."""
     pa = _pyarrow()
@@ -204,6 +209,10 @@ def infer(source, image_col):
             continue
         out_name = n if n != "image" else "image_column"  # the image field is called image
         schema[out_name] = field_type(source.schema.field(n).type, pa)
+        if n.lower() in _BOX_NAMES and re.fullmatch(r"\w+\[\*,4\]", schema[out_name]):
+            # As the JSONL and CSV importers: lists of 4 numbers under a box name are boxes
+            # (x0, y0, x1, y1), which the loader moves with the image's resize, crop and flip.
+            schema[out_name] = "boxes"
         feature = source.features.get(n)
         if n == "label" and isinstance(feature, dict) and feature.get("_type") == "ClassLabel":
             class_names = feature.get("names")
