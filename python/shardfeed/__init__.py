@@ -81,10 +81,23 @@ class Archive:
     def __len__(self):
         return len(self._handle())
 
+    def _index(self, index):
+        """A sample index as an int in [0, len): negative ones count from the end; anything but
+        an integer is a TypeError, out of range an IndexError (never pybind's raw message)."""
+        try:
+            i = operator.index(index)
+        except TypeError:
+            raise TypeError("archive indices must be integers, not %s" %
+                            type(index).__name__) from None
+        n = len(self._handle())
+        if not -n <= i < n:
+            raise IndexError("sample %d out of range: the archive has %d samples" % (i, n))
+        return i + n if i < 0 else i
+
     def __getitem__(self, index):
         """(image, label): the sample decoded to an upright HWC uint8 RGB array, and its class id
         (None when the samples have no class field, as a COCO pack's per-box labels)."""
-        return self._handle()[index]
+        return self._handle()[self._index(index)]
 
     @property
     def schema(self):
@@ -102,7 +115,7 @@ class Archive:
         as str, bytes as bytes, json parsed. Boxes and masks are stored in the stored image's
         pixels; for a JPEG with an EXIF orientation they are turned with the image, so they
         always match the upright image returned here."""
-        return self._handle().sample(index)
+        return self._handle().sample(self._index(index))
 
     @property
     def class_names(self):
@@ -123,7 +136,7 @@ class Archive:
 
     def record(self, index):
         """The stored payload bytes of a sample (read-only, zero-copy view into the map)."""
-        return self._handle().record(index)
+        return self._handle().record(self._index(index))
 
     def __repr__(self):
         return "shardfeed.Archive(%r, samples=%d, encoding=%s)" % (self.path, len(self), self.encoding)

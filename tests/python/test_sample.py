@@ -24,6 +24,23 @@ def test_folder_archive_sample_matches_getitem(archive_path):
         a.sample(len(a))
 
 
+def test_every_accessor_takes_the_same_indices_and_says_what_is_wrong(archive_path):
+    # Found by a stranger's test: record(-1) and a[1:3], a[2.0] gave pybind's raw
+    # "incompatible function arguments" TypeError, while a[-1] and sample(-1) worked.
+    a = shardfeed.Archive(archive_path)
+    n = len(a)
+    assert bytes(a.record(-1)) == bytes(a.record(n - 1))
+    assert bytes(a.record(np.int64(2))) == bytes(a.record(2))
+    for accessor in (a.record, a.sample, a.__getitem__):
+        with pytest.raises(IndexError, match="out of range: the archive has %d samples" % n):
+            accessor(n)
+        with pytest.raises(IndexError):
+            accessor(-n - 1)
+        for bad in (2.0, slice(1, 3), "1"):
+            with pytest.raises(TypeError, match="archive indices must be integers, not"):
+                accessor(bad)
+
+
 # Each EXIF orientation as a numpy transform of a stored (H, W) array (the moves of
 # imaging::ApplyOrientation).
 TURN = {
