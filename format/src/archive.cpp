@@ -617,7 +617,18 @@ Status Archive::VerifyRecord(uint64_t index, bool fields) const {
   }
   if (!fields || !manifest_.schema.has_var_fields()) return Status::OK();
   SF_ASSIGN_OR_RETURN(VarBlob blob, Blob(index));
-  return CheckBlob(index, blob);
+  SF_RETURN_IF_ERROR(CheckBlob(index, blob));
+  // The blob as the manifest's fields lay it out (slots in bounds, dims that fit): a blob whose
+  // checksum holds can still disagree with a schema edited in the manifest (a field added),
+  // which every reader of that field would then fail on.
+  for (int f : manifest_.schema.var_fields()) {
+    Result<FieldView> view = VarField(manifest_.schema, blob.data, blob.size, f);
+    if (!view.ok()) {
+      return Status::Corrupt(*blob.file, ": sample ", index, ": ", view.status().message(),
+                             " (the manifest's fields do not match the shard's var blob)");
+    }
+  }
+  return Status::OK();
 }
 
 Result<Archive::VarBlob> Archive::Blob(uint64_t index) const {

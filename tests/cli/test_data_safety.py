@@ -256,6 +256,18 @@ def test_verify_checks_every_field_against_the_shards(archive, field):
     assert p.returncode == 1, (p.returncode, p.stderr)
 
 
+def test_verify_checks_the_var_blobs_against_the_manifests_fields(archive):
+    # REGRESSION (found by a stranger's test): a field added to the manifest (checksum
+    # recomputed) passed plain verify, and extract, convert and bench then failed on it.
+    if "fields" not in json.loads((archive / "manifest.json").read_text()):
+        pytest.skip("a version without fields")
+    edit_manifest(archive, lambda m: m["fields"].append({"name": "box", "type": "boxes"}),
+                  keep_checksum=False)
+    p = run("verify", archive)
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert "field 'box'" in p.stdout and "do not match the shard's var blob" in p.stdout, p.stdout
+
+
 def test_a_shard_name_with_a_nul_byte_is_not_a_plain_name(archive):
     # REGRESSION (found by a stranger's test): "shard-00000.mdb\u0000x" passed the plain-name
     # check, and the open (a C string) read shard-00000.mdb: verify said OK.

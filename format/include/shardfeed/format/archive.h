@@ -108,11 +108,12 @@ class Archive {
   // after reading a record's bytes and drop what they read. OK otherwise. Thread-safe, O(1).
   Status CheckUnchanged(uint64_t index) const;
   // Recomputes a record's XXH3 and compares it with the index and, with `fields` (version 4,
-  // a schema with variable fields), its var blob's with its VarEntry. kChecksumMismatch names
-  // the shard and the sample. A reader that uses no variable field passes false: the check then
-  // touches nothing but the record, as before version 4. A remote archive's mismatch in a cached
-  // copy that no longer has the manifest's content hash names the copy and discards it, as
-  // VerifyShard does (DiscardDamagedCopy); one whose copy still has it is the archive's damage.
+  // a schema with variable fields), its var blob's with its VarEntry, and the blob's layout
+  // against the manifest's fields (kCorrupt). kChecksumMismatch names the shard and the sample. A
+  // reader that uses no variable field passes false: the check then touches nothing but the record,
+  // as before version 4. A remote archive's mismatch in a cached copy that no longer has the
+  // manifest's content hash names the copy and discards it, as VerifyShard does
+  // (DiscardDamagedCopy); one whose copy still has it is the archive's damage.
   Status VerifyRecord(uint64_t index, bool fields = true) const;
   // Recomputes a shard's content hash and compares it with the header and the manifest.
   // A remote archive's copy whose hash differs from the manifest's changed in the cache
