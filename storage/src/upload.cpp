@@ -125,6 +125,11 @@ std::string XmlField(const std::string& xml, const std::string& tag, size_t* at 
   return b == std::string::npos ? "" : xml.substr(from, b - from);
 }
 
+// Every header a request lists is signed (CURLOPT_AWS_SIGV4), so each must be sent: an empty
+// `Expect:` (curl's way to drop its 100-continue) is signed yet never sent, and a store that
+// checks signatures refused every write. A PUT with a body waits for 100-continue instead.
+constexpr const char* kUnsignedPayload = "x-amz-content-sha256: UNSIGNED-PAYLOAD";
+
 // One connection to the store (its own curl handle): signed requests with retries.
 class Client {
  public:
@@ -146,11 +151,7 @@ class Client {
         e_.base + "/" + internal::EncodeKey(name) + (query.empty() ? "" : "?" + query);
     const std::string sigv4 = "aws:amz:" + e_.region + ":s3";
     const std::string userpwd = e_.key_id + ":" + e_.secret;
-    // Every header listed here is signed (CURLOPT_AWS_SIGV4), so each must be sent: an empty
-    // `Expect:` (curl's way to drop its 100-continue) is signed yet never sent, and a store that
-    // checks signatures refused every write. A PUT with a body waits for 100-continue instead.
-    struct curl_slist* headers =
-        curl_slist_append(nullptr, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    struct curl_slist* headers = curl_slist_append(nullptr, kUnsignedPayload);
     if (!e_.token.empty()) {
       headers = curl_slist_append(headers, ("x-amz-security-token: " + e_.token).c_str());
     }
