@@ -112,7 +112,7 @@ Status ExactAs(const Json& v, const char* type) {
                                  "string)");
 }
 
-bool IsJsonText(const std::string& s) {  // a cell nested too deep stays text (refused later)
+bool IsJsonText(const std::string& s) {  // a cell nested too deep is typed as text
   return !s.empty() && (s[0] == '[' || s[0] == '{') &&
          format::JsonDepth(s.data(), s.size()) <= format::kMaxJsonDepth && Json::accept(s);
 }
@@ -381,9 +381,13 @@ Status ValueOf(const FieldSpec& spec, const Json& v, bool text, OwnedValue* out)
       case FieldKind::kBytes:
         *out = OwnedValue::Text(s);
         return Status::OK();
-      case FieldKind::kJson:
-        *out = OwnedValue::Text(IsJsonText(s) ? s : Json(s).dump());
+      case FieldKind::kJson: {
+        // JSON text stays as it is, however deep (the writer then refuses it past the limit,
+        // naming the row); other text is a JSON string.
+        const bool json = !s.empty() && (s[0] == '[' || s[0] == '{') && Json::accept(s);
+        *out = OwnedValue::Text(json ? s : Json(s).dump());
         return Status::OK();
+      }
       case FieldKind::kInt64:
       case FieldKind::kFloat32:
       case FieldKind::kFloat64: {

@@ -414,11 +414,11 @@ class Writer:
         self._skipped.append({"sample": n, "reason": what})
 
     def write_many(self, samples):
-        """write() for each sample of an iterable, or of a sequence or map-style Dataset
+        """write() for each sample of an iterable, or of a map-style Dataset without __iter__
         (len() and [i]: samples[0] .. samples[len - 1], in index order); returns how many were
         given."""
         start = self._count
-        if _map_style(samples):
+        if _map_style(samples) and not hasattr(type(samples), "__iter__"):
             # Not `for s in samples`: a torch Dataset has no __iter__, and Python's fallback
             # calls [0], [1], ... until IndexError, which most Datasets never raise: the pack
             # ran until the disk was full.

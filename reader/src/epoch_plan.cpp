@@ -122,6 +122,7 @@ void Loader::Impl::Resolve(Task* task) const {
 
 void Loader::Impl::BeginEpoch(EpochPlan plan, uint64_t start_batch) {
   const uint64_t epoch_no = plan.epoch;
+  reread = false;  // whatever asked for this plan, it replaces the one a failed batch left
   epoch_switches.fetch_add(1, std::memory_order_release);
   // The epoch run ahead is this one, from its start: its batches are kept.
   const bool adopt = ahead.on && start_batch == 0 && plan.start == 0 &&

@@ -7,6 +7,9 @@
 //                    FIFO named by SHARDFEED_FAILPOINT_GATE for reading (which blocks until the
 //                    test opens it for writing: the test then knows the decode is held) and
 //                    reads it to its end (until the test closes it: the release). No sleep.
+//   io_error_once=I  the first decode of sample I in this process fails with kIOError, and the
+//                    loader takes its archive's read errors as a remote one's (that may pass:
+//                    the batch is read again, not consumed)
 //   thread_start_fail=W  starting worker thread W (thread mode) throws std::system_error, as
 //                    std::thread does when the system has no thread to give
 //   finish_gate=B    the run that completes batch B (by its number in the epoch) waits, once a
@@ -32,6 +35,8 @@ struct Failpoints {
   std::atomic<uint64_t> decode_throw{kOff};
   std::atomic<uint64_t> decode_hang{kOff};
   std::atomic<uint64_t> decode_gate{kOff};
+  std::atomic<uint64_t> io_error_once{kOff};
+  std::atomic<bool> io_error_used{false};
   std::atomic<uint64_t> thread_start_fail{kOff};
   std::atomic<uint64_t> finish_gate{kOff};
   std::atomic<bool> gate_used{false}, finish_gate_used{false};
@@ -71,6 +76,8 @@ struct Failpoints {
     decode_throw = kOff;
     decode_hang = kOff;
     decode_gate = kOff;
+    io_error_once = kOff;
+    io_error_used = false;
     thread_start_fail = kOff;
     finish_gate = kOff;
     gate_used = false;
@@ -92,6 +99,7 @@ struct Failpoints {
         if (item.compare(0, eq, "decode_throw") == 0) decode_throw = v;
         if (item.compare(0, eq, "decode_hang") == 0) decode_hang = v;
         if (item.compare(0, eq, "decode_gate") == 0) decode_gate = v;
+        if (item.compare(0, eq, "io_error_once") == 0) io_error_once = v;
         if (item.compare(0, eq, "thread_start_fail") == 0) thread_start_fail = v;
         if (item.compare(0, eq, "finish_gate") == 0) finish_gate = v;
       }

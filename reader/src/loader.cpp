@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <system_error>
 
+#include "failpoint.h"
 #include "loader_internal.h"
 #include "pixel_store.h"
 #include "shardfeed/base/cpus.h"
@@ -343,14 +344,17 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
   if (p.reread) {
     // The batch that failed, and those after it begun meanwhile, are read again: the epoch
     // from that batch on, its statistics and the epoch expected next kept.
-    p.reread = false;
     const EpochStats stats = p.stats;
     const uint64_t step = p.epoch_step;
     const auto epoch_start = p.epoch_start;
-    p.BeginEpoch(p.sampler->Plan(p.epoch, p.current.plan.start), p.next_deliver);
+    const storage::FetchStats fetch_base = p.fetch_base;
+    const uint64_t fetch_wait_ns = p.fetch_wait_ns.load(std::memory_order_relaxed);
+    p.BeginEpoch(p.sampler->Plan(p.epoch, p.current.plan.start), p.next_deliver);  // clears reread
     p.stats = stats;
     p.epoch_step = step;
     p.epoch_start = epoch_start;
+    p.fetch_base = fetch_base;
+    p.fetch_wait_ns.store(fetch_wait_ns, std::memory_order_relaxed);
     p.cv_work.notify_all();
   }
   if (p.next_deliver >= p.batches) {
@@ -370,9 +374,13 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
   p.last_return = now;
   if (!slot.error.ok()) {
     Status err = slot.error;
+    // A remote archive's read error may pass (the network, the server down): not consumed
+    // (loader.h, Next). A local one (a shard file gone, unreadable) fails the same way each time.
     const StatusCode code = err.code();
-    if (code == StatusCode::kIOError || code == StatusCode::kTimeout) {
-      --p.next_deliver;  // not consumed: a download or read that may pass (loader.h, Next)
+    const bool remote =
+        p.archive->remote() != nullptr || Failpoints::Get().io_error_once != Failpoints::kOff;
+    if (remote && (code == StatusCode::kIOError || code == StatusCode::kTimeout)) {
+      --p.next_deliver;
       p.reread = true;
     }
     lock.unlock();

@@ -244,6 +244,9 @@ Status SampleDecoder::DecodeRecord(uint64_t index, uint64_t seed, uint8_t* dst, 
   if (index == fp.decode_throw) throw std::runtime_error("failpoint decode_throw");
   if (index == fp.decode_hang) std::this_thread::sleep_for(std::chrono::hours(1));
   if (index == fp.decode_gate) fp.WaitAtGate();
+  if (index == fp.io_error_once && !fp.io_error_used.exchange(true)) {
+    return Status::IOError("failpoint io_error_once: sample ", index);
+  }
   auto t0 = Clock::now();
   // The record only: a loader that carries variable fields checks their var blob itself
   // (batch_fields.h), and one that does not never reads it.

@@ -288,7 +288,7 @@ namespace {
 Status Transfer(const Endpoint& endpoint, const std::string& name, const FetchRetry& retry, int fd,
                 std::string* text, uint64_t max_bytes, int64_t range_at) {
   std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  const std::string url = endpoint.base + "/" + (endpoint.s3 ? EncodeKey(name) : name);
+  const std::string url = endpoint.base + "/" + EncodeKey(name);  // plain names: safe for http
   const std::string shown = endpoint.shown + (endpoint.shown.back() == '/' ? "" : "/") + name;
   std::unique_ptr<CURL, void (*)(CURL*)> curl(curl_easy_init(), curl_easy_cleanup);
   if (!curl) return Status::Internal("curl_easy_init failed");

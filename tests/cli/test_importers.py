@@ -730,6 +730,12 @@ def test_json_nested_past_the_depth_limit_is_refused_not_a_crash(tmp_path):
     assert fields(tmp_path / "c")["x"] == "str"
     run("extract", tmp_path / "c", tmp_path / "c-x", "-q", check=0)
     assert json.loads((tmp_path / "c-x" / "samples.jsonl").read_text())["x"] == deep
+    # ... unless --schema makes it a json field: then refused, as in JSONL (not a JSON string).
+    (tmp_path / "s.json").write_text('{"image": "image", "x": "json"}')
+    (tmp_path / "e.csv").write_text('image,x\na.jpg,"%s"\n' % ("[" * 300 + "]" * 300))
+    p = run("pack", tmp_path / "e.csv", tmp_path / "c2", "--schema", tmp_path / "s.json", "-q")
+    assert p.returncode == 1 and "e.csv:2" in p.stderr, (p.returncode, p.stderr)
+    assert "nested deeper than 256 levels" in p.stderr, p.stderr
     ok = "[" * 256 + "]" * 256
     (tmp_path / "ok.jsonl").write_text('{"image": "a.jpg", "x": %s}\n' % ok)
     run("pack", tmp_path / "ok.jsonl", tmp_path / "ok", "-q", check=0)

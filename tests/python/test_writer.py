@@ -430,6 +430,16 @@ def test_a_map_style_dataset_in_this_process_is_read_by_index_up_to_its_len(tmp_
     with shardfeed.Writer(tmp_path / "b", schema=IDX_SCHEMA) as w:
         assert w.write_many(Endless()) == 10
 
+    class Iterates(Endless):  # its own __iter__ is the order (as a pandas Series' values)
+        def __getitem__(self, i):
+            raise KeyError(i)
+
+        def __iter__(self):
+            return (indexed(i) for i in range(10))
+
+    with shardfeed.Writer(tmp_path / "c", schema=IDX_SCHEMA) as w:
+        assert w.write_many(Iterates()) == 10
+
 
 def test_pack_iterable_dataset_error_leaves_nothing(tmp_path):
     class Broken:

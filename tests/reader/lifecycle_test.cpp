@@ -15,6 +15,7 @@
 #include <fstream>
 #include <future>
 #include <iterator>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -308,6 +309,53 @@ TEST_CASE("a worker thread the system cannot start is Create's error, and the ot
   REQUIRE(again.ok());
   REQUIRE((*again)->StartEpoch(0).ok());
   CHECK(Drain(**again).size() == 100);
+}
+
+TEST_CASE("a batch that failed with an error that may pass is read again, not consumed") {
+  // Before, a batch whose read failed with kIOError (a remote download, the server down) was
+  // consumed like a data error: an epoch continued after it lacked the batch's samples.
+  TempDir dir;
+  auto archive = MakeArchive(dir / "a", 100);
+  ::setenv("SHARDFEED_FAILPOINTS", "io_error_once=40", 1);
+  Failpoints::Get().Reload();
+  for (WorkerMode mode : {WorkerMode::kThreads, WorkerMode::kProcesses}) {
+    for (bool skip : {false, true}) {
+      INFO("mode " << ModeName(mode) << " skip_errors " << skip);
+      Failpoints::Get().Reload();  // once per process: again for this loader's threads
+      LoaderOptions o = Options(mode);
+      o.shuffle = false;  // sample 40 is in batch 1, of 32
+      o.skip_errors = skip;
+      auto loader = Loader::Create(archive, o);
+      REQUIRE(loader.ok());
+      REQUIRE((*loader)->StartEpoch(0).ok());
+      int errors = 0;
+      uint64_t skipped = 0;
+      std::vector<uint64_t> seen;
+      for (;;) {
+        auto b = (*loader)->Next();
+        if (!b.ok()) {
+          ++errors;
+          CHECK(b.status().code() == StatusCode::kIOError);
+          CHECK(b.status().message().find("failpoint io_error_once") != std::string::npos);
+          CHECK((*loader)->State().position == 1);  // batch 1 is still the next one
+          REQUIRE(errors <= 4);                     // once per worker process at most
+          continue;
+        }
+        if (!*b) break;
+        skipped += b->skipped();
+        for (uint32_t j = 0; j < b->size(); ++j) seen.push_back(b->indices()[j]);
+      }
+      std::vector<uint64_t> all(100);
+      std::iota(all.begin(), all.end(), 0);
+      CHECK(seen == all);  // every sample once, in order
+      CHECK((*loader)->Stats().images == 100);
+      // skip_errors skips the sample (a zero image labelled -1), as any it cannot read.
+      CHECK(errors == (skip ? 0 : errors > 0 ? errors : 1));
+      CHECK(skipped == (skip ? 1u : 0u));
+    }
+  }
+  ::unsetenv("SHARDFEED_FAILPOINTS");
+  Failpoints::Get().Reload();
 }
 
 TEST_CASE("an exception in a decoder is its sample's error, never the process's end") {

@@ -323,10 +323,12 @@ class Loader {
   // time; skip_errors skips the sample instead), except
   // - a wait that ends without a batch (the hook's error, kTimeout, kResourceExhausted for
   //   kept_mb): the next call waits for the same batch again;
-  // - a batch that failed for a reason that may pass (kIOError, kTimeout: a remote shard's
-  //   download, the server down, a read error): not consumed either; the next call reads it
-  //   again, and the batches after it that were begun, so an epoch continued after the error
-  //   delivers every sample once (a remote shard that failed is tried again 2 s later).
+  // - a batch of a remote archive that failed for a reason that may pass (kIOError, kTimeout:
+  //   a shard's download, the server down): not consumed either; the next call reads it again,
+  //   and the batches after it that were begun, so an epoch continued after the error delivers
+  //   every sample once (a shard whose download failed is tried again 2 s later: a loop that
+  //   catches the error and goes on should wait a moment). With skip_errors the sample is
+  //   skipped instead, as any sample that cannot be read.
   Result<Batch> Next(const WaitHook& hook = {});
 
   LoaderState State() const;  // to resume: Resume(state)
