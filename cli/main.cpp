@@ -302,7 +302,9 @@ int CmdPack(int argc, char** argv) {
       std::fprintf(stderr, "shardfeed: error: %s\n", source.status().message().c_str());
       return 1;
     }
-    return Fail(source.status());
+    const int code = Fail(source.status());
+    // A SRC that is not there is a wrong argument (exit 2), as verify's missing ARCHIVE.
+    return source.status().code() == StatusCode::kNotFound ? 2 : code;
   }
   opt.options_json = converter::PackOptionsJson(opt, source->kind);
 

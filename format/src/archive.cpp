@@ -488,6 +488,10 @@ const Archive::Shard* Archive::Ready(size_t s, Status* error) const {
                                       now - shard.failed_at >= backoff
                                 : may_pass && now - shard.failed_at >= kRetryFailedShardAfter);
     if (!shard.ready.load(std::memory_order_relaxed) && (!shard.failed.load() || retry)) {
+      // Being opened, not failed, while this retry downloads (holding shard.mu): a reader's
+      // keeper that sees a failed shard releases it (ReleaseShard takes shard.mu), and would
+      // wait here for the whole download with its loader's lock held.
+      shard.failed.store(false);
       const uint64_t generation = storage::CacheRoomGeneration();  // before: room given meanwhile
       shard.status = OpenShard(s);
       shard.failed.store(!shard.status.ok());
