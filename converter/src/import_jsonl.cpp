@@ -112,9 +112,13 @@ Status ExactAs(const Json& v, const char* type) {
                                  "string)");
 }
 
+// A cell holding a JSON list or object (Json::accept does not recurse, however deep).
+bool LooksJson(const std::string& s) {
+  return !s.empty() && (s[0] == '[' || s[0] == '{') && Json::accept(s);
+}
+
 bool IsJsonText(const std::string& s) {  // a cell nested too deep is typed as text
-  return !s.empty() && (s[0] == '[' || s[0] == '{') &&
-         format::JsonDepth(s.data(), s.size()) <= format::kMaxJsonDepth && Json::accept(s);
+  return format::JsonDepth(s.data(), s.size()) <= format::kMaxJsonDepth && LooksJson(s);
 }
 
 ColumnType TypeOf(const Json& v, bool text_cell) {
@@ -384,8 +388,7 @@ Status ValueOf(const FieldSpec& spec, const Json& v, bool text, OwnedValue* out)
       case FieldKind::kJson: {
         // JSON text stays as it is, however deep (the writer then refuses it past the limit,
         // naming the row); other text is a JSON string.
-        const bool json = !s.empty() && (s[0] == '[' || s[0] == '{') && Json::accept(s);
-        *out = OwnedValue::Text(json ? s : Json(s).dump());
+        *out = OwnedValue::Text(LooksJson(s) ? s : Json(s).dump());
         return Status::OK();
       }
       case FieldKind::kInt64:
@@ -824,8 +827,7 @@ Result<SourceList> ImportJsonl(const std::string& file, const ImportOptions& opt
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string at = file + ":" + std::to_string(line_no);
     const Status exact = CheckJsonText(line);  // before the parse: depth first
-    Json object = exact.ok() ? Json::parse(line, nullptr, false) : Json();
-    if (!exact.ok()) object = Json::value_t::discarded;
+    Json object = exact.ok() ? Json::parse(line, nullptr, false) : Json(Json::value_t::discarded);
     if (object.is_discarded() || !object.is_object() || !exact.ok()) {
       const std::string why = !exact.ok()             ? exact.message()
                               : object.is_discarded() ? "not valid JSON: " + JsonSyntaxError(line)

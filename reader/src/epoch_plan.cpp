@@ -120,7 +120,7 @@ void Loader::Impl::Resolve(Task* task) const {
   task->seed = MixSeed(options.seed, task->plan.epoch, task->index);
 }
 
-void Loader::Impl::BeginEpoch(EpochPlan plan, uint64_t start_batch) {
+void Loader::Impl::BeginEpoch(EpochPlan plan, uint64_t start_batch, bool again) {
   const uint64_t epoch_no = plan.epoch;
   reread = false;  // whatever asked for this plan, it replaces the one a failed batch left
   epoch_switches.fetch_add(1, std::memory_order_release);
@@ -149,7 +149,7 @@ void Loader::Impl::BeginEpoch(EpochPlan plan, uint64_t start_batch) {
   }
   std::fill(ahead.filling.begin(), ahead.filling.end(), -1);
   ahead.on = false;
-  if (started) {  // what comes next is guessed from this step: repeated, or the next one
+  if (started && !again) {  // what comes next is guessed from this step: repeated, or the next
     epoch_step = epoch_no == epoch ? 0 : 1;
   }
   current.plan = std::move(plan);
@@ -162,6 +162,7 @@ void Loader::Impl::BeginEpoch(EpochPlan plan, uint64_t start_batch) {
   epoch = epoch_no;
   next_deliver = start_batch;
   batches = current.plan.batches;
+  if (again) return;  // the epoch goes on: its figures too
   stats = EpochStats();
   fetch_base = storage::GetFetchStats();
   fetch_wait_ns.store(0, std::memory_order_relaxed);

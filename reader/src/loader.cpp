@@ -342,19 +342,8 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
   }
   if (!p.fatal.ok()) return p.fatal;
   if (p.reread) {
-    // The batch that failed, and those after it begun meanwhile, are read again: the epoch
-    // from that batch on, its statistics and the epoch expected next kept.
-    const EpochStats stats = p.stats;
-    const uint64_t step = p.epoch_step;
-    const auto epoch_start = p.epoch_start;
-    const storage::FetchStats fetch_base = p.fetch_base;
-    const uint64_t fetch_wait_ns = p.fetch_wait_ns.load(std::memory_order_relaxed);
-    p.BeginEpoch(p.sampler->Plan(p.epoch, p.current.plan.start), p.next_deliver);  // clears reread
-    p.stats = stats;
-    p.epoch_step = step;
-    p.epoch_start = epoch_start;
-    p.fetch_base = fetch_base;
-    p.fetch_wait_ns.store(fetch_wait_ns, std::memory_order_relaxed);
+    // The batch that failed, and those after it begun meanwhile, are read again (clears reread).
+    p.BeginEpoch(p.sampler->Plan(p.epoch, p.current.plan.start), p.next_deliver, true);
     p.cv_work.notify_all();
   }
   if (p.next_deliver >= p.batches) {

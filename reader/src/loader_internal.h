@@ -61,8 +61,9 @@ struct Loader::Impl {
   void Resolve(Task* task) const;       // index and seed of a claimed task (no lock needed)
   uint32_t RunLength() const;           // samples a claim hands out at most
   // mu held: StartEpoch's switch to `plan` (batch `start_batch` on), cancelling what other
-  // generations have not delivered.
-  void BeginEpoch(EpochPlan plan, uint64_t start_batch);
+  // generations have not delivered. `again`: the same epoch read again from a batch that failed
+  // (Next), its statistics, fetch counters and the epoch expected next kept.
+  void BeginEpoch(EpochPlan plan, uint64_t start_batch, bool again = false);
 
   // ---- The ring (batch_ring.cpp) ----
   void ReleaseSlot(int slot);  // a lease ended (any thread)
