@@ -417,7 +417,7 @@ Status Archive::OpenShard(size_t s) const {
       if (got != info.content_hash) {
         return Status::ChecksumMismatch(url, ": shard hash mismatch (manifest ",
                                         HashToHex(info.content_hash), ", downloaded ",
-                                        HashToHex(got), ")");
+                                        HashToHex(got), ")", storage::kNotTheListedObject);
       }
       return Status::OK();
     };

@@ -168,8 +168,12 @@ Result<reader::Batch> WaitForBatch(reader::Loader& loader) {
     });
   }
   if (interrupted) throw py::error_already_set();
-  if (!r.ok() && (r.status().code() == StatusCode::kCorrupt ||
-                  r.status().code() == StatusCode::kChecksumMismatch)) {
+  // Not where the error says to reopen the archive: it changed since it was opened, so every
+  // sample after is suspect, and training on would not help.
+  if (!r.ok() &&
+      (r.status().code() == StatusCode::kCorrupt ||
+       r.status().code() == StatusCode::kChecksumMismatch) &&
+      r.status().message().find("reopen") == std::string::npos) {
     Raise(Status(r.status().code(), r.status().message() + kSkipErrorsHint));
   }
   return r;

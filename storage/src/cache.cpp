@@ -498,7 +498,7 @@ Result<std::unique_ptr<CachedFile>> Remote::Fetch(const std::string& name, uint6
     struct stat st {};
     if (got.ok() && ::fstat(fd.fd, &st) == 0 && uint64_t(st.st_size) != size) {
       got = Status::ChecksumMismatch(shown, ": ", st.st_size, " bytes received, the manifest says ",
-                                     size);
+                                     size, kNotTheListedObject);
     }
     if (got.ok() && ::fdatasync(fd.fd) != 0) {
       got = Status::IOError(part, ": ", std::strerror(errno));

@@ -3,6 +3,7 @@
 #include <curl/curl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -67,11 +68,23 @@ struct Sink {
   std::atomic<uint64_t>* location_received = nullptr;  // the Endpoint's count
   int write_errno = 0;                                 // set when writing to fd failed (ENOSPC...)
   bool too_big = false;
+  CURL* curl = nullptr;
+  // The body of an answer that is not 2xx (its first 4 KiB): S3's <Error> reply says why. It
+  // never reaches `fd` or `text`, so an error page is neither a cached copy nor a manifest, nor
+  // "more than the range asked for".
+  std::string error_body;
 };
 
 size_t OnBody(char* data, size_t size, size_t count, void* user) {
   Sink* sink = static_cast<Sink*>(user);
   const size_t n = size * count;
+  long http = 0;
+  curl_easy_getinfo(sink->curl, CURLINFO_RESPONSE_CODE, &http);
+  if (http < 200 || http >= 300) {
+    sink->error_body.append(
+        data, std::min<size_t>(n, 4096 - std::min<size_t>(4096, sink->error_body.size())));
+    return n;
+  }
   sink->received += n;
   if (sink->location_received) sink->location_received->fetch_add(n, std::memory_order_relaxed);
   CountStat(&FetchStats::bytes_fetched, n);
@@ -315,6 +328,7 @@ Status Transfer(const Endpoint& endpoint, const std::string& name, const FetchRe
     sink.text = text;
     sink.max_bytes = max_bytes;
     sink.at = range_at;
+    sink.curl = curl.get();
     if (range_at >= 0) {
       // pwrite at the range's offset: nothing to rewind
     } else if (fd >= 0) {  // overwritten from the start; the reserved size stays until success
@@ -368,20 +382,26 @@ Status Transfer(const Endpoint& endpoint, const std::string& name, const FetchRe
       return Status::OK();
     }
     if (code == CURLE_OK) {
-      if (http == 404) return Status::NotFound(shown, ": not found (HTTP 404, ", url, ")");
+      const std::string detail = ErrorDetail(sink.error_body);
+      if (http == 404 && XmlField(sink.error_body, "Code") == "NoSuchBucket") {
+        return Status::NotFound(shown, ": the bucket does not exist (HTTP 404 NoSuchBucket, ", url,
+                                ")");
+      }
+      if (http == 404)
+        return Status::NotFound(shown, ": not found (HTTP 404", detail, ", ", url, ")");
       if (http == 403 || http == 401) {
         if (!endpoint.s3) {  // http(s):// requests carry no credentials
-          return Status::IOError(shown, ": access denied (HTTP ", http, ", ", url,
+          return Status::IOError(shown, ": access denied (HTTP ", http, detail, ", ", url,
                                  "): the server refuses unsigned reads of it");
         }
         return Status::IOError(
-            shown, ": access denied (HTTP ", http, ", ", url,
+            shown, ": access denied (HTTP ", http, detail, ", ", url,
             "): check the credentials (AWS_ACCESS_KEY_ID, AWS_PROFILE); S3 also answers 403 for "
             "a missing object when they lack s3:ListBucket");
       }
       transient = http >= 500 || http == 429 || http == 408;
-      last = "HTTP " + std::to_string(http);
-      if (!transient) return Status::IOError(shown, ": HTTP ", http, " (", url, ")");
+      last = "HTTP " + std::to_string(http) + detail;
+      if (!transient) return Status::IOError(shown, ": HTTP ", http, detail, " (", url, ")");
     } else {
       transient = Transient(code);
       last = curl_easy_strerror(code);
@@ -401,6 +421,20 @@ Status Transfer(const Endpoint& endpoint, const std::string& name, const FetchRe
 }
 
 }  // namespace
+
+std::string XmlField(const std::string& xml, const std::string& tag, size_t* at) {
+  const size_t a = xml.find("<" + tag + ">", at ? *at : 0);
+  const size_t from = a + tag.size() + 2;
+  const size_t b = a == std::string::npos ? a : xml.find("</" + tag + ">", from);
+  if (at) *at = b;
+  return b == std::string::npos ? "" : xml.substr(from, b - from);
+}
+
+std::string ErrorDetail(const std::string& body) {
+  const std::string code = XmlField(body, "Code"), message = XmlField(body, "Message");
+  if (code.empty()) return "";
+  return ": " + code + (message.empty() ? "" : " (" + message + ")");
+}
 
 Status Get(const Endpoint& endpoint, const std::string& name, const FetchRetry& retry, int fd,
            std::string* text, uint64_t max_bytes) {

@@ -55,6 +55,12 @@ Status Get(const Endpoint& endpoint, const std::string& name, const FetchRetry& 
 Status GetRange(const Endpoint& endpoint, const std::string& name, const FetchRetry& retry, int fd,
                 uint64_t offset, uint64_t length);
 
+// The text between <tag> and </tag> in an S3 XML reply, or "". With `at`: the search starts
+// there, and *at is moved past the field (npos when none is left).
+std::string XmlField(const std::string& xml, const std::string& tag, size_t* at = nullptr);
+// ": Code (Message)" of an S3 <Error> reply body, or "" when it has no <Code>.
+std::string ErrorDetail(const std::string& body);
+
 // A libcurl failure worth another attempt (connection, timeout, reset, short or rewound body):
 // one list for GETs and uploads.
 bool Transient(CURLcode code);

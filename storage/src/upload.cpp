@@ -115,16 +115,6 @@ size_t OnHeader(char* data, size_t size, size_t count, void* user) {
   return n;
 }
 
-// The text between <tag> and </tag> in an S3 XML reply, or "".
-// With `at`: the search starts there, and *at is moved past the field (npos when none is left).
-std::string XmlField(const std::string& xml, const std::string& tag, size_t* at = nullptr) {
-  const size_t a = xml.find("<" + tag + ">", at ? *at : 0);
-  const size_t from = a + tag.size() + 2;
-  const size_t b = a == std::string::npos ? a : xml.find("</" + tag + ">", from);
-  if (at) *at = b;
-  return b == std::string::npos ? "" : xml.substr(from, b - from);
-}
-
 // Every header a request lists is signed (CURLOPT_AWS_SIGV4), so each must be sent: an empty
 // `Expect:` (curl's way to drop its 100-continue) is signed yet never sent, and a store that
 // checks signatures refused every write. A PUT with a body waits for 100-continue instead.
@@ -192,6 +182,9 @@ class Client {
       if (std::strcmp(method, "PUT") == 0) {
         curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
         curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, length);
+        // curl waits this long for `100 Continue` before it sends a body over 1 MiB anyway (1 s
+        // by default): a part's whole cost on a store or proxy that never answers 100.
+        curl_easy_setopt(c, CURLOPT_EXPECT_100_TIMEOUT_MS, 200L);
       } else if (std::strcmp(method, "POST") == 0) {
         curl_easy_setopt(c, CURLOPT_POST, 1L);
         curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, length);
@@ -272,7 +265,7 @@ class Client {
     SF_RETURN_IF_ERROR(Send("GET", name, "", &none, &g));
     if (g.http == 404) return false;
     if (g.http / 100 == 2) return true;
-    if (g.http != 403 || XmlField(g.body, "Code") != "AccessDenied") {
+    if (g.http != 403 || internal::XmlField(g.body, "Code") != "AccessDenied") {
       return Refused("GET", name, g);
     }
     if (denied_means_maybe) return true;  // cannot tell: treated as there
@@ -293,7 +286,7 @@ class Client {
     if (r.http / 100 == 2) {
       // The first key but a "folder" marker (the prefix itself, as consoles make them).
       for (size_t at = 0; at != std::string::npos;) {
-        std::string key = XmlField(r.body, "Key", &at);
+        std::string key = internal::XmlField(r.body, "Key", &at);
         if (at != std::string::npos && key != prefix) return key;
       }
       return std::string();
@@ -338,11 +331,7 @@ class Client {
   }
 
  private:
-  static std::string Detail(const Reply& r) {
-    const std::string code = XmlField(r.body, "Code"), message = XmlField(r.body, "Message");
-    if (code.empty()) return "";
-    return ": " + code + (message.empty() ? "" : " (" + message + ")");
-  }
+  static std::string Detail(const Reply& r) { return internal::ErrorDetail(r.body); }
 
   std::string Escape(const std::string& s) {
     char* e = curl_easy_escape(curl_.get(), s.c_str(), static_cast<int>(s.size()));
@@ -356,7 +345,7 @@ class Client {
     Reply r;
     SF_RETURN_IF_ERROR(Send("POST", name, "uploads=", &none, &r));
     if (r.http / 100 != 2) return Refused("starting a multipart upload", name, r);
-    const std::string id = XmlField(r.body, "UploadId");
+    const std::string id = internal::XmlField(r.body, "UploadId");
     if (id.empty()) {
       return Status::IOError(Shown(name),
                              ": the store's answer to CreateMultipartUpload has no "
@@ -410,7 +399,7 @@ class Client {
     Reply r;
     SF_RETURN_IF_ERROR(Send("POST", name, id_query, &b, &r));
     if (r.http / 100 == 2) return Status::OK();
-    if (r.http == 404 && XmlField(r.body, "Code") == "NoSuchUpload" && md5s &&
+    if (r.http == 404 && internal::XmlField(r.body, "Code") == "NoSuchUpload" && md5s &&
         Completed(name, size, MultipartEtag(part_md5s, parts))) {
       return Status::OK();  // an earlier attempt completed it and its reply was lost
     }

@@ -121,6 +121,17 @@ def test_a_missing_object_fails_at_once_naming_the_url(env, moto_url):
     assert "test-secret-never-shown" not in str(e.value)
 
 
+def test_a_missing_bucket_is_named_as_such(env, moto_url):
+    """S3's NoSuchBucket read as "manifest.json: not found": a typo in the bucket looked like a
+    missing archive. The reply's error code is now read and said."""
+    with pytest.raises(FileNotFoundError) as e:
+        shardfeed.Archive("s3://no-such-bucket-here/a")
+    assert "the bucket does not exist" in str(e.value) and "NoSuchBucket" in str(e.value)
+    out = subprocess.run([CLI, "inspect", "s3://no-such-bucket-here/a"], capture_output=True,
+                         text=True)
+    assert out.returncode != 0 and "the bucket does not exist" in out.stderr, out.stderr
+
+
 def test_verify_reports_a_missing_shard_object_as_damage(env, moto_url, local_archive):
     """A missing shard object was exit 2 ("not an archive") with no JSON: the manifest is there,
     so the archive is damaged, as a local one missing a shard file is."""
@@ -384,6 +395,28 @@ def test_a_quarter_of_the_archive_in_cache_reads_an_epoch_as_a_local_read(env, m
     # At least what the cache could not carry over from one epoch to the next.
     assert 3 * total - 2 * limit <= fetched <= 3 * 1.1 * total
     assert not os.path.exists(os.environ["SHARDFEED_CACHE_DIR"] + "/remote")  # cache_dir= won
+
+
+def test_a_shard_replaced_on_the_server_says_reopen_not_skip_errors(env, moto_url, local_archive,
+                                                                   tmp_path):
+    """A shard object packed again under an open loader failed with the hint to train on with
+    skip_errors=True, which would skip every sample of it; the error now says to reopen."""
+    from conftest import BUCKET, s3_client
+    url = upload(moto_url, local_archive, "replaced")
+    shards = sorted(f for f in os.listdir(local_archive) if f.startswith("shard-"))
+    total = sum(os.path.getsize(os.path.join(local_archive, f)) for f in shards)
+    # Under the archive's size: shards are fetched as the epoch reaches them, not all at open.
+    loader = shardfeed.Loader(url, cache_dir=str(tmp_path / "c"), cache_limit=total // 2,
+                              batch_size=4, shuffle="block", crop="center", size=32, workers=1)
+    last = shards[-1]
+    other = open(os.path.join(local_archive, shards[0]), "rb").read()
+    assert other != open(os.path.join(local_archive, last), "rb").read()
+    s3_client(moto_url).put_object(Bucket=BUCKET, Key=f"replaced/{last}", Body=other)
+    with pytest.raises(shardfeed.Error) as e:
+        for _ in loader:
+            pass
+    assert f"{url}/{last}" in str(e.value) and "reopen it" in str(e.value), str(e.value)
+    assert "skip_errors" not in str(e.value)
 
 
 def test_a_cache_that_holds_the_whole_archive_is_never_refused(env, many_shards, tmp_path):

@@ -52,6 +52,12 @@ bool IsRemote(const std::string& location);
 // name. OK for remote locations and plain paths.
 Status CheckScheme(const std::string& location);
 
+// Said after a downloaded object that differs from what the manifest lists (size or hash):
+// the store holds another pack of the archive, or damaged bytes.
+inline constexpr const char* kNotTheListedObject =
+    ": the object is not the one the manifest lists; if the archive was packed again since it "
+    "was opened, reopen it, else it is damaged in the store (verify it)";
+
 struct CacheOptions {
   std::string dir;     // empty: SHARDFEED_CACHE_DIR, else $XDG_CACHE_HOME/shardfeed, else
                        // ~/.cache/shardfeed
