@@ -4,6 +4,7 @@
 // the row loop) and the JSON text checks every importer shares; split, each part would reach
 // into the others' helpers.
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -79,6 +80,26 @@ bool ParseDouble(const std::string& s, double* v) {
   if (end != s.c_str() + s.size() || errno != 0 || !std::isfinite(x)) return false;
   *v = x;
   return true;
+}
+
+// "NaN", "Infinity", "-Infinity" (what extract writes for floats JSON has no number for; also
+// "nan", "inf", "-inf" in any case): the value, for a float field.
+bool NonFiniteText(const Json& v, double* d) {
+  if (!v.is_string()) return false;
+  std::string s = v.get<std::string>();
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const bool minus = !s.empty() && s[0] == '-';
+  if (!s.empty() && (s[0] == '-' || s[0] == '+')) s.erase(0, 1);
+  if (s == "nan") return *d = std::numeric_limits<double>::quiet_NaN(), true;
+  if (s == "inf" || s == "infinity") {
+    *d = minus ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+    return true;
+  }
+  return false;
+}
+
+bool IsFloat(ElemType e) {
+  return e == ElemType::kFloat16 || e == ElemType::kFloat32 || e == ElemType::kFloat64;
 }
 
 // Digits with an optional sign: an integer however large (ParseInt says whether it fits).
@@ -292,8 +313,17 @@ Status ArrayValue(const FieldSpec& spec, const Json& v, OwnedValue* out) {
   std::vector<uint8_t> bytes;
   bytes.reserve(leaves.size() * format::ElemSize(spec.elem));
   for (const Json* leaf : leaves) {
-    if (!leaf->is_number()) return Status::InvalidArgument("element is not a number");
-    const double d = leaf->get<double>();
+    double d;
+    if (IsFloat(spec.elem) && NonFiniteText(*leaf, &d)) {
+      if (spec.elem == ElemType::kFloat16) Put(&bytes, ToHalf(static_cast<float>(d)));
+      if (spec.elem == ElemType::kFloat32) Put(&bytes, static_cast<float>(d));
+      if (spec.elem == ElemType::kFloat64) Put(&bytes, d);
+      continue;
+    }
+    if (!leaf->is_number()) {
+      return Status::InvalidArgument("element ", leaf->dump(), " is not a number");
+    }
+    d = leaf->get<double>();
     const bool integral = leaf->is_number_integer() || d == std::floor(d);
     auto need_int = [&](double lo, double hi) {
       return integral && d >= lo && d <= hi
@@ -402,6 +432,8 @@ Status ValueOf(const FieldSpec& spec, const Json& v, bool text, OwnedValue* out)
                                          " does not fit int64 (nor float64 exactly)");
         }
         if (ParseDouble(s, &d)) return ValueOf(spec, Json(d), false, out);
+        if (spec.kind != FieldKind::kInt64 && NonFiniteText(v, &d))
+          return ValueOf(spec, v, false, out);
         return Status::InvalidArgument("'", s, "' is not a number");
       }
       default:
@@ -421,13 +453,20 @@ Status ValueOf(const FieldSpec& spec, const Json& v, bool text, OwnedValue* out)
       }
       return Status::InvalidArgument("expected an integer, got ", v.dump());
     case FieldKind::kFloat32:
-    case FieldKind::kFloat64:
+    case FieldKind::kFloat64: {
+      double d;
+      if (NonFiniteText(v, &d)) {
+        *out = spec.kind == FieldKind::kFloat32 ? OwnedValue::Float32(static_cast<float>(d))
+                                                : OwnedValue::Float64(d);
+        return Status::OK();
+      }
       if (!v.is_number()) return Status::InvalidArgument("expected a number, got ", v.dump());
       SF_RETURN_IF_ERROR(spec.kind == FieldKind::kFloat64 ? ExactAs<double>(v, "float64")
                                                           : ExactAs<float>(v, "float32"));
       *out = spec.kind == FieldKind::kFloat32 ? OwnedValue::Float32(v.get<float>())
                                               : OwnedValue::Float64(v.get<double>());
       return Status::OK();
+    }
     case FieldKind::kStr:
     case FieldKind::kBytes:
       if (spec.kind == FieldKind::kBytes && v.is_object() && v.size() == 1 &&

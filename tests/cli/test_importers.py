@@ -362,6 +362,9 @@ def test_coco_boxes_labels_iscrowd_captions(tmp_path):
     assert got[2]["labels"] == [1]
     assert [s["image_id"] for s in got] == [100, 101, 102]
     assert [s["captions"] for s in got] == [["a dog"], ["nothing here"], []]
+    # The contact sheet draws boxes: an image without any memcpy'd from a null view (UBSan's
+    # "null pointer passed as argument" in the sanitized run).
+    run("inspect", out, "--grid", tmp_path / "g.png", "--size", "32", check=0)
 
 
 def test_coco_needs_images_and_names_a_bad_annotation(tmp_path):
@@ -609,6 +612,46 @@ def test_extract_then_pack_round_trips_bytes_fields(tmp_path):
     (tmp_path / "c.jsonl").write_text(json.dumps(bad) + "\n")
     p = run("pack", tmp_path / "c.jsonl", tmp_path / "c.sf", "--schema", tmp_path / "s.json", "-q")
     assert p.returncode == 1 and "base64" in p.stderr and "'raw'" in p.stderr, p.stderr
+
+
+def test_extract_then_pack_round_trips_nan_and_infinities(tmp_path):
+    # extract wrote NaN and +-inf as null (JSON has no such numbers): a scalar -inf came back
+    # NaN, and a NaN in a list failed the re-pack. They are now the texts "NaN", "Infinity",
+    # "-Infinity", which the importer reads (also "nan", "inf", "-inf" in any case) for float
+    # fields, JSONL and CSV.
+    jpeg(tmp_path / "a.jpg")
+    schema = {"image": "image", "d": "float64", "f": "float32", "v": "float32[*]",
+              "h": "float16[*]", "w": "float64[*,2]"}
+    (tmp_path / "s.json").write_text(json.dumps(schema))
+    row = {"image": "a.jpg", "d": "-inf", "f": "NaN", "v": [1.5, "nan", "INF", "-Infinity"],
+           "h": ["Infinity", 2], "w": [[1, "-inf"]]}
+    (tmp_path / "m.jsonl").write_text(json.dumps(row) + "\n")
+    run("pack", tmp_path / "m.jsonl", tmp_path / "a", "--schema", tmp_path / "s.json", "-q",
+        check=0)
+    run("extract", tmp_path / "a", tmp_path / "x", "-q", check=0)
+    first = json.loads((tmp_path / "x" / "samples.jsonl").read_text())
+    want = {"d": "-Infinity", "f": "NaN", "v": [1.5, "NaN", "Infinity", "-Infinity"],
+            "h": ["Infinity", 2.0], "w": [[1.0, "-Infinity"]]}
+    assert {k: first[k] for k in want} == want, first
+    run("pack", tmp_path / "x" / "samples.jsonl", tmp_path / "b", "--schema",
+        tmp_path / "x" / "schema.json", "-q", check=0)
+    run("extract", tmp_path / "b", tmp_path / "y", "-q", check=0)
+    again = json.loads((tmp_path / "y" / "samples.jsonl").read_text())
+    assert {k: again[k] for k in want} == want, again
+    # A CSV cell too; text that is not a number is still refused, as is "inf" for an int64.
+    (tmp_path / "c.csv").write_text("image,d\na.jpg,-Infinity\n")
+    (tmp_path / "c.json").write_text(json.dumps({"image": "image", "d": "float64"}))
+    run("pack", tmp_path / "c.csv", tmp_path / "c", "--schema", tmp_path / "c.json", "-q",
+        check=0)
+    run("extract", tmp_path / "c", tmp_path / "z", "-q", check=0)
+    assert json.loads((tmp_path / "z" / "samples.jsonl").read_text())["d"] == "-Infinity"
+    for bad in ('"infinite"', '"-inf"'):
+        (tmp_path / "n.jsonl").write_text('{"image": "a.jpg", "n": %s}\n' % bad)
+        (tmp_path / "n.json").write_text(json.dumps({"image": "image", "n": "float64" if
+                                                     bad == '"infinite"' else "int64"}))
+        p = run("pack", tmp_path / "n.jsonl", tmp_path / "n", "--schema", tmp_path / "n.json",
+                "-q")
+        assert p.returncode == 1 and "field 'n'" in p.stderr, p.stderr
 
 
 def test_inverted_boxes_are_refused_naming_the_sample_and_field(tmp_path):

@@ -29,8 +29,9 @@ uint64_t Elements(const FieldView& v) {
   return n;
 }
 
-// Element e of an array view as a JSON number (the view may be unaligned: memcpy).
-json Element(const FieldSpec& spec, const uint8_t* p, uint64_t e) {
+// Element e of an array view as a JSON number (the view may be unaligned: memcpy); NaN and
+// infinities as they are (nlohmann writes them as null).
+json Number(const FieldSpec& spec, const uint8_t* p, uint64_t e) {
   switch (spec.elem) {
     case format::ElemType::kUint8:
       return p[e];
@@ -65,6 +66,16 @@ json Element(const FieldSpec& spec, const uint8_t* p, uint64_t e) {
     }
   }
   return nullptr;
+}
+
+// Element e as JSON: a number, or for a float that is not finite the text "NaN", "Infinity" or
+// "-Infinity", which the JSONL importer reads back (JSON has no such numbers, and null read
+// back as NaN: an infinity came back NaN, and a NaN in a list was refused).
+json Element(const FieldSpec& spec, const uint8_t* p, uint64_t e) {
+  json v = Number(spec, p, e);
+  if (!v.is_number_float() || std::isfinite(v.get<double>())) return v;
+  const double d = v.get<double>();
+  return std::isnan(d) ? "NaN" : d > 0 ? "Infinity" : "-Infinity";
 }
 
 // Nested lists of an array view, dims from the view (or the type's, for fixed fields).
@@ -264,7 +275,7 @@ json FieldSummaries(const format::Archive& archive) {
       if (rowed) rows.Add(v.dims[0]);
       if (numeric) {
         const uint64_t n = v.ndim ? Elements(v) : 1;
-        for (uint64_t e = 0; e < n; ++e) values.Add(Element(spec, v.data, e).get<double>());
+        for (uint64_t e = 0; e < n; ++e) values.Add(Number(spec, v.data, e).get<double>());
       } else {
         bytes.Add(double(v.size));
       }
@@ -299,7 +310,9 @@ Result<SampleOverlay> Overlay(const format::Archive& archive, uint64_t i) {
     const FieldView& v = *view;
     if (boxes) {
       out.boxes.resize(size_t{v.dims[0]} * 4);
-      std::memcpy(out.boxes.data(), v.data, out.boxes.size() * sizeof(float));
+      if (!out.boxes.empty()) {  // no rows: v.data may be null
+        std::memcpy(out.boxes.data(), v.data, out.boxes.size() * sizeof(float));
+      }
       imaging::OrientBoxes(out.boxes.data(), v.dims[0], e.width, e.height, e.orientation);
     } else if (mask) {
       imaging::Image m;
