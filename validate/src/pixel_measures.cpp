@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 // The XXH3 that picks AVX2 where the CPU has it (the same hash either way).
 #include <xxh_x86dispatch.h>
@@ -454,6 +455,8 @@ LumaMeasures LumaPass::Finish() const {
   if (ln) {
     const double ml = double(ls) / double(ln);
     m.laplacian = float((double(lq) / double(ln) - ml * ml) / (double(kLumaScale) * kLumaScale));
+  } else {  // under 3 rows or columns: no Laplacian to measure, so no sign of blur (not 0)
+    m.laplacian = std::numeric_limits<float>::infinity();
   }
   m.phash = LumaHash(luma, w, h);
   return m;

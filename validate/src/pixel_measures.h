@@ -27,6 +27,7 @@ inline constexpr uint32_t kLumaScale = 256;
 struct LumaMeasures {
   uint64_t phash = 0;                      // LumaHash of the reduced image
   float mean = 0, std = 0, laplacian = 0;  // 0..255 units; variance of the 4-neighbour Laplacian
+                                           // (infinity: under 3 rows or columns to measure)
   bool gray = false;                       // every sampled pixel has R == G == B
 };
 // What one thread reuses between images.

@@ -45,6 +45,9 @@ struct SampleStat {
 Status MeasureSample(const format::Archive& archive, uint64_t i, const StatsOptions& o,
                      codec::Context& ctx, imaging::Image& img, imaging::Image& scratch,
                      PixelScratch* pixels, PixelSums* sums, SampleStat* s) {
+  // The record's checksum first, as the loader does by default: a damaged record's pixels
+  // were averaged (and saved with --save) without a word.
+  SF_RETURN_IF_ERROR(archive.VerifyRecord(i, /*fields=*/false));
   SF_ASSIGN_OR_RETURN(const format::RecordView r, archive.At(i));
   const format::IndexEntry& e = *r.entry;
   s->label = e.label;
@@ -390,9 +393,9 @@ void Summarize(const format::Archive& archive, const std::vector<SampleStat>& s,
   std::vector<double> widths, heights, aspects, bytes;
   for (uint64_t i = 0; i < s.size(); ++i) {
     const SampleStat& x = s[i];
+    if (!x.ok) continue;  // in `errors`, and left out of everything else
     if (x.label >= 0 && size_t(x.label) < r->label_counts.size()) r->label_counts[x.label]++;
     bytes.push_back(double(x.bytes));
-    if (!x.ok) continue;
     r->decoded++;
     widths.push_back(x.width);
     heights.push_back(x.height);
