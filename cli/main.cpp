@@ -480,6 +480,9 @@ int CmdInspect(int argc, char** argv) {
         Status::InvalidArgument("--per-class and --size shape the contact sheet: they "
                                 "go with --grid SHEET.png"));
   }
+  if (!grid.empty()) {
+    if (Status s = validate::CheckNewFile(grid); !s.ok()) return Fail(s);
+  }
   auto archive = format::Archive::Open(path, format::IndexCheck::kFull);
   if (!archive.ok()) return Fail(archive.status());
   if (!grid.empty()) {

@@ -114,6 +114,10 @@ int CmdStats(int argc, char** argv) {
     fail_on = *f;
   }
   if (Status s = validate::ValidateStatsOptions(o); !s.ok()) return Error(s);
+  for (const std::string* out : {&json_out, &html_out}) {  // before the pass, not after it
+    if (out->empty() || *out == "-") continue;
+    if (Status s = validate::CheckNewFile(*out); !s.ok()) return Error(s);
+  }
   auto archive = format::Archive::Open(path, format::IndexCheck::kFull);
   if (!archive.ok()) return Error(archive.status());
   std::vector<validate::OtherArchive> others;

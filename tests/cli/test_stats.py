@@ -366,6 +366,33 @@ def test_stats_save_never_replaces_a_stats_json_it_did_not_write(corpus, tmp_pat
     assert json.loads((a / "stats.json").read_text())["mean"] != [0.5, 0.5, 0.5]
 
 
+def test_stats_save_writes_no_record_a_loader_would_refuse(tmp_path):
+    # Every image one colour: std 0, which --save wrote (exit 0) and Loader(mean="archive")
+    # then refused without naming stats.json. Now refused at --save, and nothing written.
+    src = tmp_path / "src"
+    for k in range(2):
+        save(src / "a" / ("%d.jpg" % k), sc.uniform())
+    assert run("pack", src, tmp_path / "u.sf", "-q").returncode == 0
+    p = run("stats", tmp_path / "u.sf", "--save", "-q")
+    assert p.returncode == 2 and "--save" in p.stderr and "std" in p.stderr, p.stderr
+    assert not (tmp_path / "u.sf" / "stats.json").exists()
+
+
+def test_report_files_are_checked_before_the_pass(corpus, tmp_path):
+    # --json/--html FILE that exists (or whose folder does not) failed with exit 2 only after
+    # the whole pass and its summary; now before it, as pack --report does.
+    taken = tmp_path / "taken.json"
+    taken.write_text("mine")
+    for flag, path in (("--json", taken), ("--html", taken), ("--json", tmp_path / "no" / "x"),
+                       ("--html", tmp_path / "no" / "x.html")):
+        p = run("stats", corpus / "train.sf", flag, path)
+        assert p.returncode == 2 and str(path) in p.stderr, (flag, path, p.stderr)
+        assert not p.stdout  # no pass, no summary
+    assert taken.read_text() == "mine"
+    p = run("inspect", corpus / "train.sf", "--grid", taken)
+    assert p.returncode == 2 and "exists" in p.stderr and taken.read_text() == "mine"
+
+
 def test_stats_summarises_every_field_and_names_duplicates_by_path(tmp_path):
     # Issue 23 on version-4 archives: per field, what its values span (rows of boxes, element
     # ranges, text lengths); duplicate groups also by source path when the pack kept one.

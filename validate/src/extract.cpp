@@ -313,6 +313,22 @@ Status WriteNewFile(const std::string& path, const uint8_t* data, size_t size) {
   return Status::OK();
 }
 
+Status CheckNewFile(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    return Status::InvalidArgument(path,
+                                   ": exists; shardfeed writes only new files here "
+                                   "(remove it or choose another name)");
+  }
+  std::string folder = fs::path(path).parent_path().string();
+  if (folder.empty()) folder = ".";
+  if (::stat(folder.c_str(), &st) != 0) {
+    return Status::InvalidArgument(path, ": its folder ", folder, ": ", std::strerror(errno));
+  }
+  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(path, ": ", folder, " is not a folder");
+  return Status::OK();
+}
+
 Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
                          const ExtractOptions& options) {
   std::error_code ec;

@@ -495,6 +495,20 @@ Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
   }
   if (progress) progress(total, total);
   if (o.save) {
+    // A record the loader would refuse (mean="archive": "std must be at least 0.001") is not
+    // written: said here, where the cause is seen.
+    if (r.decoded == 0) {
+      return Status::InvalidArgument(archive.path(),
+                                     ": --save: no sample decoded, so no mean and std to save");
+    }
+    for (int c = 0; c < 3; ++c) {
+      if (!(r.std[c] >= format::kMinStd)) {
+        return Status::InvalidArgument(
+            archive.path(), ": --save: the std of channel ", "RGB"[c], " is ", r.std[c],
+            ", under the ", format::kMinStd,
+            " a loader normalises with (every image one colour?); nothing saved");
+      }
+    }
     format::StatsRecord rec;
     for (int c = 0; c < 3; ++c) rec.mean[c] = r.mean[c], rec.std[c] = r.std[c];
     rec.size = o.size;

@@ -19,6 +19,10 @@ namespace shardfeed::format {
 
 inline constexpr std::string_view kStatsFileName = "stats.json";
 
+// The smallest std (0..1 units) a loader normalises with: below it outputs grow towards
+// infinity. `stats --save` writes no record under it (the loader would refuse the record).
+inline constexpr float kMinStd = 1e-3f;
+
 struct StatsRecord {
   std::array<double, 3> mean{}, std{};  // 0..1 units, R, G, B
   uint32_t size = 0;         // 0: over the stored images; else after the centre crop to size x size

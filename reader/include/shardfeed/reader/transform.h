@@ -13,6 +13,7 @@
 #include "shardfeed/base/status.h"
 #include "shardfeed/codec/codec.h"
 #include "shardfeed/format/archive.h"
+#include "shardfeed/format/stats_record.h"
 #include "shardfeed/imaging/image.h"
 #include "shardfeed/reader/geometry.h"
 
@@ -77,7 +78,7 @@ struct TransformOptions {
 };
 
 // The smallest std accepted (0..1 units): below it outputs grow towards infinity.
-inline constexpr float kMinStd = 1e-3f;
+inline constexpr float kMinStd = format::kMinStd;
 // Checks the options on their own (not against an archive): ratios and scales in range, std
 // finite and at least kMinStd, mean finite and at most 1 (0..1 units), mean/std only with a
 // float dtype.

@@ -22,13 +22,14 @@ struct ExtractOptions {
 // with a `path` field (a safe relative path) is written there (its extension replaced by the
 // record's when it was stored in another form; names are decided before anything is written,
 // in sample order: a name taken already, or below a file taken already, falls back to the
-// class layout, with -1, -2... where a source file has that name); an archive with fields other than image, label and path also gets DIR/samples.jsonl
-// (one JSON object per sample: the image's path relative to DIR and every other field: arrays
-// as nested lists, bytes as {"base64": ...}, JSON as parsed, masks as the paths of PNG files
-// under DIR/masks/<field>/) and DIR/schema.json (the schema as `pack --schema` takes it). DIR
-// must not exist or be an empty directory (kept: its mode, owner and group go to the folder that
-// replaces it); its parent must exist, and it must not be a symbolic link (kInvalidArgument).
-// Atomic: the files are written into "DIR.extracting-XXXXXX" (mkdtemp; marked as ours by a
+// class layout, with -1, -2... where a source file has that name); an archive with fields other
+// than image, label and path also gets DIR/samples.jsonl (one JSON object per sample: the image's
+// path relative to DIR and every other field: arrays as nested lists, bytes as {"base64": ...},
+// JSON as parsed, masks as the paths of PNG files under DIR/masks/<field>/) and DIR/schema.json
+// (the schema as `pack --schema` takes it). DIR must not exist or be an empty directory (kept: its
+// mode, owner and group go to the folder that replaces it); its parent must exist, and it must not
+// be a symbolic link (kInvalidArgument). Atomic: the files are written into "DIR.extracting-XXXXXX"
+// (mkdtemp; marked as ours by a
 // ".shardfeed-extracting" file locked while the extract runs), renamed to DIR at the end; on any
 // error that folder is removed and DIR is as it was. One left by an extract that was killed
 // (Ctrl-C, kill -9) is removed by the next extract to the same DIR: only with our marker and
@@ -40,5 +41,9 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
 // Creates `path` and writes `data` to it; never replaces anything: an existing path is
 // kInvalidArgument naming it (O_EXCL, so no race either).
 Status WriteNewFile(const std::string& path, const uint8_t* data, size_t size);
+// What WriteNewFile would refuse, said before the work that makes the file's contents (a
+// stats pass, a contact sheet): `path` exists (a link too), or its folder does not. A check,
+// not a reservation: WriteNewFile still refuses a file made meanwhile.
+Status CheckNewFile(const std::string& path);
 
 }  // namespace shardfeed::validate
