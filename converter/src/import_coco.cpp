@@ -53,6 +53,25 @@ bool IdOf(const Json& j, const char* key, int64_t* id) {
   return true;
 }
 
+// An image's "width" and "height": both absent (0 x 0: not declared), or both whole numbers
+// from 1 to 2^32 - 1. Anything else is refused: a string, 100.5, 0 or -1 was taken as "not
+// declared", so an EXIF-turned photo's upright boxes were turned a second time without a word.
+Status DeclaredSize(const Json& image, uint32_t* width, uint32_t* height) {
+  const bool has_w = image.contains("width"), has_h = image.contains("height");
+  if (!has_w && !has_h) return Status::OK();
+  int64_t w = 0, h = 0;
+  if (!has_w || !has_h || !IdOf(image, "width", &w) || !IdOf(image, "height", &h) || w < 1 ||
+      h < 1 || w > int64_t{UINT32_MAX} || h > int64_t{UINT32_MAX}) {
+    return Status::InvalidArgument(
+        "\"width\": ", has_w ? image["width"].dump() : std::string("(none)"),
+        ", \"height\": ", has_h ? image["height"].dump() : std::string("(none)"),
+        " is not a size in pixels (two whole numbers of at least 1; leave both out for an "
+        "image whose size is unknown)");
+  }
+  if (width) *width = static_cast<uint32_t>(w), *height = static_cast<uint32_t>(h);
+  return Status::OK();
+}
+
 struct PerImage {
   std::vector<float> boxes;
   std::vector<int64_t> labels, iscrowd, category_ids;
@@ -127,6 +146,9 @@ Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& opti
     } else if (!image_of.emplace(id, i).second) {
       usable[i] = false;
       SF_RETURN_IF_ERROR(bad(where, "field 'image_id': id " + std::to_string(id) + " given twice"));
+    } else if (Status size = DeclaredSize(images[i], nullptr, nullptr); !size.ok()) {
+      usable[i] = false;
+      SF_RETURN_IF_ERROR(bad(where, "field 'image': " + size.message()));
     }
   }
   // Annotations: xywh -> x0,y0,x1,y1, category -> label.
@@ -216,12 +238,9 @@ Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& opti
     const std::string name = images[i]["file_name"].get<std::string>();
     item.path = name[0] == '/' ? name : options.images + "/" + name;
     item.name = file + ": images[" + std::to_string(i) + "] (" + name + ")";
-    int64_t declared_w = 0, declared_h = 0;  // checked against the image by the writer
-    if (IdOf(images[i], "width", &declared_w) && IdOf(images[i], "height", &declared_h) &&
-        declared_w > 0 && declared_h > 0 && declared_w <= 65535 && declared_h <= 65535) {
-      item.declared_width = static_cast<uint32_t>(declared_w);
-      item.declared_height = static_cast<uint32_t>(declared_h);
-    }
+    // Checked against the image by the writer; 0 x 0 when the file gives no size.
+    (void)DeclaredSize(images[i], &item.declared_width, &item.declared_height);  // checked above
+    item.frame_from_size = true;
     item.values.resize(list.schema.size());
     const uint32_t n = static_cast<uint32_t>(p.labels.size());
     item.values[1] = OwnedValue::Array(p.boxes.data(), p.boxes.size() * 4, {n, 4});

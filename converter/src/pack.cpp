@@ -183,6 +183,7 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
     sample.values = std::move(item.values);
     sample.declared_width = item.declared_width;
     sample.declared_height = item.declared_height;
+    sample.frame_from_size = item.frame_from_size;
     if (path_field >= 0) {
       sample.values.resize(source.schema.size());
       sample.values[path_field] = OwnedValue::Text(ValidUtf8(RelativePath(source.root, item.path)));
@@ -203,7 +204,7 @@ Status Pack(const SourceList& source, const std::string& out, const PackOptions&
   const std::vector<SkippedFile> skipped_rows = std::move(result.skipped);
   result = writer.result();
   result.ignored = source.ignored;
-  result.notes = source.notes;
+  result.notes.insert(result.notes.begin(), source.notes.begin(), source.notes.end());
   result.skipped.insert(result.skipped.begin(), skipped_rows.begin(), skipped_rows.end());
   result.stats.total = total + skipped_rows.size();
   result.stats.done += skipped_rows.size();

@@ -172,8 +172,9 @@ struct Prepared {
   IndexEntry entry{};
   imaging::Bytes payload;
   uint64_t source_bytes = 0;
-  bool resized = false;    // re-encoded smaller (PackOptions::size with jpeg)
-  bool reencoded = false;  // the record does not hold the source file's bytes
+  bool resized = false;        // re-encoded smaller (PackOptions::size with jpeg)
+  bool reencoded = false;      // the record does not hold the source file's bytes
+  bool frame_guessed = false;  // Sample::frame_from_size could not tell the boxes' frame
 };
 
 // Checks every field but the image and the class field against the schema and the record's
@@ -283,14 +284,17 @@ Status FollowImage(const format::Schema& schema, const codec::Reshape& r, const 
 // `width` x `height`, EXIF `orientation`): boxes drawn on the upright image (declared upright
 // size, orientation 5..8) are turned back into the stored frame; another size is an error.
 Status CheckDeclaredSize(const format::Schema& schema, uint32_t width, uint32_t height,
-                         int orientation, Sample* s) {
-  if (s->declared_width == 0 || (s->declared_width == width && s->declared_height == height)) {
-    return Status::OK();
-  }
+                         int orientation, Sample* s, bool* guessed) {
   size_t boxes = 0;  // an image without boxes has no frame to get wrong
   EditBoxes(schema, s, [&](float*, size_t n) { boxes += n; });
   if (boxes == 0) return Status::OK();
   const bool turned = orientation >= 5 && orientation <= 8;
+  // Only a turn that changes the shape tells the frames apart by size.
+  *guessed = s->frame_from_size && orientation > 1 &&
+             (s->declared_width == 0 || !turned || width == height);
+  if (s->declared_width == 0 || (s->declared_width == width && s->declared_height == height)) {
+    return Status::OK();
+  }
   if (!turned || s->declared_width != height || s->declared_height != width) {
     return Status::InvalidArgument(
         "the annotations say the image is ", s->declared_width, "x", s->declared_height,
@@ -360,8 +364,9 @@ void PrepareSample(codec::Context& ctx, const RecordCodecs& codecs, const codec:
   out->field_status = CheckBoxesAsGiven(schema, s, e);
   if (!out->field_status.ok()) return;
   out->field_status =
-      r.kept ? CheckDeclaredSize(schema, e.width, e.height, e.orientation, &s)
-             : CheckDeclaredSize(schema, r.source_width, r.source_height, r.orientation, &s);
+      r.kept ? CheckDeclaredSize(schema, e.width, e.height, e.orientation, &s, &out->frame_guessed)
+             : CheckDeclaredSize(schema, r.source_width, r.source_height, r.orientation, &s,
+                                 &out->frame_guessed);
   if (out->field_status.ok() && !r.kept) out->field_status = FollowImage(schema, r, e, &s);
   if (out->field_status.ok()) out->field_status = CheckFields(schema, s, e);
 }
@@ -394,6 +399,8 @@ class SampleWriter::Impl {
   void StopWorkers();
 
   std::string out_;
+  uint64_t frame_guesses_ = 0;  // samples appended with Prepared::frame_guessed
+  std::string first_frame_guess_;
   PackOptions options_;
   format::Schema schema_;
   RecordCodecs codecs_;
@@ -527,6 +534,7 @@ Status SampleWriter::Impl::Append(Slot& slot) {
   }
   if (!s.ok()) return s.WithContext(out_);
   ++stats.packed;
+  if (p.frame_guessed && frame_guesses_++ == 0) first_frame_guess_ = name;
   stats.resized += p.resized;
   stats.reencoded += p.reencoded;
   stats.source_bytes += p.source_bytes;
@@ -612,6 +620,15 @@ Status SampleWriter::Impl::Finish(format::Manifest manifest, bool allow_empty) {
     manifest.resized_records = stats.resized;
   }
   manifest.created_by = "shardfeed " SHARDFEED_VERSION;
+  if (frame_guesses_ > 0) {
+    result.notes.push_back(
+        std::to_string(frame_guesses_) +
+        " samples with boxes have an EXIF orientation that their annotations' width/height "
+        "cannot tell apart from the stored frame (no size given, a mirror or half turn, or a "
+        "square image; first: " +
+        first_frame_guess_ +
+        "): their boxes were taken as drawn on the stored pixels, before the EXIF turn");
+  }
   failure_ = writer_->Finish(std::move(manifest));
   if (failure_.ok() && progress) progress(stats);
   return failure_;

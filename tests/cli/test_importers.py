@@ -367,6 +367,38 @@ def test_coco_boxes_labels_iscrowd_captions(tmp_path):
     run("inspect", out, "--grid", tmp_path / "g.png", "--size", "32", check=0)
 
 
+def test_coco_size_that_is_not_whole_pixels_is_refused_and_an_unknown_frame_is_noted(tmp_path):
+    # A "width"/"height" that was a string, 100.5, 0 or -1 was taken as "not declared": the
+    # upright boxes of an EXIF-turned photo were then turned a second time, without a word.
+    images = tmp_path / "images"
+    images.mkdir()
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored 64 x 48, shown upright 48 x 64
+    Image.new("RGB", (64, 48), (200, 30, 30)).save(images / "t.jpg", "JPEG", exif=exif)
+    base = {"categories": [{"id": 1, "name": "r"}],
+            "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [4, 8, 10, 20]}]}
+    for w, h in (("48", 64), (48.5, 64), (0, 0), (-1, 64), (48, None)):
+        image = {"id": 1, "file_name": "t.jpg", "width": w, "height": h}
+        if h is None:
+            del image["height"]
+        (tmp_path / "c.json").write_text(json.dumps(dict(base, images=[image])))
+        p = run("pack", tmp_path / "c.json", tmp_path / "a", "--images", images, "-q")
+        assert p.returncode == 1, (w, h, p.stderr)
+        assert "images[0]" in p.stderr and '"width"' in p.stderr, p.stderr
+        assert not (tmp_path / "a").exists()
+    # Upright size: the boxes are turned into the stored frame, without a note.
+    (tmp_path / "c.json").write_text(json.dumps(dict(base, images=[
+        {"id": 1, "file_name": "t.jpg", "width": 48, "height": 64}])))
+    p = run("pack", tmp_path / "c.json", tmp_path / "b", "--images", images, check=0)
+    assert "note:" not in p.stderr, p.stderr
+    # No size given: the frame cannot be told, and the pack says what it assumed.
+    (tmp_path / "c.json").write_text(json.dumps(dict(base, images=[
+        {"id": 1, "file_name": "t.jpg"}])))
+    p = run("pack", tmp_path / "c.json", tmp_path / "c", "--images", images, check=0)
+    assert "note: 1 samples with boxes have an EXIF orientation" in p.stderr, p.stderr
+    assert "images[0] (t.jpg)" in p.stderr and "stored pixels" in p.stderr, p.stderr
+
+
 def test_coco_needs_images_and_names_a_bad_annotation(tmp_path):
     instances, images = coco_source(tmp_path)
     p = run("pack", instances, tmp_path / "a", "-q", check=2)

@@ -49,6 +49,7 @@ struct SourceItem {
   // The image's size as the source's annotations declare it (COCO's width/height); 0: none.
   // The writer checks it against the image and reads boxes in the frame it names (Sample).
   uint32_t declared_width = 0, declared_height = 0;
+  bool frame_from_size = false;  // Sample::frame_from_size
 };
 
 struct SkippedFile {

@@ -56,7 +56,8 @@ struct Sample {
   uint32_t height = 0, width = 0;
   std::string image_file;
   uint64_t offset = 0, length = 0;
-  int64_t label = 0;  // the class field's value, when the schema has one (0 <= label <= format::kMaxClassId)
+  int64_t label =
+      0;  // the class field's value, when the schema has one (0 <= label <= format::kMaxClassId)
   // One value per schema field, in schema order; the image's and the class field's entries are
   // not read (they may be left absent). Empty: allowed only when the schema has no other field.
   std::vector<OwnedValue> values;
@@ -65,6 +66,11 @@ struct Sample {
   // upright: then its boxes were drawn on the upright image and are turned back into the
   // stored frame. Any other size is a bad sample (the boxes' frame is unknown).
   uint32_t declared_width = 0, declared_height = 0;
+  // The source says boxes' frame only through the declared size (COCO). Where that cannot tell
+  // the frames apart (no size given, EXIF orientation 2..4, a square image turned by 5..8), the
+  // boxes are taken as drawn on the stored pixels, and Finish() adds a note to
+  // PackResult::notes counting those samples and naming the first.
+  bool frame_from_size = false;
 };
 
 class SampleWriter {
