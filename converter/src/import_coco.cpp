@@ -107,9 +107,16 @@ Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& opti
     list.skipped.push_back({file + ": " + where, why});
     return Status::OK();
   };
+  // "categories" and "annotations", where present, are lists: another value was read as none.
+  for (const char* key : {"categories", "annotations"}) {
+    if (coco.contains(key) && !coco[key].is_array()) {
+      return Status::Corrupt(file, ": \"", key, "\" is ", coco[key].type_name(), ", not a list");
+    }
+  }
   // Categories in id order -> contiguous labels 0..K-1; their names are the class names.
   std::vector<std::pair<int64_t, std::string>> categories;
-  if (coco.contains("categories") && coco["categories"].is_array()) {
+  size_t unnamed = 0;
+  if (coco.contains("categories")) {
     for (size_t i = 0; i < coco["categories"].size(); ++i) {
       const Json& c = coco["categories"][i];
       int64_t id;
@@ -117,17 +124,43 @@ Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& opti
         return Status::Corrupt(file, ": categories[", i, "]: field 'id': not an integer");
       }
       auto name = c.find("name");
-      categories.push_back({id, name != c.end() && name->is_string() ? name->get<std::string>()
-                                                                     : std::to_string(id)});
+      if (name != c.end() && !name->is_string()) {
+        return Status::Corrupt(file, ": categories[", i, "]: \"name\" is ", name->type_name(),
+                               ", not text");
+      }
+      unnamed += name == c.end();
+      categories.push_back({id, name != c.end() ? name->get<std::string>() : std::to_string(id)});
     }
+  }
+  if (unnamed > 0) {
+    list.notes.push_back(file + ": " + std::to_string(unnamed) +
+                         " categories have no \"name\": their class names are their ids");
   }
   std::sort(categories.begin(), categories.end());
   std::unordered_map<int64_t, int64_t> label_of;
+  std::unordered_map<std::string, int64_t> first_with_name;
+  std::vector<std::string> renamed;
   for (size_t i = 0; i < categories.size(); ++i) {
     if (!label_of.emplace(categories[i].first, int64_t(i)).second) {
       return Status::Corrupt(file, ": categories: id ", categories[i].first, " given twice");
     }
-    list.class_names.push_back(categories[i].second);
+    // Class names are unique in an archive (the Writer refuses a repeat, and extract would
+    // merge the two into one folder): a repeated name gets its id added.
+    std::string name = categories[i].second;
+    if (!first_with_name.emplace(name, categories[i].first).second) {
+      name += " (id " + std::to_string(categories[i].first) + ")";
+      renamed.push_back("'" + categories[i].second + "' id " + std::to_string(categories[i].first) +
+                        " -> '" + name + "'");
+    }
+    list.class_names.push_back(name);
+  }
+  if (!renamed.empty()) {
+    std::string which;
+    for (size_t k = 0; k < renamed.size() && k < 5; ++k) which += (k ? ", " : "") + renamed[k];
+    list.notes.push_back(file + ": " + std::to_string(renamed.size()) +
+                         " categories repeat an earlier category's name; class names are unique, "
+                         "so their ids were added (" +
+                         which + (renamed.size() > 5 ? ", ..." : "") + ")");
   }
   // Images, in the file's order.
   const Json& images = coco["images"];
@@ -143,6 +176,11 @@ Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& opti
     } else if (!images[i].contains("file_name") || !images[i]["file_name"].is_string()) {
       usable[i] = false;
       SF_RETURN_IF_ERROR(bad(where, "field 'path': no \"file_name\""));
+    } else if (images[i]["file_name"].get_ref<const std::string&>().find('\0') !=
+                   std::string::npos ||
+               images[i]["file_name"].get_ref<const std::string&>().empty()) {
+      usable[i] = false;  // a NUL ended the path early: another file was read
+      SF_RETURN_IF_ERROR(bad(where, "field 'path': \"file_name\" is empty or holds a NUL byte"));
     } else if (!image_of.emplace(id, i).second) {
       usable[i] = false;
       SF_RETURN_IF_ERROR(bad(where, "field 'image_id': id " + std::to_string(id) + " given twice"));
@@ -152,10 +190,15 @@ Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& opti
     }
   }
   // Annotations: xywh -> x0,y0,x1,y1, category -> label.
-  if (coco.contains("annotations") && coco["annotations"].is_array()) {
+  size_t segmented = 0, keypoints = 0;
+  if (coco.contains("annotations")) {
     const Json& anns = coco["annotations"];
     for (size_t i = 0; i < anns.size(); ++i) {
       const Json& a = anns[i];
+      if (a.is_object()) {
+        segmented += a.contains("segmentation") && !a["segmentation"].empty();
+        keypoints += a.contains("keypoints") && !a["keypoints"].empty();
+      }
       const std::string where = "annotations[" + std::to_string(i) + "]";
       int64_t image_id, category;
       if (!a.is_object() || !IdOf(a, "image_id", &image_id) || !image_of.count(image_id)) {
@@ -201,6 +244,11 @@ Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& opti
       p.iscrowd.push_back(crowd);
       p.category_ids.push_back(category);
     }
+  }
+  if (segmented + keypoints > 0) {
+    list.notes.push_back(file + ": " + std::to_string(segmented) + " annotations with a " +
+                         "\"segmentation\" and " + std::to_string(keypoints) + " with " +
+                         "\"keypoints\": neither is imported (boxes, labels and iscrowd are)");
   }
   const bool captions = !options.captions.empty();
   if (captions) {

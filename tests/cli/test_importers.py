@@ -6,6 +6,7 @@ import io
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -397,6 +398,41 @@ def test_coco_size_that_is_not_whole_pixels_is_refused_and_an_unknown_frame_is_n
     p = run("pack", tmp_path / "c.json", tmp_path / "c", "--images", images, check=0)
     assert "note: 1 samples with boxes have an EXIF orientation" in p.stderr, p.stderr
     assert "images[0] (t.jpg)" in p.stderr and "stored pixels" in p.stderr, p.stderr
+
+
+def test_coco_shapes_that_were_read_silently(tmp_path):
+    # Each of these packed with exit 0 and lost or changed something without a word.
+    instances, images = coco_source(tmp_path)
+    good = json.loads(instances.read_text())
+
+    def pack(data, *check):
+        instances.write_text(json.dumps(data))
+        shutil.rmtree(tmp_path / "a", ignore_errors=True)
+        return run("pack", instances, tmp_path / "a", "--images", images, *check)
+
+    p = pack(dict(good, annotations=5))  # was: no boxes at all
+    assert p.returncode == 1 and '"annotations" is number, not a list' in p.stderr, p.stderr
+    cats = [dict(c) for c in good["categories"]]
+    cats[0]["name"] = {"en": "dog"}  # was: the class name "18"
+    p = pack(dict(good, categories=cats))
+    assert p.returncode == 1 and "categories[0]" in p.stderr and '"name"' in p.stderr, p.stderr
+    bad = dict(good, images=[dict(i) for i in good["images"]])
+    bad["images"][0]["file_name"] = "000.jpg\u0000x"  # was: 000.jpg read, the NUL stored
+    p = pack(bad)
+    assert p.returncode == 1 and "images[0]" in p.stderr and "NUL" in p.stderr, p.stderr
+    # A repeated category name: class names are unique (the Writer refuses a repeat, extract
+    # merged them into one folder), so the later one gets its id; said in a note.
+    cats = [{"id": 18, "name": "dog"}, {"id": 1, "name": "person"}, {"id": 3, "name": "dog"},
+            {"id": 7}]
+    anns = [dict(a) for a in good["annotations"]]
+    for a in anns:
+        a["segmentation"] = [[0, 0, 1, 1, 2, 2]]
+    p = pack(dict(good, categories=cats, annotations=anns))
+    assert p.returncode == 0, p.stderr
+    assert manifest(tmp_path / "a")["class_names"] == ["person", "dog", "7", "dog (id 18)"]
+    assert "1 categories repeat an earlier category's name" in p.stderr, p.stderr
+    assert "1 categories have no \"name\"" in p.stderr, p.stderr
+    assert '3 annotations with a "segmentation"' in p.stderr, p.stderr
 
 
 def test_coco_needs_images_and_names_a_bad_annotation(tmp_path):
