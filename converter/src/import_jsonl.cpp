@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -50,8 +51,20 @@ namespace {
 enum class Seen { kNull, kInt, kFloat, kStr, kIntList, kFloatList, kEmptyList, kRows, kJson };
 struct ColumnType {
   Seen seen = Seen::kNull;
-  size_t k = 0;  // kRows: numbers per row
+  size_t k = 0;       // kRows: numbers per row
+  bool wide = false;  // a list holds a number float32 does not keep (float64[...] then)
 };
+
+// A number float32 keeps as written: one it holds exactly (0.5, 3), or one of at most 6
+// significant digits (0.1, 37.1235: FLT_DIG, so it reads back the same). 37.123456789 or
+// 1700000000.5 are not: as float32 they read back 37.12345504760742 and 1700000000.
+bool Float32Keeps(double d) {
+  if (!std::isfinite(d) || static_cast<double>(static_cast<float>(d)) == d) return true;
+  if (std::fabs(d) > 3.0e38) return false;
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.6g", d);
+  return std::strtod(text, nullptr) == d;
+}
 
 bool ParseInt(const std::string& s, int64_t* v) {
   if (s.empty()) return false;
@@ -159,20 +172,27 @@ ColumnType TypeOf(const Json& v, bool text_cell) {
   if (v.is_string()) return {Seen::kStr};
   if (!v.is_array()) return {Seen::kJson};
   if (v.empty()) return {Seen::kEmptyList};
-  bool ints = true, numbers = true, rows = true;
+  bool ints = true, numbers = true, rows = true, wide = false;
   size_t k = 0;
+  auto widen = [&](const Json& x) {  // an integer over 2^24 too, in a list with fractions
+    if (!wide && x.is_number() && !Float32Keeps(x.get<double>())) wide = true;
+  };
   for (const Json& e : v) {
     numbers = numbers && e.is_number();
     ints = ints && e.is_number_integer();
+    if (numbers) widen(e);
     if (e.is_array() && !e.empty() && (k == 0 || e.size() == k)) {
       k = e.size();
-      for (const Json& x : e) rows = rows && x.is_number();
+      for (const Json& x : e) {
+        rows = rows && x.is_number();
+        widen(x);
+      }
     } else {
       rows = false;
     }
   }
-  if (numbers) return {ints ? Seen::kIntList : Seen::kFloatList};
-  if (rows) return {Seen::kRows, k};
+  if (numbers) return {ints ? Seen::kIntList : Seen::kFloatList, 0, wide};
+  if (rows) return {Seen::kRows, k, wide};
   return {Seen::kJson};
 }
 
@@ -180,7 +200,7 @@ bool IsList(Seen s) {
   return s == Seen::kIntList || s == Seen::kFloatList || s == Seen::kEmptyList || s == Seen::kRows;
 }
 
-ColumnType Merge(ColumnType a, ColumnType b, bool text_cells) {
+ColumnType MergeKinds(ColumnType a, ColumnType b, bool text_cells) {
   if (a.seen == Seen::kNull) return b;
   if (b.seen == Seen::kNull || (a.seen == b.seen && a.k == b.k)) return a;
   auto either = [&](Seen x, Seen y) {
@@ -193,6 +213,12 @@ ColumnType Merge(ColumnType a, ColumnType b, bool text_cells) {
   // Text cells that are sometimes numbers, sometimes words: words.
   if (text_cells && (a.seen == Seen::kStr || b.seen == Seen::kStr)) return {Seen::kStr};
   return {Seen::kJson};
+}
+
+ColumnType Merge(ColumnType a, ColumnType b, bool text_cells) {
+  ColumnType m = MergeKinds(a, b, text_cells);
+  m.wide = a.wide || b.wide;
+  return m;
 }
 
 Status TypeFor(const std::string& name, const ColumnType& t, FieldSpec* spec) {
@@ -209,10 +235,11 @@ Status TypeFor(const std::string& name, const ColumnType& t, FieldSpec* spec) {
     case Seen::kEmptyList:
       return Schema::ParseType(box_name ? "boxes" : "int64[*]", spec);
     case Seen::kFloatList:
-      return Schema::ParseType("float32[*]", spec);
+      return Schema::ParseType(t.wide ? "float64[*]" : "float32[*]", spec);
     case Seen::kRows:
       if (box_name && t.k == 4) return Schema::ParseType("boxes", spec);
-      return Schema::ParseType("float32[*," + std::to_string(t.k) + "]", spec);
+      return Schema::ParseType((t.wide ? "float64[*," : "float32[*,") + std::to_string(t.k) + "]",
+                               spec);
     default:
       return Schema::ParseType("json", spec);
   }

@@ -63,11 +63,27 @@ def _to_numpy(value):
     return arr, False
 
 
+def _check_exact(ints, target):
+    """Integers (an array) that a float dtype `target` holds exactly, else _Bad naming the
+    first that it would round (as the JSONL importer refuses them): numpy calls int64 ->
+    float64 a safe cast, and 2**53 + 1 came back 2**53."""
+    limit = 2 ** (np.finfo(target).nmant + 1)  # every integer up to this is exact
+    big = ints[(ints > limit) | (ints < -limit)] if ints.dtype.kind != "b" else ints[:0]
+    for v in big.flat:
+        with np.errstate(over="ignore"):
+            stored = target.type(v)
+        if np.isfinite(stored) and int(stored) != int(v):  # inf: _check_finite says it
+            raise _Bad("integer %d is not exact as %s (give the field an integer type, or "
+                       "convert it first)" % (int(v), target.name))
+
+
 def _cast(arr, strict, target):
     """`arr` as a C-contiguous array of `target`, refusing casts that may lose values."""
     if arr.dtype == target:
         return np.ascontiguousarray(arr)
     src = arr.dtype
+    if src.kind in "iu" and target.kind == "f":
+        _check_exact(arr, target)
     ok = np.can_cast(src, target, "safe")
     if not ok and arr.size == 0 and src.kind in "biuf":
         ok = True
@@ -238,6 +254,9 @@ class _Converter:
                 raise _Bad("%s is outside %s's range" % (type(v).__name__, kind)) from None
             if math.isinf(x) and not _infinite(v):  # np.longdouble, Decimal beyond float64
                 raise _Bad("%s is outside float64's range" % (v,))
+            if isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)):
+                _check_exact(np.array([int(v)], dtype=object if abs(int(v)) >= 2 ** 63
+                                      else np.int64), np.dtype(kind))
             if kind == "float32":
                 with np.errstate(over="ignore"):
                     _check_finite(np.float64(x), np.float32(x), np.dtype(np.float32))

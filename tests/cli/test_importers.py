@@ -722,6 +722,24 @@ def test_extract_then_pack_round_trips_nan_and_infinities(tmp_path):
         assert p.returncode == 1 and "field 'n'" in p.stderr, p.stderr
 
 
+def test_a_float_list_float32_would_round_is_inferred_float64(tmp_path):
+    # Lists of floats were always float32[*]: timestamps and coordinates came back rounded
+    # (1700000000.5 as 1700000000.0), without a note. float32 is kept where it holds every
+    # value as written (at most 6 significant digits, or exact).
+    jpeg(tmp_path / "a.jpg")
+    rows = [{"image": "a.jpg", "t": [1700000000.5, 1.0], "geo": [[37.123456789, -122.5]],
+             "emb": [0.1, 0.25, -3.5], "rows": [[0.5, 1]], "big": [2.5, 16777217]}]
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run("pack", tmp_path / "m.jsonl", tmp_path / "a", "-q", check=0)
+    assert {k: v for k, v in fields(tmp_path / "a").items() if k in rows[0]} == {
+        "image": "image", "t": "float64[*]", "geo": "float64[*,2]", "emb": "float32[*]",
+        "rows": "float32[*,2]", "big": "float64[*]"}
+    run("extract", tmp_path / "a", tmp_path / "x", "-q", check=0)
+    got = json.loads((tmp_path / "x" / "samples.jsonl").read_text())
+    assert got["t"] == [1700000000.5, 1.0] and got["geo"] == [[37.123456789, -122.5]]
+    assert got["big"] == [2.5, 16777217.0]
+
+
 def test_inverted_boxes_are_refused_naming_the_sample_and_field(tmp_path):
     # The hostile review of issue 21: a box with x1 < x0 (COCO: a negative width) was stored and
     # later dropped silently by the loader's geometry. Refused at pack time, naming where.

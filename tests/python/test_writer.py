@@ -278,6 +278,13 @@ BAD = [
     ({"weight": __import__("fractions").Fraction(10 ** 400)}, "weight", "outside float64's range"),
     ({"half": [[1, 2, 3], [4, 5, 70000]]}, "half", "70000 is outside float16's range"),
     ({"embedding": [0, 0, 0, 0, 0, 0, 0, 1e300]}, "embedding", "outside float32's range"),
+    # An integer a float field cannot hold exactly was rounded (the JSONL importer refused it).
+    ({"score": 2 ** 24 + 1}, "score", "integer 16777217 is not exact as float32"),
+    ({"weight": 2 ** 53 + 1}, "weight", "integer 9007199254740993 is not exact as float64"),
+    ({"weight": np.int64(2 ** 53 + 1)}, "weight", "not exact as float64"),
+    ({"half": [[1, 2, 3], [4, 5, 2049]]}, "half", "integer 2049 is not exact as float16"),
+    ({"cube": np.full((2, 1, 2), 2 ** 53 + 1, np.int64)}, "cube", "not exact as float64"),
+    ({"embedding": [0, 0, 0, 0, 0, 0, 0, 2 ** 24 + 1]}, "embedding", "not exact as float32"),
 ]
 
 
