@@ -212,7 +212,10 @@ int CmdPack(int argc, char** argv) {
       "jsonl/csv/webdataset: the fields as a JSON file "
       "({name: type, ...}; default: inferred from the data)")(
       "images", po::value(&import.images), "coco: the folder the file_names are relative to")(
-      "captions", po::value(&import.captions), "coco: a COCO captions file (a captions field)");
+      "captions", po::value(&import.captions), "coco: a COCO captions file (a captions field)")(
+      "class-names", po::value(&import.class_names),
+      "list/jsonl/csv/webdataset: the class names in id order (a JSON list, or one per line; "
+      "extract writes class_names.json)");
   cli::AddOptionTable(desc, converter::PackOptionTable(), opt, &helps);
   desc.add_options()("report", po::value(&report), "write a JSON report of skipped files here")(
       "parts-dir", po::value(&parts_dir), "where --part writes (default OUT.parts)")(

@@ -6,6 +6,9 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unordered_map>
 
 #include "shardfeed/converter/importers.h"
 
@@ -30,6 +33,91 @@ bool LooksLikeCoco(const std::string& file) {
   return head.find("\"images\"") != std::string::npos &&
          (head.find("\"annotations\"") != std::string::npos ||
           head.find("\"categories\"") != std::string::npos || head.size() == (64u << 10));
+}
+
+// The --class-names file: a JSON list of strings, or one name per line (a trailing '\r' and
+// the empty lines at the end dropped). Names must be distinct and valid UTF-8.
+Result<std::vector<std::string>> ReadClassNames(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return Status::InvalidArgument("--class-names ", file, ": ", std::strerror(errno));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  std::vector<std::string> names;
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && text[first] == '[') {
+    const auto j = nlohmann::json::parse(text, nullptr, false);
+    bool ok = j.is_array();
+    for (size_t i = 0; ok && i < j.size(); ++i) {
+      ok = j[i].is_string();
+      if (ok) names.push_back(j[i].get<std::string>());
+    }
+    if (!ok) {
+      return Status::InvalidArgument("--class-names ", file,
+                                     ": not a JSON list of strings (or one name per line)");
+    }
+  } else {
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      names.push_back(line);
+    }
+    while (!names.empty() && names.back().empty()) names.pop_back();
+  }
+  if (names.empty()) return Status::InvalidArgument("--class-names ", file, ": no names");
+  std::unordered_map<std::string, size_t> seen;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i].empty()) {
+      return Status::InvalidArgument("--class-names ", file, ": name ", i, " is empty");
+    }
+    if (!seen.emplace(names[i], i).second) {
+      return Status::InvalidArgument("--class-names ", file, ": '", names[i], "' is given twice (",
+                                     seen[names[i]], " and ", i, ")");
+    }
+  }
+  if (Status s = format::CheckClassNames(names); !s.ok())
+    return s.WithContext("--class-names " + file);
+  return names;
+}
+
+// Puts the --class-names list in place of the importer's class names (ImportOptions).
+Status ApplyClassNames(const std::string& file, const std::vector<std::string>& names,
+                       bool skip_bad, SourceList* list) {
+  if (list->schema.label_field() < 0) {  // names of per-box labels, as COCO's categories
+    list->class_names = names;
+    return Status::OK();
+  }
+  const bool numbered =
+      list->class_names == NumericClassNames(int64_t(list->class_names.size()) - 1);
+  std::unordered_map<std::string, int32_t> id_of;
+  for (size_t i = 0; i < names.size(); ++i) id_of[names[i]] = static_cast<int32_t>(i);
+  std::vector<SourceItem> kept;
+  kept.reserve(list->items.size());
+  for (SourceItem& item : list->items) {
+    std::string why;
+    if (numbered && size_t(item.label) >= names.size()) {
+      why = "class id " + std::to_string(item.label) + " is not below the " +
+            std::to_string(names.size()) + " names of --class-names " + file;
+    } else if (!numbered) {
+      const std::string& name = list->class_names[size_t(item.label)];
+      auto it = id_of.find(name);
+      if (it == id_of.end()) {
+        why = "class '" + name + "' is not in --class-names " + file;
+      } else {
+        item.label = it->second;
+      }
+    }
+    if (why.empty()) {
+      kept.push_back(std::move(item));
+      continue;
+    }
+    const std::string where = item.name.empty() ? item.path : item.name;
+    if (!skip_bad) return Status::Corrupt(where, ": field 'label': ", why);
+    list->skipped.push_back({where, "field 'label': " + why});
+  }
+  list->items = std::move(kept);
+  list->class_names = names;
+  return Status::OK();
 }
 
 }  // namespace
@@ -82,6 +170,15 @@ Result<SourceList> ImportSource(const std::string& src, const ImportOptions& opt
   if ((!options.images.empty() || !options.captions.empty()) && kind != "coco") {
     return Status::InvalidArgument("--images and --captions apply to coco sources, not ", kind);
   }
+  if (!options.class_names.empty() && (kind == "folder" || kind == "coco")) {
+    return Status::InvalidArgument("--class-names applies to list, jsonl, csv and webdataset ",
+                                   "sources, not ", kind, " (whose class names are its ",
+                                   kind == "folder" ? "folders'" : "categories'", ")");
+  }
+  std::vector<std::string> names;
+  if (!options.class_names.empty()) {
+    SF_ASSIGN_OR_RETURN(names, ReadClassNames(options.class_names));
+  }
   if (kind == "list" && options.list.empty()) {
     return Status::InvalidArgument("--from list needs --list FILE (SRC is the root of its paths)");
   }
@@ -100,6 +197,9 @@ Result<SourceList> ImportSource(const std::string& src, const ImportOptions& opt
     list = Status::Unsupported(
         "parquet sources are read by the Python package (python -m "
         "shardfeed.importers.parquet, with pyarrow)");
+  }
+  if (list.ok() && !names.empty()) {
+    SF_RETURN_IF_ERROR(ApplyClassNames(options.class_names, names, options.skip_bad, &*list));
   }
   return list;
 }

@@ -740,6 +740,49 @@ def test_a_float_list_float32_would_round_is_inferred_float64(tmp_path):
     assert got["big"] == [2.5, 16777217.0]
 
 
+def test_class_names_file_and_the_extract_round_trip_keeps_class_names(tmp_path):
+    # extract wrote class ids and no names: a re-pack named the classes "0".."max" (CSV's
+    # cat/dog, COCO's categories). extract now writes class_names.json, and pack takes it.
+    jpeg(tmp_path / "a.jpg")
+    (tmp_path / "c.csv").write_text("image,label,n\na.jpg,cat,1\na.jpg,dog,2\na.jpg,cat,3\n")
+    run("pack", tmp_path / "c.csv", tmp_path / "a", "-q", check=0)
+    run("extract", tmp_path / "a", tmp_path / "x", "-q", check=0)
+    x = tmp_path / "x"
+    assert json.loads((x / "class_names.json").read_text()) == ["cat", "dog"]
+    run("pack", x / "samples.jsonl", tmp_path / "b", "--schema", x / "schema.json",
+        "--class-names", x / "class_names.json", "-q", check=0)
+    assert manifest(tmp_path / "b")["class_names"] == ["cat", "dog"]
+    assert [s["label"] for s in samples(tmp_path / "b", tmp_path)] == [0, 1, 0]
+    # A names file (one per line) orders string labels: dog is class 0 here.
+    (tmp_path / "n.txt").write_text("dog\r\ncat\r\n\n")
+    run("pack", tmp_path / "c.csv", tmp_path / "c", "--class-names", tmp_path / "n.txt", "-q",
+        check=0)
+    assert manifest(tmp_path / "c")["class_names"] == ["dog", "cat"]
+    assert [s["label"] for s in samples(tmp_path / "c", tmp_path)] == [1, 0, 1]
+    # A label the file does not list, an id past its names, repeats: refused, saying which.
+    (tmp_path / "one.txt").write_text("dog\n")
+    p = run("pack", tmp_path / "c.csv", tmp_path / "d", "--class-names", tmp_path / "one.txt")
+    assert p.returncode == 1 and "c.csv:2" in p.stderr and "'cat' is not in" in p.stderr
+    (tmp_path / "i.csv").write_text("image,label\na.jpg,0\na.jpg,2\n")
+    p = run("pack", tmp_path / "i.csv", tmp_path / "d", "--class-names", tmp_path / "n.txt")
+    assert p.returncode == 1 and "i.csv:3" in p.stderr and "class id 2" in p.stderr, p.stderr
+    (tmp_path / "twice.json").write_text('["a", "b", "a"]')
+    p = run("pack", tmp_path / "i.csv", tmp_path / "d", "--class-names", tmp_path / "twice.json")
+    assert p.returncode == 2 and "'a' is given twice" in p.stderr, p.stderr
+    assert not (tmp_path / "d").exists()
+    # COCO: its categories are the class names (of the boxes' labels); they round-trip too.
+    instances, images = coco_source(tmp_path)
+    run("pack", instances, tmp_path / "e", "--images", images, "-q", check=0)
+    p = run("pack", instances, tmp_path / "f", "--images", images, "--class-names",
+            tmp_path / "n.txt")
+    assert p.returncode == 2 and "coco" in p.stderr, p.stderr
+    run("extract", tmp_path / "e", tmp_path / "y", "-q", check=0)
+    y = tmp_path / "y"
+    run("pack", y / "samples.jsonl", tmp_path / "g", "--schema", y / "schema.json",
+        "--class-names", y / "class_names.json", "-q", check=0)
+    assert manifest(tmp_path / "g")["class_names"] == ["person", "car", "dog"]
+
+
 def test_inverted_boxes_are_refused_naming_the_sample_and_field(tmp_path):
     # The hostile review of issue 21: a box with x1 < x0 (COCO: a negative width) was stored and
     # later dropped silently by the loader's geometry. Refused at pack time, naming where.

@@ -200,7 +200,9 @@ class Names {
   explicit Names(bool jsonl) {
     Take(kExtractingMarker);
     if (jsonl) {
-      for (const char* ours : {"samples.jsonl", "schema.json", "masks"}) Take(ours);
+      for (const char* ours : {"samples.jsonl", "schema.json", "class_names.json", "masks"}) {
+        Take(ours);
+      }
     }
   }
   bool Free(const std::string& rel) const {
@@ -423,6 +425,17 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
                                     reinterpret_cast<const uint8_t*>(text.data()), text.size()));
     SF_RETURN_IF_ERROR(WriteNewFile((fs::path(tmp.path()) / "samples.jsonl").string(),
                                     reinterpret_cast<const uint8_t*>(lines.data()), lines.size()));
+    // The class names, for `pack --class-names`: samples.jsonl holds class ids, and without
+    // them a re-pack named its classes "0".."max" (COCO's categories were lost).
+    const auto& classes = archive.manifest().class_names;
+    if (!classes.empty()) {
+      const std::string names =
+          nlohmann::json(classes).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) +
+          "\n";
+      SF_RETURN_IF_ERROR(WriteNewFile((fs::path(tmp.path()) / "class_names.json").string(),
+                                      reinterpret_cast<const uint8_t*>(names.data()),
+                                      names.size()));
+    }
   }
   SF_RETURN_IF_ERROR(tmp.MoveTo(target));
   return archive.size();

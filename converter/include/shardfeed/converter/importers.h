@@ -43,7 +43,13 @@ struct ImportOptions {
   std::string images;       // coco: the image directory (--images)
   std::string captions;     // coco: a COCO captions file (--captions), optional
   std::string list;         // list: the list file (--list); SRC is the root of its paths
-  bool skip_bad = false;    // PackOptions::skip_bad
+  // list/jsonl/csv/webdataset: the class names (--class-names FILE: a JSON list of strings, or
+  // one name per line), in class id order. Integer labels must be below their count; string
+  // labels are looked up in it (one not listed is a bad row); a source without a class field
+  // keeps them as the archive's class names (COCO's: names of per-box labels). "": the
+  // importer's own (sorted strings, or "0".."max").
+  std::string class_names;
+  bool skip_bad = false;             // PackOptions::skip_bad
   std::vector<std::string> exclude;  // folder: paths never to pack (the output's, OutputPaths)
 };
 
