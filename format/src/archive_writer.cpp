@@ -62,9 +62,12 @@ std::string ForeignEntry(const std::string& dir) {
            std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
   };
   auto ours = [&](std::string_view name) {
-    if (name == kManifestFileName || name == kStatsFileName || name == kReplacedMarker ||
+    if (name == kManifestFileName || name == kReplacedMarker ||
         name == kPartialMarker) {  // the partial marker rides along until it is unlinked
       return true;
+    }
+    if (name == kStatsFileName) {  // a stats.json of the user's own is theirs (a note, say)
+      return WhyNotOurStatsRecord((fs::path(dir) / kStatsFileName).string()).empty();
     }
     const std::string_view stats_tmp = ".tmp-";
     if (name.substr(0, kStatsFileName.size()) == kStatsFileName &&

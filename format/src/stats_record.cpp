@@ -46,10 +46,12 @@ namespace {
 
 void (*before_final_step_hook)(const std::string&) = nullptr;  // SetStatsBeforeFinalStepHookForTest
 
+}  // namespace
+
 // Why the file at `path` is not a record of ours ("" when it is: a regular file of at most
 // 64 KiB holding a JSON object with "format": "shardfeed-stats"), read through one descriptor
 // opened without following a link, so what is judged is what is at `path` now.
-std::string WhyNotOurs(const std::string& path) {
+std::string WhyNotOurStatsRecord(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0)
     return errno == ELOOP ? "a symbolic link" : std::string("unreadable: ") + std::strerror(errno);
@@ -80,6 +82,8 @@ std::string WhyNotOurs(const std::string& path) {
   }
   return "";
 }
+
+namespace {
 
 Status NotOurs(const std::string& path, const std::string& why, const char* when = "exists") {
   return Status::InvalidArgument(path, ": ", when,
@@ -126,19 +130,19 @@ Status PlaceRecord(const std::string& tmp, const struct stat& mine, const std::s
         }
       }
       if (err == EEXIST) {
-        const std::string why = WhyNotOurs(path);
+        const std::string why = WhyNotOurStatsRecord(path);
         if (why.empty()) continue;  // another stats --save: replace that one
         return NotOurs(path, why, "appeared while saving");
       }
       return Status::IOError(path, ": cannot move ", tmp, " into place: ", std::strerror(err));
     }
     // One exists: replaced only if ours.
-    if (const std::string why = WhyNotOurs(path); !why.empty()) return NotOurs(path, why);
+    if (const std::string why = WhyNotOurStatsRecord(path); !why.empty()) return NotOurs(path, why);
     if (before_final_step_hook) before_final_step_hook(path);
     // Exchange, then judge what came out: ours is removed; anything else (a file put there since
     // the check above) is exchanged back, so that no file not ours is ever removed.
     if (Rename2(tmp, path, RENAME_EXCHANGE) == 0) {
-      const std::string why = WhyNotOurs(tmp);
+      const std::string why = WhyNotOurStatsRecord(tmp);
       if (why.empty()) {
         ::unlink(tmp.c_str());
         return Status::OK();
@@ -158,7 +162,7 @@ Status PlaceRecord(const std::string& tmp, const struct stat& mine, const std::s
     }
     // No RENAME_EXCHANGE on this file system: check once more, then replace. A file put there
     // between this check and the rename would be replaced (the window documented in the header).
-    if (const std::string why = WhyNotOurs(path); !why.empty()) {
+    if (const std::string why = WhyNotOurStatsRecord(path); !why.empty()) {
       return NotOurs(path, why, "appeared while saving");
     }
     if (::rename(tmp.c_str(), path.c_str()) == 0) return Status::OK();
@@ -180,7 +184,7 @@ Status CheckStatsRecordReplaceable(const Archive& archive) {
   const std::string path = StatsPath(archive);
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0 && errno == ENOENT) return Status::OK();
-  if (const std::string why = WhyNotOurs(path); !why.empty()) return NotOurs(path, why);
+  if (const std::string why = WhyNotOurStatsRecord(path); !why.empty()) return NotOurs(path, why);
   return Status::OK();
 }
 

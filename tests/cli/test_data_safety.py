@@ -812,6 +812,14 @@ def test_overwrite_keeps_an_archive_that_holds_a_users_file(tmp_path, archive):
             (archive / "NOTES.txt").unlink()  # the folder alone still stops it
     shutil.rmtree(archive / "extracted")
     assert snapshot(archive) == before
+    # A stats.json of the user's own (stats --save refuses to replace it) was counted as the
+    # archive's, and --overwrite deleted it.
+    (archive / "stats.json").write_text('{"mine": 1}')
+    p = run("pack", GOOD, archive, "--overwrite")
+    assert p.returncode == 2 and "stats.json" in p.stderr and "did not write" in p.stderr
+    assert (archive / "stats.json").read_text() == '{"mine": 1}'
+    (archive / "stats.json").unlink()
+    assert snapshot(archive) == before
     # What the tools themselves put there (stats --save; the partial marker a writer killed
     # between its rename and the marker's unlink leaves) does not stop it.
     assert run("stats", archive, "--save").returncode == 0

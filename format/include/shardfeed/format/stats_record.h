@@ -41,6 +41,10 @@ uint64_t ArchiveFingerprint(const Archive& archive);
 // only: `stats --save` calls it before its pass so that a refusal costs none; WriteStatsRecord
 // decides again at the moment it writes.
 Status CheckStatsRecordReplaceable(const Archive& archive);
+// "" when the file at `path` is provably a record of ours (as above), else why it is not ("not
+// written by shardfeed stats --save", "a symbolic link", ...). --overwrite keeps to it: an
+// archive folder whose stats.json is a user's own is not replaced.
+std::string WhyNotOurStatsRecord(const std::string& path);
 
 // Writes ARCHIVE/stats.json atomically: a temporary file in the archive directory
 // (stats.json.tmp-PID), synced, then moved into place so that a reader sees the old record or
