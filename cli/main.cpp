@@ -384,12 +384,7 @@ int CmdPack(int argc, char** argv) {
 
 int CmdVerify(int argc, char** argv) {
   using VO = validate::VerifyOptions;
-  static const OptionTable<VO> table(
-      "verify option",
-      {CountOption<VO>("workers", 0, 4096, "threads (0: all cores)", &VO::workers),
-       CountOption<VO>("max_pixels", 1, UINT64_MAX,
-                       "with --decode: refuse records declaring more pixels than this",
-                       &VO::max_pixels)});
+  const OptionTable<VO>& table = validate::VerifyOptionTable();
   po::options_description desc("verify options");
   std::string path;
   VO opt;

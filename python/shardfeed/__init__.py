@@ -611,7 +611,10 @@ def verify(path, decode=False, workers=0, max_pixels=0, cache_dir=None, cache_li
     one that could not be read (StorageError: the network, the cache; Timeout). With decode, records
     declaring more than max_pixels pixels (0: the packer's limit) are reported instead of
     decoded. A remote location is read through cache_dir/cache_limit as shardfeed.Archive's."""
-    return _native.verify(os.fspath(path), decode, workers, max_pixels, _path_or_none(cache_dir),
+    options = {"workers": workers}
+    if max_pixels != 0:  # 0: the packer's limit (the table's default)
+        options["max_pixels"] = max_pixels
+    return _native.verify(os.fspath(path), decode, options, _path_or_none(cache_dir),
                           cache_limit)
 
 

@@ -74,13 +74,20 @@ py::object Pack(const std::string& src, const std::string& out, const py::kwargs
 
 // Damage of any kind is a report with ok False; only a path that is not there or not an
 // archive at all raises.
-py::object Verify(const std::string& path, bool decode, int workers, uint64_t max_pixels,
+py::object Verify(const std::string& path, bool decode, const py::dict& options,
                   const py::object& cache_dir, const py::object& cache_limit) {
   validate::VerifyOptions o;
   o.cache = CacheFrom(cache_dir, cache_limit);
   o.decode = decode;
-  o.workers = workers;
-  if (max_pixels) o.max_pixels = max_pixels;
+  // workers, max_pixels through the one table the CLI reads: a range or type it refuses is
+  // refused here too (workers=5000 was taken).
+  const auto& table = validate::VerifyOptionTable();
+  for (const auto& item : options) {
+    const std::string name = py::str(item.first);
+    const auto* option = table.Find(name);
+    if (!option) Raise(table.Unknown(name));
+    Check(option->set(&o, OptionText(item.second)));
+  }
   Result<validate::VerifyReport> report = Status::Internal("unset");
   {
     py::gil_scoped_release release;
@@ -205,9 +212,8 @@ void BindTools(py::module_& m) {
         [](const converter::PackOption& o, py::dict& d) { d["recorded"] = o.recorded; });
   });
   m.def("pack", &Pack, py::arg("src"), py::arg("out"));
-  m.def("verify", &Verify, py::arg("path"), py::arg("decode") = false, py::arg("workers") = 0,
-        py::arg("max_pixels") = 0, py::arg("cache_dir") = py::none(),
-        py::arg("cache_limit") = py::none());
+  m.def("verify", &Verify, py::arg("path"), py::arg("decode"), py::arg("options"),
+        py::arg("cache_dir") = py::none(), py::arg("cache_limit") = py::none());
   m.def("stats", &Stats, py::arg("path"), py::arg("against"), py::arg("options"),
         py::arg("cache_dir") = py::none(), py::arg("cache_limit") = py::none());
   m.def("convert", &Convert, py::arg("path"), py::arg("out"), py::arg("backend"),

@@ -184,3 +184,15 @@ def test_refusals_state_the_range_and_quote_what_python_passed(archive_path):
     ranges = {o["name"]: o["range"] for o in OPTIONS}
     assert ranges["batch_size"] == "a whole number in 1..65536"
     assert all(ranges[o["name"]] for o in OPTIONS if o["kind"] in ("count", "number"))
+
+
+def test_verify_reads_workers_and_max_pixels_through_the_cli_table(archive_path):
+    # shardfeed.verify() took workers=5000 and workers=-1 that `shardfeed verify` refuses, and a
+    # wrong type gave pybind's "incompatible function arguments".
+    for bad in (5000, -1, "x"):
+        with pytest.raises(ValueError, match=r"workers \(--workers\) must be a whole number in "
+                                             r"0\.\.4096, not '%s'" % bad):
+            shardfeed.verify(archive_path, workers=bad)
+    with pytest.raises(ValueError, match=r"max_pixels \(--max-pixels\) must be a whole number"):
+        shardfeed.verify(archive_path, max_pixels=-3)
+    assert shardfeed.verify(archive_path, workers=2, max_pixels=10 ** 8, decode=True)["ok"]

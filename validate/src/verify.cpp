@@ -13,6 +13,17 @@
 #include "shardfeed/codec/codec.h"
 
 namespace shardfeed::validate {
+
+const OptionTable<VerifyOptions>& VerifyOptionTable() {
+  using VO = VerifyOptions;
+  static const OptionTable<VO> table(
+      "verify option",
+      {CountOption<VO>("workers", 0, 4096, "threads (0: all cores)", &VO::workers),
+       CountOption<VO>("max_pixels", 1, UINT64_MAX,
+                       "with --decode: refuse records declaring more pixels than this",
+                       &VO::max_pixels)});
+  return table;
+}
 namespace {
 
 namespace fs = std::filesystem;

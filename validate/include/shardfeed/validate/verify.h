@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "shardfeed/base/option_table.h"
 #include "shardfeed/base/status.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/imaging/image.h"
@@ -34,6 +35,10 @@ struct VerifyOptions {
   // environment).
   storage::CacheOptions cache;
 };
+
+// The options `shardfeed verify` and shardfeed.verify() take (workers, max_pixels), read by both
+// through this one table (base/option_table.h).
+const OptionTable<VerifyOptions>& VerifyOptionTable();
 
 struct BadSample {
   uint64_t index = 0;
