@@ -70,7 +70,15 @@ int ParseArgs(int argc, char** argv, po::options_description& desc,
     }
   }
   try {
-    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
+    // No guessing: boost took a prefix of a flag for the flag (`--worker 2` as --workers,
+    // `--over` as --overwrite) without a word; a flag is its whole name, or a "did you mean".
+    po::store(po::command_line_parser(args)
+                  .options(desc)
+                  .positional(pos)
+                  .style(po::command_line_style::default_style &
+                         ~po::command_line_style::allow_guessing)
+                  .run(),
+              vm);
     if (vm.count("help")) {
       std::cout << "usage: " << usage << "\n\n" << desc << "\n";
       return 0;

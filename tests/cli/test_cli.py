@@ -520,6 +520,12 @@ def test_an_unknown_flag_or_command_suggests_the_closest(small_archive):
     assert "unexpected loader option 'worker'; did you mean 'workers'?" in p.stderr
     p = run("verfy", small_archive, check=2)
     assert "did you mean 'verify'?" in p.stderr
+    # A prefix of a flag is not the flag: `--worker 2` was taken as --workers, `--over` as
+    # --overwrite, without a word.
+    p = run("bench", small_archive, "--worker", "2", check=2)
+    assert "unrecognised option '--worker'; did you mean --workers?" in p.stderr
+    p = run("pack", GOOD, small_archive, "--over", check=2)
+    assert "unrecognised option '--over'" in p.stderr
 
 
 def test_options_that_would_do_nothing_are_refused(small_archive, tmp_path):

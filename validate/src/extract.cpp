@@ -297,6 +297,18 @@ std::string UserSchema(const format::Schema& schema) {
   return out.dump(2) + "\n";
 }
 
+// DIR/class_names.json, for `pack --class-names`: samples.jsonl holds class ids, and without
+// the names a re-pack named its classes "0".."max" (COCO's categories were lost). None when the
+// archive has no class names.
+Status WriteClassNames(const format::Archive& archive, const std::string& dir) {
+  const auto& classes = archive.manifest().class_names;
+  if (classes.empty()) return Status::OK();
+  const std::string names =
+      nlohmann::json(classes).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  return WriteNewFile((fs::path(dir) / "class_names.json").string(),
+                      reinterpret_cast<const uint8_t*>(names.data()), names.size());
+}
+
 }  // namespace
 
 Status WriteNewFile(const std::string& path, const uint8_t* data, size_t size) {
@@ -425,17 +437,7 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
                                     reinterpret_cast<const uint8_t*>(text.data()), text.size()));
     SF_RETURN_IF_ERROR(WriteNewFile((fs::path(tmp.path()) / "samples.jsonl").string(),
                                     reinterpret_cast<const uint8_t*>(lines.data()), lines.size()));
-    // The class names, for `pack --class-names`: samples.jsonl holds class ids, and without
-    // them a re-pack named its classes "0".."max" (COCO's categories were lost).
-    const auto& classes = archive.manifest().class_names;
-    if (!classes.empty()) {
-      const std::string names =
-          nlohmann::json(classes).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) +
-          "\n";
-      SF_RETURN_IF_ERROR(WriteNewFile((fs::path(tmp.path()) / "class_names.json").string(),
-                                      reinterpret_cast<const uint8_t*>(names.data()),
-                                      names.size()));
-    }
+    SF_RETURN_IF_ERROR(WriteClassNames(archive, tmp.path()));
   }
   SF_RETURN_IF_ERROR(tmp.MoveTo(target));
   return archive.size();
