@@ -165,12 +165,16 @@ int PackParquet(int argc, char** argv) {
   std::string pythonpath = path;
   if (const char* old = std::getenv("PYTHONPATH"); old && *old)
     pythonpath += ":" + std::string(old);
-  const std::string check = "import shardfeed.importers.parquet, pyarrow";
+  // The import's own error in one line (not a traceback): any failure used to read as "needs
+  // pyarrow", a broken package or a missing numpy included.
+  const std::string check =
+      "import sys\ntry:\n    import shardfeed.importers.parquet, pyarrow\n"
+      "except BaseException as e:\n"
+      "    sys.stderr.write('shardfeed: the import failed: %s: %s\\n' % (type(e).__name__, e))\n"
+      "    sys.exit(1)\n";
   pid_t pid = ::fork();
   if (pid == 0) {
     ::setenv("PYTHONPATH", pythonpath.c_str(), 1);
-    const int null = ::open("/dev/null", O_WRONLY);  // the check's traceback is not the message
-    if (null >= 0) ::dup2(null, STDERR_FILENO);
     ::execl(python.c_str(), python.c_str(), "-c", check.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }

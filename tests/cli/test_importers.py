@@ -642,6 +642,15 @@ def test_parquet_is_run_by_the_python_package_or_explained(tmp_path):
     # The Python importer ran (and refused this 4-byte file as the bad parquet it is).
     assert p.returncode != 0
     assert "Traceback" not in p.stderr or "parquet" in p.stderr
+    # A package the import needs that is broken: its own error is said (any failure read as
+    # "needs pyarrow").
+    (tmp_path / "py" / "pyarrow").mkdir(parents=True)
+    (tmp_path / "py" / "pyarrow" / "__init__.py").write_text("raise ImportError('broken here')")
+    p = subprocess.run([CLI, "pack", str(tmp_path / "d.parquet"), str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=str(tmp_path / "py")))
+    assert p.returncode == 3, p.stderr
+    assert "the import failed: ImportError: broken here" in p.stderr, p.stderr
 
 
 def test_a_damaged_tar_is_an_error_naming_the_file_and_offset(tmp_path):
