@@ -328,10 +328,11 @@ Status ArrayValue(const FieldSpec& spec, const Json& v, OwnedValue* out) {
   std::vector<const Json*> leaves;
   if (!v.is_array()) return Status::InvalidArgument("expected a list, got ", v.type_name());
   SF_RETURN_IF_ERROR(Flatten(v, 0, &shape, &leaves));
-  // An empty list of rows ([] for boxes) has the type's fixed inner dims.
-  while (leaves.empty() && shape.size() < spec.dims.size() &&
-         spec.dims[shape.size()] != format::kAnyDim) {
-    shape.push_back(static_cast<uint32_t>(spec.dims[shape.size()]));
+  // An empty list of rows ([] for boxes) has the type's fixed inner dims, and 0 for the others
+  // ([] for int64[*,*] is [0, 0], as the Writer reads it).
+  while (leaves.empty() && shape.size() < spec.dims.size()) {
+    const int64_t d = spec.dims[shape.size()];
+    shape.push_back(d == format::kAnyDim ? 0 : static_cast<uint32_t>(d));
   }
   if (shape.size() != spec.dims.size()) {
     return Status::InvalidArgument("has ", shape.size(), " dims, the type ", spec.TypeName(),

@@ -446,7 +446,8 @@ Status CheckValue(const FieldSpec& spec, const FieldValue& value, uint32_t heigh
       std::memcpy(b, p + 16 * i, sizeof b);
       for (float x : b) {
         if (!(x == x) || x > 1e30f || x < -1e30f) {
-          return FieldError(spec, "box " + std::to_string(i) + " is not finite");
+          return FieldError(spec, "box " + std::to_string(i) +
+                                      " has a coordinate that is NaN, infinite or beyond +-1e30");
         }
       }
       // An inverted box (COCO's negative width or height) would pass here and vanish later in

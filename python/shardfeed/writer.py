@@ -129,8 +129,9 @@ def _shaped(arr, strict, target, dims):
     if arr.dtype == object or arr.dtype.kind not in "biuf":
         raise _Bad("not a numeric array (%s)" % arr.dtype)
     arr = _cast(arr, strict, target)
-    if arr.size == 0 and arr.ndim == 1 and len(dims) > 1 and all(d >= 0 for d in dims[1:]):
-        arr = arr.reshape([0] + dims[1:])  # [] for an empty [*,4]
+    if arr.size == 0 and arr.ndim == 1 and len(dims) > 1:
+        # [] for an empty [*,4] (or [*,*]: [0, 0]), as the JSONL importer reads it
+        arr = arr.reshape([0] + [max(d, 0) for d in dims[1:]])
     if arr.ndim != len(dims) or any(w >= 0 and d != w for d, w in zip(arr.shape, dims)):
         raise _Bad("shape %s does not match [%s]" % (
             tuple(arr.shape), ",".join("*" if d < 0 else str(d) for d in dims)))

@@ -61,6 +61,7 @@ class PyWriter {
       Check(option->set(&o, OptionText(item.second)));
     }
     o.skip_bad = skip_bad;
+    skip_bad_ = skip_bad;
     Check(converter::ValidatePackOptions(o));
     o.writer.schema = Check(format::Schema::FromJson(schema_json));
     o.options_json = converter::PackOptionsJson(o, "python");
@@ -113,14 +114,21 @@ class PyWriter {
         continue;
       }
       s.values[f] = ValueOf(fields[f], values[f]);
+      // Boxes now, not in the worker: a NaN or inverted box failed a later write() or close(),
+      // which the docs promise of a mask's shape only (skip_bad: the worker skips and lists it).
+      if (fields[f].kind == format::FieldKind::kBoxes && !skip_bad_) {
+        const Status boxes = format::CheckValue(fields[f], s.values[f].view(), 0, 0, -1);
+        if (!boxes.ok()) throw py::value_error(s.name + ": " + boxes.message());
+      }
     }
-    if (schema_.label_field() >= 0) max_label_ = std::max(max_label_, label);
     Status st;
     {
       py::gil_scoped_release release;  // blocks while the window of samples in flight is full
       st = writer_->Write(std::move(s));
     }
     Check(st);
+    // After the write is taken: a refused sample's label named no class.
+    if (schema_.label_field() >= 0) max_label_ = std::max(max_label_, label);
   }
 
   // Writes the rest, the manifest, and renames the archive into place; the report dict.
@@ -217,6 +225,7 @@ class PyWriter {
   format::Schema schema_;
   std::optional<std::vector<std::string>> class_names_;
   int64_t max_label_ = -1;
+  bool skip_bad_ = false;
   bool busy_ = false;
   std::unique_ptr<converter::SampleWriter> writer_;
   converter::PackResult result_;

@@ -552,3 +552,19 @@ def test_a_tuple_of_the_wrong_length_says_how_many_values(tmp_path):
         with shardfeed.Writer(tmp_path / "a", schema={"image": "image", "label": "int64"}) as w:
             w.write((np.zeros((4, 4, 3), np.uint8),))
     assert not os.path.exists(tmp_path / "a")
+
+
+def test_bad_boxes_are_refused_by_that_write_and_the_writer_goes_on(tmp_path):
+    # A NaN or inverted box passed write() and failed a later write() or close(), ending the
+    # writer; the docs promise that of a mask's shape only. An empty [] for [*,*] is [0, 0].
+    schema = {"image": "image", "boxes": "boxes", "v": "int64[*,*]"}
+    img = np.zeros((8, 8, 3), np.uint8)
+    with shardfeed.Writer(tmp_path / "a", schema=schema) as w:
+        for bad, why in (([[1, 2, 0, 5]], "box 0 \\[1, 2, 0, 5\\] is inverted"),
+                         ([[np.nan, 0, 1, 1]], "box 0 has a coordinate that is NaN"),
+                         ([[0, 0, 1e31, 1]], "beyond \\+-1e30")):
+            with pytest.raises(ValueError, match=r"sample \d: field 'boxes'.*" + why):
+                w.write({"image": img, "boxes": bad, "v": []})
+        w.write({"image": img, "boxes": [[0, 0, 4, 4]], "v": []})
+    got = shardfeed.Archive(tmp_path / "a").sample(0)
+    assert got["boxes"].tolist() == [[0, 0, 4, 4]] and got["v"].shape == (0, 0)
