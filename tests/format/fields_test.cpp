@@ -176,7 +176,7 @@ TEST_CASE("a bad value is refused naming the field, and nothing of its sample is
          b.assign(16, 0);
          std::memcpy(b.data() + 4, &nan, 4);
        },
-       "not finite"},
+       "is NaN, infinite"},
       {"fixed array shape", [](const Schema& s, Sample& x) { x.dims[s.Find("ids")][0] = 4; },
        "'ids'"},
       {"scalar size", [](const Schema& s, Sample& x) { x.bytes[s.Find("score")].resize(8); },
