@@ -435,6 +435,25 @@ def test_coco_shapes_that_were_read_silently(tmp_path):
     assert '3 annotations with a "segmentation"' in p.stderr, p.stderr
 
 
+def test_inspect_of_a_coco_archive_has_no_class_rows_or_counts(tmp_path):
+    # Its class names are the boxes' categories; no sample has a class. The contact sheet put
+    # every sample in the first category's row, and inspect counted 0 per category.
+    instances, images = coco_source(tmp_path)
+    run("pack", instances, tmp_path / "a", "--images", images, "-q", check=0)
+    info = json.loads(run("inspect", tmp_path / "a", "--json", check=0).stdout)
+    assert [c["name"] for c in info["classes"]] == ["person", "car", "dog"]
+    assert [c["count"] for c in info["classes"]] == [None, None, None]
+    text = run("inspect", tmp_path / "a", check=0).stdout
+    assert "classes:     3 (names of per-box labels; no class field)" in text, text
+    heights = []
+    for per in (3, 1):  # rows of 3 samples: one row; of 1: three (class rows: three both times)
+        sheet = tmp_path / ("g%d.png" % per)
+        run("inspect", tmp_path / "a", "--grid", sheet, "--per-class", per, "--size", "32",
+            check=0)
+        heights.append(Image.open(sheet).size[1])
+    assert heights[0] < heights[1], heights
+
+
 def test_coco_needs_images_and_names_a_bad_annotation(tmp_path):
     instances, images = coco_source(tmp_path)
     p = run("pack", instances, tmp_path / "a", "-q", check=2)

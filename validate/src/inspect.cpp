@@ -77,10 +77,13 @@ std::string InspectJson(const format::Archive& archive) {
   const format::Manifest& m = archive.manifest();
   Summary s = Summarize(archive);
   json classes = json::array();
+  // Without a class field (COCO: the names of per-box labels) no sample has a class: count null.
+  const bool per_sample = archive.schema().label_field() >= 0;
   for (size_t c = 0; c < m.class_names.size(); ++c) {
-    classes.push_back({{"label", c},
-                       {"name", m.class_names[c]},
-                       {"count", c < m.class_counts.size() ? m.class_counts[c] : 0}});
+    classes.push_back(
+        {{"label", c},
+         {"name", m.class_names[c]},
+         {"count", per_sample ? json(c < m.class_counts.size() ? m.class_counts[c] : 0) : json()}});
   }
   json fields = json::array();
   for (const FieldSize& f : FieldSizes(archive)) {
@@ -172,10 +175,15 @@ std::string InspectText(const format::Archive& archive) {
     if (f.rows) o << ", " << f.rows << " rows";
     o << "\n";
   }
-  o << "classes:     " << m.class_names.size() << "\n";
+  const bool per_sample = archive.schema().label_field() >= 0;
+  o << "classes:     " << m.class_names.size()
+    << (per_sample || m.class_names.empty() ? "" : " (names of per-box labels; no class field)")
+    << "\n";
   for (size_t c = 0; c < m.class_names.size(); ++c) {
-    o << "  " << c << "\t" << (c < m.class_counts.size() ? m.class_counts[c] : 0) << "\t"
-      << Printable(m.class_names[c]) << "\n";
+    o << "  " << c << "\t"
+      << (!per_sample ? std::string("-")
+                      : std::to_string(c < m.class_counts.size() ? m.class_counts[c] : 0))
+      << "\t" << Printable(m.class_names[c]) << "\n";
   }
   return o.str();
 }
@@ -265,7 +273,9 @@ Result<std::vector<SheetRow>> SheetRows(const format::Archive& archive,
                                         const ContactSheetOptions& o) {
   const format::Manifest& m = archive.manifest();
   std::vector<SheetRow> rows;
-  if (m.class_names.empty()) {
+  // Rows of classes only where samples have one: a COCO archive's class names are its boxes'
+  // categories, and every sample went to the first one's row.
+  if (m.class_names.empty() || archive.schema().label_field() < 0) {
     const uint64_t n = std::min<uint64_t>(archive.size(), uint64_t{o.per_class} * 8);
     for (uint64_t i = 0; i < n; ++i) {
       if (i % o.per_class == 0) rows.push_back({"#" + std::to_string(i), {}});
