@@ -292,6 +292,7 @@ nlohmann::json EpochJson(uint32_t e, const Consumed& c, const reader::EpochStats
           {"ring_full_seconds", st.ring_full_seconds},
           {"run_ahead_batches", st.run_ahead_batches},
           {"ahead_kept", st.ahead_kept},
+          {"kept_slots", st.kept_slots},
           {"tuning", st.tuning},
           {"wait_seconds", st.wait_seconds},
           {"consumer_seconds", st.consumer_seconds},

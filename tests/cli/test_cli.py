@@ -152,6 +152,7 @@ def test_hdf5_backend_and_convert(tmp_path):
     assert a["backend"] == "lmdb" and a["samples"] == 36
     b = json.loads(run("bench", h5, "--size", "32", "--batch-size", "8", "--json", check=0).stdout)
     assert b["images"] == 36 and b["images_per_second"] > 0
+    assert b["epochs"][0]["kept_slots"] == 0  # CLI.md names it (it was missing)
     assert run("convert", h5, tmp_path / "x", "--backend", "tar").returncode == 2
 
 
