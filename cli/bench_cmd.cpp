@@ -121,6 +121,7 @@ Result<nlohmann::json> SweepPoint(const std::shared_ptr<const format::Archive>& 
     SF_RETURN_IF_ERROR(reader::SetLoaderOption(&opt, name, value.get<std::string>()));
   }
   SF_RETURN_IF_ERROR(reader::ValidateLoaderOptions(opt));
+  const int asked_workers = opt.workers;  // -1: auto (the loader's options hold what it chose)
   SF_ASSIGN_OR_RETURN(auto loader, reader::Loader::Create(archive, opt));
   double images = 0, seconds = 0, wait = 0, consumer = 0, cpu = 0;
   reader::EpochStats st;
@@ -136,7 +137,7 @@ Result<nlohmann::json> SweepPoint(const std::shared_ptr<const format::Archive>& 
                         {"images_per_second", seconds > 0 ? images / seconds : 0.0},
                         {"wait_fraction", wait + consumer > 0 ? wait / (wait + consumer) : 0.0},
                         {"cpu_seconds_per_1000_images", images > 0 ? 1000 * cpu / images : 0.0},
-                        {"workers", loader->options().workers},
+                        {"workers", asked_workers},
                         {"active_workers", st.workers},
                         {"prefetch", st.prefetch},
                         {"ring_bytes", st.ring_bytes},

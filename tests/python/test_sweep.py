@@ -27,6 +27,12 @@ def test_sweep_runs_every_combination_and_reports_each(archive_path):
         assert r["images_per_second"] > 0 and 0 <= r["wait_fraction"] <= 1
         assert r["cpu_seconds_per_1000_images"] > 0
         assert r["workers"] == int(r["settings"]["workers"])
+    # auto is -1, as asked (it read the count the loader chose; active_workers has that).
+    p = subprocess.run([CLI, "bench", archive_path, "--size", "32", "--epochs", "1", "--sweep",
+                        "workers=auto", "--json"], capture_output=True, text=True)
+    lines = p.stdout.splitlines()
+    point = json.loads("\n".join(lines[lines.index("{"):]))["results"][0]
+    assert point["workers"] == -1 and point["active_workers"] >= 1
 
 
 def test_sweep_plot_is_drawn(archive_path, tmp_path):
