@@ -72,13 +72,13 @@ int ParseArgs(int argc, char** argv, po::options_description& desc,
   try {
     // No guessing: boost took a prefix of a flag for the flag (`--worker 2` as --workers,
     // `--over` as --overwrite) without a word; a flag is its whole name, or a "did you mean".
-    po::store(po::command_line_parser(args)
-                  .options(desc)
-                  .positional(pos)
-                  .style(po::command_line_style::default_style &
-                         ~po::command_line_style::allow_guessing)
-                  .run(),
-              vm);
+    po::store(
+        po::command_line_parser(args)
+            .options(desc)
+            .positional(pos)
+            .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)
+            .run(),
+        vm);
     if (vm.count("help")) {
       std::cout << "usage: " << usage << "\n\n" << desc << "\n";
       return 0;
@@ -564,24 +564,13 @@ int CmdConvert(int argc, char** argv) {
   if (rc >= 0) return rc;
   auto archive = format::Archive::Open(path, format::IndexCheck::kFull);
   if (!archive.ok()) return Fail(archive.status());
-  format::Backend b;
-  if (backend.empty() && jpeg_layout == "indexed") {
-    b = (*archive)->manifest().backend;  // a re-layout keeps the container unless asked
-    backend = std::string(format::BackendName(b));
-  } else if (backend.empty()) {
-    b = (*archive)->manifest().backend == format::Backend::kLmdb ? format::Backend::kHdf5
-                                                                 : format::Backend::kLmdb;
-    backend = std::string(format::BackendName(b));
-  } else if (!format::ParseBackend(backend, &b)) {
-    return Fail(Status::InvalidArgument("--backend must be lmdb or hdf5, not '", backend, "'"));
-  }
-  if (jpeg_layout != "original" && jpeg_layout != "indexed") {
-    return Fail(Status::InvalidArgument("--jpeg-layout must be original or indexed, not '",
-                                        jpeg_layout, "'"));
-  }
+  auto target = converter::ResolveConvertTarget(**archive, backend, jpeg_layout);
+  if (!target.ok()) return Fail(target.status());
+  backend = std::string(format::BackendName(target->backend));
   auto staged = cli::StagedOut::Prepare(out, staging, overwrite);
   if (!staged.ok()) return Fail(staged.status());
-  auto n = converter::Convert(**archive, staged->path(), b, overwrite, jpeg_layout == "indexed");
+  auto n = converter::Convert(**archive, staged->path(), target->backend, overwrite,
+                              target->jpeg_indexed);
   if (Status st = staged->Finish(n.status()); !st.ok()) return Fail(st);
   std::printf("converted %llu records from %s (%s) to %s (%s)\n",
               static_cast<unsigned long long>(*n), path.c_str(),

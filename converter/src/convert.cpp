@@ -57,6 +57,26 @@ class FieldCopier {
 
 }  // namespace
 
+Result<ConvertTarget> ResolveConvertTarget(const format::Archive& archive,
+                                           const std::string& backend,
+                                           const std::string& jpeg_layout) {
+  ConvertTarget t;
+  if (jpeg_layout != "original" && jpeg_layout != "indexed") {
+    return Status::InvalidArgument("jpeg_layout (--jpeg-layout) must be original or indexed, not '",
+                                   jpeg_layout, "'");
+  }
+  t.jpeg_indexed = jpeg_layout == "indexed";
+  const format::Backend own = archive.manifest().backend;
+  if (backend.empty()) {  // a re-layout keeps the container unless asked
+    t.backend = t.jpeg_indexed                  ? own
+                : own == format::Backend::kLmdb ? format::Backend::kHdf5
+                                                : format::Backend::kLmdb;
+  } else if (!format::ParseBackend(backend, &t.backend)) {
+    return Status::InvalidArgument("backend (--backend) must be lmdb or hdf5, not '", backend, "'");
+  }
+  return t;
+}
+
 Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
                          format::Backend backend, bool overwrite, bool jpeg_indexed) {
   const format::Manifest& m = archive.manifest();

@@ -596,10 +596,12 @@ def merge(parts, out, overwrite=False):
     return _native.merge([os.fspath(p) for p in parts], _local_out(out, "merge"), overwrite)
 
 
-def convert(path, out, backend, overwrite=False):
-    """Rewrites an archive into another backend ('lmdb' or 'hdf5') without decoding; returns the
-    number of records."""
-    return _native.convert(os.fspath(path), _local_out(out, "convert"), backend, overwrite)
+def convert(path, out, backend=None, jpeg_layout="original", overwrite=False):
+    """Rewrites an archive into another backend ('lmdb' or 'hdf5'; None: the one `path` does not
+    use, or with jpeg_layout='indexed' its own) without decoding; jpeg_layout='indexed' re-lays
+    its JPEG records as pack's does. Returns the number of records (`shardfeed convert`)."""
+    return _native.convert(os.fspath(path), _local_out(out, "convert"), backend or "",
+                           jpeg_layout, overwrite)
 
 
 def verify(path, decode=False, workers=0, max_pixels=0, cache_dir=None, cache_limit=None):

@@ -138,14 +138,14 @@ py::object Stats(const std::string& path, const std::vector<std::string>& agains
 }
 
 uint64_t Convert(const std::string& path, const std::string& out, const std::string& backend,
-                 bool overwrite) {
-  format::Backend b;
-  if (!format::ParseBackend(backend, &b)) throw py::value_error("backend must be lmdb or hdf5");
+                 const std::string& jpeg_layout, bool overwrite) {
   auto archive = Check(format::Archive::Open(path, format::IndexCheck::kFull));
+  const converter::ConvertTarget t =
+      Check(converter::ResolveConvertTarget(*archive, backend, jpeg_layout));
   Result<uint64_t> n = Status::Internal("unset");
   {
     py::gil_scoped_release release;
-    n = converter::Convert(*archive, out, b, overwrite);
+    n = converter::Convert(*archive, out, t.backend, overwrite, t.jpeg_indexed);
   }
   return Check(std::move(n));
 }
@@ -217,7 +217,7 @@ void BindTools(py::module_& m) {
   m.def("stats", &Stats, py::arg("path"), py::arg("against"), py::arg("options"),
         py::arg("cache_dir") = py::none(), py::arg("cache_limit") = py::none());
   m.def("convert", &Convert, py::arg("path"), py::arg("out"), py::arg("backend"),
-        py::arg("overwrite") = false);
+        py::arg("jpeg_layout"), py::arg("overwrite") = false);
   m.def("merge", &Merge, py::arg("parts"), py::arg("out"), py::arg("overwrite") = false);
   m.def(
       "inspect",

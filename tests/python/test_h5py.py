@@ -75,3 +75,13 @@ def test_convert_between_backends(tmp_path):
         assert bytes(a.record(i)) == bytes(b.record(i)) == bytes(c.record(i))
     assert shardfeed.inspect(h5)["backend"] == "hdf5"
     assert shardfeed.verify(h5, decode=True)["ok"]
+    # As `shardfeed convert`: the other backend by default, and jpeg_layout (it had neither).
+    assert shardfeed.convert(lmdb, tmp_path / "d") == 36
+    assert shardfeed.inspect(tmp_path / "d")["backend"] == "hdf5"
+    assert shardfeed.convert(lmdb, tmp_path / "i", jpeg_layout="indexed") == 36
+    assert shardfeed.inspect(tmp_path / "i")["backend"] == "lmdb"  # a re-layout keeps its own
+    assert shardfeed.verify(tmp_path / "i", decode=True)["ok"]
+    with pytest.raises(ValueError, match="jpeg_layout \\(--jpeg-layout\\) must be original"):
+        shardfeed.convert(lmdb, tmp_path / "x", jpeg_layout="fancy")
+    with pytest.raises(ValueError, match="backend \\(--backend\\) must be lmdb or hdf5"):
+        shardfeed.convert(lmdb, tmp_path / "x", backend="tar")

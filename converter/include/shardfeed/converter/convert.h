@@ -9,6 +9,17 @@
 
 namespace shardfeed::converter {
 
+// What `convert`'s backend and jpeg_layout texts (CLI --backend/--jpeg-layout, Python's
+// keywords) mean for `archive`: backend "" is the one it does not use, or with layout "indexed"
+// its own; layout "original" or "indexed". kInvalidArgument naming the option otherwise.
+struct ConvertTarget {
+  format::Backend backend = format::Backend::kLmdb;
+  bool jpeg_indexed = false;
+};
+Result<ConvertTarget> ResolveConvertTarget(const format::Archive& archive,
+                                           const std::string& backend,
+                                           const std::string& jpeg_layout);
+
 // Rewrites an archive into another backend without decoding anything: the same records, labels,
 // shards (sample ranges) and checksums. Writes as format::ArchiveWriter does (atomically, never
 // replacing what is not an archive; `overwrite` to replace one). Returns the number of records
