@@ -360,9 +360,11 @@ int CmdPack(int argc, char** argv) {
     return Fail(st);
   }
   const auto& s = result.stats;
+  // A part is written to its own folder (OUT.parts/part-...), not to OUT.
+  const std::string written = opt.part_record ? result.output : out;
   std::printf("packed %llu of %llu files into %s (%s, %s): %llu skipped, %zu ignored\n",
               static_cast<unsigned long long>(s.packed), static_cast<unsigned long long>(s.total),
-              out.c_str(), std::string(format::EncodingName(result.encoding)).c_str(),
+              written.c_str(), std::string(format::EncodingName(result.encoding)).c_str(),
               backend.c_str(), static_cast<unsigned long long>(result.skipped.size()),
               result.ignored.size());
   if (source->kind != "folder" && source->kind != "list") {  // the schema the importer made

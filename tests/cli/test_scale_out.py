@@ -87,6 +87,12 @@ def test_more_parts_than_images(tmp_path):
     assert same_samples(tmp_path / "s", tmp_path / "m") == 36
 
 
+def test_a_part_says_where_it_was_written(tmp_path):
+    # It printed "packed ... into OUT", where no archive is until the merge.
+    p = run("pack", GOOD, tmp_path / "o", "--part", "1/2", "-q", check=0)
+    assert "into %s (" % (tmp_path / "o.parts" / "part-00001-of-00002") in p.stdout, p.stdout
+
+
 @pytest.fixture
 def three_parts(tmp_path):
     return pack_parts(GOOD, tmp_path / "m", 3)
