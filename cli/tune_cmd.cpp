@@ -247,6 +247,17 @@ int CmdTune(int argc, char** argv) {
   AddCacheOptions(desc, &helps);
   po::positional_options_description pos;
   pos.add("archive", 1);
+  // The two options tune chooses: said so, not "did you mean --max-workers".
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    for (const char* chosen : {"--workers", "--prefetch"}) {
+      if (a == chosen || a.rfind(std::string(chosen) + "=", 0) == 0) {
+        return Fail(Status::InvalidArgument(
+            chosen, " is what tune chooses (it measures the settings and prints them); --max-",
+            chosen + 2, " caps what it tries"));
+      }
+    }
+  }
   po::variables_map vm;
   int rc = ParseArgs(argc, argv, desc, pos, vm,
                      "shardfeed tune ARCHIVE --step-ms T [--batch-size N ...] [--json]");

@@ -569,7 +569,9 @@ def test_tune_help_lists_only_what_tune_takes(small_archive):
     assert "workers" not in options and "prefetch" not in options
     assert "max-workers" in options and "max-prefetch" in options
     p = run("tune", small_archive, "--step-ms", "0", "--workers", "2", check=2)
-    assert "--workers" in p.stderr
+    assert "--workers is what tune chooses" in p.stderr and "--max-workers caps" in p.stderr
+    p = run("tune", small_archive, "--step-ms", "0", "--prefetch=3", check=2)
+    assert "--prefetch is what tune chooses" in p.stderr and "--max-prefetch caps" in p.stderr
 
 
 def test_bench_echoes_every_resolved_option(small_archive):
