@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "common.h"
+#include "shardfeed/converter/importers.h"
 #include "shardfeed/converter/options.h"
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/converter/sample_writer.h"
@@ -249,6 +250,8 @@ void BindWriter(py::module_& m) {
   // A user's schema (JSON) checked and in the manifest's form: [{"name", "type"[, "per"]}].
   m.def("canonical_schema",
         [](const std::string& json) { return Check(format::Schema::FromJson(json)).ToJson(); });
+  // A column's name as a field name, as the JSONL and CSV importers make it (the parquet one).
+  m.def("field_name", &converter::SanitizeFieldName, py::arg("column"));
 }
 
 }  // namespace shardfeed_py

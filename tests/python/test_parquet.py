@@ -93,6 +93,13 @@ def test_parquet_directory_in_name_order_via_the_module(tmp_path):
                           str(tmp_path / "src"), str(tmp_path / "out"), "--overwrite"],
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
+    # A flag this importer does not take: one line saying why (argparse printed its usage).
+    for flag in (["--shuffle"], ["--class-names", "n.txt"]):
+        run = subprocess.run([sys.executable, "-m", "shardfeed.importers.parquet",
+                              str(tmp_path / "src"), str(tmp_path / "o2"), *flag],
+                             capture_output=True, text=True)
+        assert run.returncode == 2 and "usage:" not in run.stderr, run.stderr
+        assert run.stderr.startswith("shardfeed: error: " + flag[0]), run.stderr
 
 
 def test_hugging_face_save_to_disk_layout(tmp_path):
@@ -217,3 +224,39 @@ def test_report_is_a_new_file_or_a_previous_report(tmp_path):
     assert pack("b", tmp_path / "r.json").returncode == 2  # a report, but no --overwrite
     assert pack("b", tmp_path / "r.json", "--overwrite").returncode == 0
     assert json.loads((tmp_path / "r.json").read_text())["output"].endswith("b")
+
+
+def test_real_world_columns_pack(tmp_path):
+    # pandas' `Unnamed: 0`, names with spaces, timestamps, dates and decimals, ragged lists of
+    # lists and boxes as list<list<double>> (what pandas writes) failed or were not boxes.
+    import datetime
+    import decimal
+    t = pa.table({
+        "image": pa.array([jpeg(1), jpeg(2)], pa.binary()),
+        "Unnamed: 0": [0, 1],
+        "caption with space": ["a", "b"],
+        "taken": pa.array([datetime.datetime(2024, 1, 2, 3, 4, 5),
+                           datetime.datetime(2024, 1, 2, 3, 4, 6, 500)], pa.timestamp("us")),
+        "day": [datetime.date(2024, 1, 2), datetime.date(2025, 2, 3)],
+        "price": pa.array([decimal.Decimal("1.25"), decimal.Decimal("3.50")],
+                          pa.decimal128(5, 2)),
+        "poly": [[[1, 2, 3], [4]], []],
+        "boxes": [[[1.0, 2.0, 5.0, 6.0]], []],
+    })
+    pq.write_table(t, tmp_path / "t.parquet")
+    report = importer.pack_parquet(str(tmp_path / "t.parquet"), str(tmp_path / "a"))
+    assert report["packed"] == 2
+    a = shardfeed.Archive(tmp_path / "a")
+    assert a.schema == {
+        "image": "image", "Unnamed__0": "int64", "caption_with_space": "str", "taken": "str",
+        "day": "str", "price": "str", "poly": "json", "boxes": "boxes"}
+    s0, s1 = a.sample(0), a.sample(1)
+    assert (s0["Unnamed__0"], s0["caption_with_space"], s1["caption_with_space"]) == (0, "a", "b")
+    assert (s0["taken"], s1["taken"]) == ("2024-01-02T03:04:05", "2024-01-02T03:04:06.000500")
+    assert (s0["day"], s0["price"], s1["price"]) == ("2024-01-02", "1.25", "3.50")
+    assert s0["poly"] == [[1, 2, 3], [4]] and s1["poly"] == []
+    assert s0["boxes"].tolist() == [[1, 2, 5, 6]] and s1["boxes"].shape == (0, 4)
+    # --schema may name a field by the name its column becomes.
+    schema = {"image": "image", "caption_with_space": "str", "poly": "json"}
+    importer.pack_parquet(str(tmp_path / "t.parquet"), str(tmp_path / "b"), schema=schema)
+    assert shardfeed.Archive(tmp_path / "b").sample(1)["caption_with_space"] == "b"

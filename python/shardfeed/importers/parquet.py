@@ -13,11 +13,14 @@ webp, else the first binary column, else a string column named path/file/filenam
 else its `path`. Every other column becomes a field, its type inferred from the Arrow type:
 integers and bools int64 (a column named `label` is the class field; a ClassLabel feature's
 names become the class names), float16/float32 float32, float64 float64, strings str, binary
-bytes, (nested) lists of numbers arrays (`int64[*]`, `float32[*,4]` when the inner lists have a
-fixed size; a column named boxes, bbox or bboxes of 4-number lists is `boxes`, x0,y0,x1,y1, as
-in the JSONL and CSV importers), anything else json. --schema FILE.json ({name: type}, as shardfeed.Writer takes
-it) replaces the inference: its image field takes the image column, every other field the
-column of its name.
+bytes, dates, times, timestamps and decimals str (ISO 8601, and the decimal's digits), lists
+of numbers arrays (`int64[*]`, `float32[*,4]` when the inner lists have a fixed size; a list of
+variable-length lists is json, as its rows may be ragged; a column named boxes, bbox or bboxes
+of lists of numbers is `boxes`, x0,y0,x1,y1, as in the JSONL and CSV importers), anything else
+json. A column whose name is not an identifier becomes the field of its name with every other
+character `_` (as in JSONL and CSV: `Unnamed: 0` -> `Unnamed__0`). --schema FILE.json ({name:
+type}, as shardfeed.Writer takes it) replaces the inference: its image field takes the image
+column, every other field the column of its name (or whose name becomes it).
 
 Exit status: 0 packed, 1 a bad row (without --skip-bad: no archive is written), 2 usage or I/O
 error (pyarrow missing, SRC unreadable, OUT refused).
@@ -182,7 +185,21 @@ def _list_type(t, pa):
     return "%s[%s]" % (elem, ",".join(dims))
 
 
+def _temporal(t, pa):
+    """Dates, times, timestamps, durations and decimals: stored as text (str)."""
+    return (pa.types.is_temporal(t) or pa.types.is_decimal(t))
+
+
+def _text(v):
+    """A temporal or decimal value as str: ISO 8601 for dates and times, else str()."""
+    if v is None:
+        return None
+    return v.isoformat() if hasattr(v, "isoformat") else str(v)
+
+
 def field_type(t, pa):
+    if _temporal(t, pa):
+        return "str"
     if pa.types.is_boolean(t) or pa.types.is_integer(t):
         return "int64"
     if pa.types.is_float16(t) or pa.types.is_float32(t):
@@ -193,10 +210,31 @@ def field_type(t, pa):
         return "str"
     if pa.types.is_binary(t) or pa.types.is_large_binary(t):
         return "bytes"
-    return _list_type(t, pa) or "json"
+    array = _list_type(t, pa)
+    if array and "*" in array.partition("[")[2].rstrip("]").split(",")[1:]:
+        return "json"  # variable-length inner lists: rows may be ragged (--schema says otherwise)
+    return array or "json"
 
 
 _BOX_NAMES = ("boxes", "bbox", "bboxes")
+
+
+def field_names(source, image_col):
+    """column -> field name: the column's own where it is an identifier, else with every other
+    character `_` (_native.field_name, the JSONL and CSV importers' rule), `_2`, `_3`... added
+    where two columns would share one. The image column keeps no field of its name (the image
+    field is `image`): a non-image column called `image` is `image_column`."""
+    out, taken = {}, {"image"}
+    for n in source.schema.names:
+        if n == image_col:
+            continue
+        base = "image_column" if n == "image" else _native.field_name(n)
+        name, k = base, 2
+        while name in taken:
+            name, k = "%s_%d" % (base, k), k + 1
+        taken.add(name)
+        out[n] = name
+    return out
 
 
 def infer(source, image_col):
@@ -204,12 +242,12 @@ def infer(source, image_col):
     pa = _pyarrow()
     schema = {"image": "image"}
     class_names = None
-    for n in source.schema.names:
-        if n == image_col:
-            continue
-        out_name = n if n != "image" else "image_column"  # the image field is called image
-        schema[out_name] = field_type(source.schema.field(n).type, pa)
-        if n.lower() in _BOX_NAMES and re.fullmatch(r"\w+\[\*,4\]", schema[out_name]):
+    for n, out_name in field_names(source, image_col).items():
+        t = source.schema.field(n).type
+        schema[out_name] = field_type(t, pa)
+        list_of_lists = (pa.types.is_list(t) or pa.types.is_large_list(t)) and _list_type(t, pa)
+        if n.lower() in _BOX_NAMES and (re.fullmatch(r"\w+\[\*,4\]", schema[out_name]) or (
+                list_of_lists and re.fullmatch(r"\w+\[\*,\*\]", list_of_lists))):
             # As the JSONL and CSV importers: lists of 4 numbers under a box name are boxes
             # (x0, y0, x1, y1), which the loader moves with the image's resize, crop and flip.
             schema[out_name] = "boxes"
@@ -220,12 +258,15 @@ def infer(source, image_col):
 
 
 def _columns_of(schema, image_field, image_col, source):
-    """field name -> column name for every non-image field of `schema`."""
+    """field name -> column name for every non-image field of `schema`: the column of that name,
+    else the one whose name becomes it (field_names)."""
+    column_of = {f: c for c, f in field_names(source, image_col).items()}
     out = {}
     for name in schema:
         if name == image_field:
             continue
-        col = "image" if name == "image_column" and image_col != "image" else name
+        col = name if name in source.schema.names and name != "image_column" else \
+            column_of.get(name, name)
         if col not in source.schema.names:
             raise SystemExit2("the schema's field %r has no column of that name (columns: %s)"
                               % (name, ", ".join(source.schema.names)))
@@ -245,8 +286,12 @@ def _image_value(v, root):
 
 def rows(source, schema, image_col, image_field):
     columns = _columns_of(schema, image_field, image_col, source)
+    pa = _pyarrow()
+    texts = {c for c in columns.values() if _temporal(source.schema.field(c).type, pa)}
     for batch in source.batches():
         data = {c: batch.column(c).to_pylist() for c in set(columns.values()) | {image_col}}
+        for c in texts:  # datetime, Decimal...: str, as the schema has them
+            data[c] = [_text(v) for v in data[c]]
         for r in range(batch.num_rows):
             sample = {name: data[col][r] for name, col in columns.items()}
             sample[image_field] = _image_value(data[image_col][r], source.root)
@@ -329,7 +374,13 @@ def _options_parser():
 
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 # pack's flags for other kinds of source: refused with a reason rather than as unknown.
-_OTHER_SOURCES = ("--list", "--images", "--captions", "--parts-dir")
+_OTHER_SOURCES = ("--list", "--images", "--captions", "--parts-dir", "--class-names")
+
+
+def _refuse(why):
+    """A usage error in one line, as the CLI's (argparse's error() printed its usage block)."""
+    print("shardfeed: error: %s" % why, file=sys.stderr)
+    raise SystemExit(2)
 
 
 def main(argv=None):
@@ -337,15 +388,17 @@ def main(argv=None):
     args = parser.parse_args(argv)
     for name in ("shuffle", "seed", "part"):
         if getattr(args, name, None) is not None:
-            parser.error("--%s is not taken by this importer: rows are written in the source's "
-                         "order, as one archive" % name)
+            _refuse("--%s is not taken by this importer: rows are written in the source's "
+                    "order, as one archive" % name)
     if args.source_kind != "parquet":
-        parser.error("--from %s: this is the parquet importer" % args.source_kind)
+        _refuse("--from %s: this is the parquet importer" % args.source_kind)
     for flag in _OTHER_SOURCES:
         if getattr(args, flag[2:].replace("-", "_")) is not None:
-            parser.error("%s does not apply to a parquet source" % flag)
+            _refuse("%s does not apply to a parquet source%s" % (flag, (
+                " (a ClassLabel feature gives the class names; from Python, "
+                "pack_parquet(..., class_names=[...]))") if flag == "--class-names" else ""))
     if args.skip_bad.lower() not in _TRUE + _FALSE:
-        parser.error("--skip-bad takes true or false, not %r" % args.skip_bad)
+        _refuse("--skip-bad takes true or false, not %r" % args.skip_bad)
     args.skip_bad = args.skip_bad.lower() in _TRUE
     overwrite = str(getattr(args, "overwrite", None) or "false").lower() in _TRUE
     if args.report:
