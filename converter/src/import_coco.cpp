@@ -258,10 +258,17 @@ Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& opti
     }
     for (size_t i = 0; i < caps["annotations"].size(); ++i) {
       const Json& c = caps["annotations"][i];
-      int64_t image_id;
-      if (!c.is_object() || !IdOf(c, "image_id", &image_id) || !image_of.count(image_id) ||
-          !c.contains("caption") || !c["caption"].is_string()) {
-        const std::string why = "field 'captions': no \"caption\" text for a known image_id";
+      int64_t image_id = 0;
+      std::string why;  // which of the two it lacks
+      if (!c.is_object() || !IdOf(c, "image_id", &image_id)) {
+        why = "field 'captions': no integer \"image_id\"";
+      } else if (!image_of.count(image_id)) {
+        why = "field 'captions': image_id " + std::to_string(image_id) + " is not among the " +
+              "instances file's images";
+      } else if (!c.contains("caption") || !c["caption"].is_string()) {
+        why = "field 'captions': \"caption\" is not text";
+      }
+      if (!why.empty()) {
         if (!options.skip_bad) {
           return Status::Corrupt(options.captions, ": annotations[", i, "]: ", why);
         }

@@ -161,6 +161,12 @@ ColumnType TypeOf(const Json& v, bool text_cell) {
     int64_t i;
     double d;
     if (s.empty()) return {Seen::kNull};
+    // A leading zero ("01234", "-007": a postcode, an id) is text: as a number it lost its zeros.
+    const size_t digits = s[0] == '-' || s[0] == '+';
+    if (s.size() > digits + 1 && s[digits] == '0' &&
+        std::isdigit(static_cast<unsigned char>(s[digits + 1]))) {
+      return {Seen::kStr};
+    }
     if (ParseInt(s, &i) || ParseBool(s, &i)) return {Seen::kInt};
     if (ParseDouble(s, &d)) return {Seen::kFloat};
     if (IsJsonText(s)) return TypeOf(Json::parse(s), false);
@@ -557,7 +563,8 @@ Status MaskFromPng(const std::string& file, OwnedValue* out) {
 }
 
 // What a value of this kind is, for a note.
-const char* KindName(Seen s) {
+const char* KindName(Seen s, const Json& v) {
+  if (s == Seen::kJson && v.is_array()) return "a list";  // of strings, say: not "an object"
   switch (s) {
     case Seen::kInt:
     case Seen::kFloat:
@@ -605,7 +612,7 @@ Status InferSchema(const std::vector<Row>& rows, const std::vector<std::string>&
       ids_or_names =
           ids_or_names && (u.seen == Seen::kNull || u.seen == Seen::kInt || u.seen == Seen::kStr);
       if (first.empty() && u.seen != Seen::kNull) {
-        first = std::string(KindName(u.seen)) + " (" + Shown(*it) + ") at " + r.where;
+        first = std::string(KindName(u.seen, *it)) + " (" + Shown(*it) + ") at " + r.where;
       }
       if (first_float.empty() && u.seen == Seen::kFloat) {
         first_float = Shown(*it) + " at " + r.where;
@@ -615,7 +622,7 @@ Status InferSchema(const std::vector<Row>& rows, const std::vector<std::string>&
                          !(t.seen == u.seen && t.k == u.k) &&
                          (merged.seen != t.seen || merged.seen != u.seen);
       if (mixes && mixed.empty()) {
-        mixed = std::string(KindName(u.seen)) + " (" + Shown(*it) + ") at " + r.where;
+        mixed = std::string(KindName(u.seen, *it)) + " (" + Shown(*it) + ") at " + r.where;
       }
       t = merged;
     }

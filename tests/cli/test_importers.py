@@ -454,6 +454,31 @@ def test_inspect_of_a_coco_archive_has_no_class_rows_or_counts(tmp_path):
     assert heights[0] < heights[1], heights
 
 
+def test_a_caption_says_which_of_its_parts_is_wrong(tmp_path):
+    # One message ("no caption text for a known image_id") stood for both an image_id that is
+    # not an image and a caption that is not text.
+    instances, images = coco_source(tmp_path)
+    for entry, says in (({"image_id": 424242, "caption": "x"}, "image_id 424242 is not among"),
+                        ({"image_id": 100, "caption": 5}, '"caption" is not text'),
+                        ({"caption": "x"}, 'no integer "image_id"')):
+        (tmp_path / "c.json").write_text(json.dumps({"annotations": [entry]}))
+        p = run("pack", instances, tmp_path / "a", "--images", images, "--captions",
+                tmp_path / "c.json")
+        assert p.returncode == 1 and "annotations[0]" in p.stderr and says in p.stderr, p.stderr
+
+
+def test_csv_numbers_with_leading_zeros_stay_text(tmp_path):
+    # 01234 (a postcode, an id) became the int 1234: its zeros were lost without a note.
+    jpeg(tmp_path / "a.jpg")
+    (tmp_path / "c.csv").write_text("image,zip,n,neg\na.jpg,01234,0,-007\na.jpg,00501,10,5\n")
+    run("pack", tmp_path / "c.csv", tmp_path / "a", "-q", check=0)
+    assert {k: v for k, v in fields(tmp_path / "a").items() if k in ("zip", "n")} == {
+        "zip": "str", "n": "int64"}
+    got = samples(tmp_path / "a", tmp_path)
+    assert [s["zip"] for s in got] == ["01234", "00501"] and [s["n"] for s in got] == [0, 10]
+    assert [s["neg"] for s in got] == ["-007", "5"]
+
+
 def test_coco_needs_images_and_names_a_bad_annotation(tmp_path):
     instances, images = coco_source(tmp_path)
     p = run("pack", instances, tmp_path / "a", "-q", check=2)
