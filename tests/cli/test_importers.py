@@ -479,6 +479,20 @@ def test_csv_numbers_with_leading_zeros_stay_text(tmp_path):
     assert [s["neg"] for s in got] == ["-007", "5"]
 
 
+def test_extract_of_a_coco_archive_puts_a_taken_name_under_samples(tmp_path):
+    # Two images of one file name: the second fell back to a folder named after the first box
+    # category ("person/"), though no sample has a class.
+    instances, images = coco_source(tmp_path)
+    data = json.loads(instances.read_text())
+    data["images"][1]["file_name"] = data["images"][0]["file_name"]
+    instances.write_text(json.dumps(data))
+    run("pack", instances, tmp_path / "a", "--images", images, "-q", check=0)
+    run("extract", tmp_path / "a", tmp_path / "x", "-q", check=0)
+    rows = [json.loads(line) for line in
+            (tmp_path / "x" / "samples.jsonl").read_text().splitlines()]
+    assert [r["image"] for r in rows] == ["000.jpg", "samples/00000001.jpg", "002.jpg"], rows
+
+
 def test_coco_needs_images_and_names_a_bad_annotation(tmp_path):
     instances, images = coco_source(tmp_path)
     p = run("pack", instances, tmp_path / "a", "-q", check=2)

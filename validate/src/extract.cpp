@@ -266,7 +266,10 @@ Result<std::vector<std::string>> ImageNames(const format::Archive& archive, int 
     SF_RETURN_IF_ERROR(ForSample(archive.path(), i, name()));
   }
   const int digits = std::max<int>(8, static_cast<int>(std::to_string(n).size()));
-  const auto& classes = archive.manifest().class_names;
+  // Class folders only where samples have a class: a COCO archive's class names are its boxes'
+  // categories (every fallback went to the first one's folder).
+  const auto& classes = archive.schema().label_field() >= 0 ? archive.manifest().class_names
+                                                            : std::vector<std::string>();
   for (uint64_t i : rest) {
     SF_ASSIGN_OR_RETURN(const format::RecordView r, archive.At(i));
     std::string folder =
