@@ -480,3 +480,17 @@ def test_an_archive_without_a_class_field_has_no_class_counts(tmp_path):
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            env=dict(os.environ, PYTHONPATH=PYTHONPATH), timeout=60)
         assert p.stdout.split() == ["None", "None", "[1]"], p.stdout + p.stderr
+
+
+def test_a_near_group_never_holds_an_exact_pair(tmp_path):
+    # A photo, a byte copy of it and a re-encoded copy: the re-encode is near both, and the
+    # near group held all three, the exact pair included ("whose pixels differ").
+    src = tmp_path / "src"
+    save(src / "a" / "0.jpg", sc.photo(60))
+    save(src / "a" / "1.jpg", (src / "a" / "0.jpg").read_bytes())
+    save(src / "a" / "2.jpg", sc.reencoded(sc.photo(60)))
+    save(src / "a" / "3.jpg", sc.photo(61))
+    assert run("pack", src, tmp_path / "x.sf", "-q").returncode == 0
+    s = json.loads(run("stats", tmp_path / "x.sf", "-q", "--json", "-").stdout)
+    assert s["duplicates"] == [[0, 1]]
+    assert s["near_duplicates"] == [[0, 2]], s["near_duplicates"]

@@ -333,12 +333,13 @@ void FindDuplicates(const std::vector<SampleStat>& s, const StatsOptions& o, Sta
     }
   }
   // Near: pairs within the threshold that are not the same pixels; uniform images (all
-  // hashes alike) and failed samples take no part.
+  // hashes alike) and failed samples take no part, nor the later copies of an exact duplicate
+  // (the first stands for them: a third image near both put an exact pair in one near group).
   std::vector<uint64_t> hashes(n);
   std::vector<bool> skip(n);
-  for (size_t i = 0; i < n; ++i) {
+  for (uint32_t i = 0; i < n; ++i) {
     hashes[i] = s[i].phash;
-    skip[i] = !s[i].ok || s[i].luma_std < o.uniform;
+    skip[i] = !s[i].ok || s[i].luma_std < o.uniform || first[s[i].hash] != i;
   }
   Groups near(n);
   for (auto [a, b] : NearPairs(hashes, o.near_threshold, skip)) {
