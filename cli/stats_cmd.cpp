@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -43,8 +44,13 @@ void PrintSummary(const validate::StatsReport& r) {
   if (r.class_names.empty()) {
     std::printf("labels: none (the samples have no class field)\n");
   } else {
-    std::printf("labels: %zu classes, imbalance ratio %.2f\n", r.class_names.size(),
-                r.imbalance_ratio);
+    if (std::isfinite(r.imbalance_ratio)) {
+      std::printf("labels: %zu classes, imbalance ratio %.2f\n", r.class_names.size(),
+                  r.imbalance_ratio);
+    } else {  // the JSON's null
+      std::printf("labels: %zu classes, imbalance ratio none (a class has no samples)\n",
+                  r.class_names.size());
+    }
   }
   std::printf(
       "sizes: width %.0f..%.0f, height %.0f..%.0f; %llu grayscale, %llu CMYK, %llu "
