@@ -357,8 +357,15 @@ int BenchEpochs(const std::string& path, const reader::LoaderOptions& opt, const
   const double ips = total_images / total_seconds;
   const std::string crop = reader::FindLoaderOption("crop")->get(opt);
   const std::string layout = reader::FindLoaderOption("layout")->get(opt);
-  nlohmann::json options = nlohmann::json::object();  // every option as this loader resolved it
-  for (const auto& [name, value] : LoaderOptionValues(l.options())) options[name] = value;
+  // Every option as this loader resolved it; workers and prefetch asked as auto say so (the
+  // loader's options hold its first choice, which tuning then changes: the summary's count).
+  nlohmann::json options = nlohmann::json::object();
+  for (const auto& [name, value] : LoaderOptionValues(l.options())) {
+    const bool automatic =
+        (name == "workers" && opt.workers == reader::LoaderOptions::kAutoWorkers) ||
+        (name == "prefetch" && opt.prefetch == reader::LoaderOptions::kAutoPrefetch);
+    options[name] = automatic ? std::string("auto") : value;
+  }
   if (json) {
     nlohmann::json j = {
         {"archive", path},
@@ -396,8 +403,8 @@ int BenchEpochs(const std::string& path, const reader::LoaderOptions& opt, const
       opt.transform.flip ? "random flip, " : "no flip, ", reader::DTypeName(opt.transform.dtype),
       layout.c_str(), reader::PinKindName(l.pin_kind()), l.on_device() ? ", copied to GPU" : "");
   std::string line;
-  for (const auto& [name, value] : LoaderOptionValues(l.options())) {
-    line += " " + name + "=" + value;
+  for (const auto& [name, value] : options.items()) {
+    line += " " + name + "=" + value.get<std::string>();
   }
   std::printf("options:%s\n", line.c_str());
   if (!last.tuning.empty()) std::printf("tuning: %s\n", last.tuning.c_str());

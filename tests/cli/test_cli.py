@@ -580,6 +580,7 @@ def test_bench_echoes_every_resolved_option(small_archive):
                            check=0).stdout)
         assert j["flip"] is on and j["options"]["flip"] == ("true" if on else "false")
         assert {"batch_size", "seed", "crop", "dtype", "timeout", "decode"} <= set(j["options"])
+        assert j["options"]["workers"] == "auto"  # as asked (it echoed the first count chosen)
         text = run("bench", small_archive, flag, "--epochs", "1", check=0).stdout
         assert ("random flip" if on else "no flip") in text
         assert (" flip=%s " % ("true" if on else "false")) in text
