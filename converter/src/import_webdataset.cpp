@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <unordered_map>
 
 #include "shardfeed/converter/importers.h"
 
@@ -247,6 +248,9 @@ void FieldOfExtension(const std::string& ext, format::FieldSpec* spec) {
 struct TarSample {
   std::string tar, key;
   std::vector<std::pair<std::string, Member>> parts;  // (extension, member)
+  // Why the sample is not one (a member name or key given twice), or "": it read as "missing
+  // .cls", or its second member was dropped without a word.
+  std::string twice;
 };
 
 Result<std::vector<std::string>> TarFiles(const std::string& src) {
@@ -279,6 +283,7 @@ Result<SourceList> ImportWebDataset(const std::string& src, const ImportOptions&
   for (const std::string& tar : tars) {
     std::vector<Member> members;
     SF_RETURN_IF_ERROR(ListTar(tar, &members, &list.ignored));
+    std::unordered_map<std::string, std::string> first_member;  // key -> its first member
     for (Member& m : members) {
       const size_t slash = m.name.find_last_of('/');
       const size_t dot = m.name.find('.', slash == std::string::npos ? 0 : slash + 1);
@@ -294,7 +299,17 @@ Result<SourceList> ImportWebDataset(const std::string& src, const ImportOptions&
       std::string key = m.name.substr(0, dot), ext = m.name.substr(dot + 1);
       for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
       if (samples.empty() || samples.back().tar != tar || samples.back().key != key) {
-        samples.push_back({tar, key, {}});
+        samples.push_back({tar, key, {}, {}});
+        auto [it, added] = first_member.emplace(key, m.name);
+        if (!added) {  // a sample's members are adjacent: this key was a sample before
+          samples.back().twice = "key '" + key + "' again (member " + m.name +
+                                 "): it was a sample already, from member " + it->second;
+        }
+      }
+      for (const auto& [e, earlier] : samples.back().parts) {
+        if (e == ext && samples.back().twice.empty()) {
+          samples.back().twice = "member " + m.name + " given twice";
+        }
       }
       samples.back().parts.push_back({ext, m});
     }
@@ -348,6 +363,10 @@ Result<SourceList> ImportWebDataset(const std::string& src, const ImportOptions&
     Status row;
     std::string field;
     bool has_label = false;
+    if (!s.twice.empty()) {
+      SF_RETURN_IF_ERROR(bad("key", s.twice));
+      continue;
+    }
     if (fd_of != s.tar) {
       fd = std::make_unique<Fd>(::open(s.tar.c_str(), O_RDONLY | O_CLOEXEC));
       if (fd->get() < 0) return Status::IOError(s.tar, ": cannot open: ", std::strerror(errno));

@@ -554,6 +554,25 @@ def test_webdataset_sample_without_image_is_an_error_naming_the_key(tmp_path):
 
 
 
+def test_webdataset_member_or_key_given_twice_is_said(tmp_path):
+    # A key seen again later read as "missing (no .cls member)"; a member given twice in a row
+    # lost its second copy without a word.
+    b = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(b, "PNG")
+    png = b.getvalue()
+    for name, members, says in (
+            ("again", [("a.png", png), ("a.cls", b"0"), ("b.png", png), ("b.cls", b"1"),
+                       ("a.png", png), ("a.cls", b"1")],
+             "key 'a' again (member a.png): it was a sample already"),
+            ("twice", [("a.png", png), ("a.cls", b"0"), ("a.cls", b"1"), ("b.png", png),
+                       ("b.cls", b"1")], "member a.cls given twice")):
+        with tarfile.open(tmp_path / (name + ".tar"), "w") as tar:
+            for member, data in members:
+                add_member(tar, member, data)
+        p = run("pack", tmp_path / (name + ".tar"), tmp_path / name, "-q", check=1)
+        assert name + ".tar:a" in p.stderr and says in p.stderr, p.stderr
+
+
 def test_webdataset_json_member_that_does_not_parse_is_bad_data(tmp_path):
     # REGRESSION (found by a stranger's test): a .json member holding `{bad` was stored as the
     # JSON string "{bad" (exit 0, verify OK), as a CSV cell that is not JSON text is; a member is
