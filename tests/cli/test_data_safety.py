@@ -506,6 +506,21 @@ def _colours(folder):
     return {f: Image.open(folder / f).getpixel((0, 0)) for f in files_under(folder)}
 
 
+def test_extract_to_a_mount_point_is_refused_before_the_pass(archive, tmp_path):
+    # The final rename onto a mount point fails (EBUSY): it said only "Device or resource
+    # busy", after the whole pass. Needs mount(2) (root in a container); skipped without it.
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "none", str(mnt)], capture_output=True).returncode:
+        pytest.skip("mount(2) is not allowed here")
+    try:
+        p = run("extract", archive, mnt)
+        assert p.returncode == 2 and "is a mount point" in p.stderr, p.stderr
+        assert os.listdir(mnt) == []
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
 def test_extract_gives_colliding_names_their_own_files(tmp_path):
     """x.png and x.tif of one folder are both stored as PNG; files were named like the class
     layout's fallback names. Each source file keeps its own name (a fallback took the next

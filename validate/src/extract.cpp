@@ -159,6 +159,11 @@ class OwnTempDir {
                                        ": is no longer empty; the extracted files were not "
                                        "moved there");
       }
+      if (err == EBUSY) {
+        return Status::IOError(dir,
+                               ": busy (a mount point?), so the extracted files could not be "
+                               "moved there: give a folder inside it");
+      }
       return Status::IOError(dir, ": ", std::strerror(err));
     }
     path_.clear();
@@ -361,6 +366,15 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
   const bool exists = ::stat(target.c_str(), &existing) == 0;
   if (exists && !(S_ISDIR(existing.st_mode) && fs::is_empty(target, ec))) {
     return Status::InvalidArgument(dir, ": exists and is not an empty directory");
+  }
+  struct stat above {};
+  if (exists && ::stat((fs::path(target) / "..").c_str(), &above) == 0 &&
+      (above.st_dev != existing.st_dev || above.st_ino == existing.st_ino)) {
+    // The files are renamed into place at the end, which a mount point refuses (EBUSY, after
+    // the whole pass): said before any work.
+    return Status::InvalidArgument(dir,
+                                   ": is a mount point; extract moves a new folder to DIR at the "
+                                   "end, which a mount point cannot take: give a folder inside it");
   }
   const fs::path parent =
       fs::path(target).has_parent_path() ? fs::path(target).parent_path() : fs::path(".");
