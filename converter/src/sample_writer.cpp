@@ -82,6 +82,10 @@ Status ReadImageFile(const std::string& path, uint64_t offset, uint64_t length,
     if (err == ENOENT && ::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)) {
       return Status::IOError("unreadable: dangling symbolic link");
     }
+    struct stat st;  // open() of a socket fails (ENXIO: "No such device or address")
+    if (err == ENXIO && ::stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+      return Status::IOError("not a regular file (a socket)");
+    }
     return Status::IOError("unreadable: ", std::strerror(err));
   }
   struct stat st;

@@ -3,6 +3,7 @@ import json
 import re
 import os
 import shutil
+import socket
 import signal
 import subprocess
 import time
@@ -175,6 +176,9 @@ def test_hostile_folder(tmp_path):
     shutil.copy(os.path.join(GOOD, "dog", "dog_000.jpg"), bad / "nested" / "deeper" / "ok.jpg")
     os.symlink("/dev/zero", bad / "zero.jpg")          # a device: never read
     os.mkfifo(bad / "pipe.png")                         # a FIFO: never opened for reading
+    sock = socket.socket(socket.AF_UNIX)                # a socket: open() says ENXIO
+    sock.bind(str(bad / "sock.jpg"))
+    sock.close()
     os.symlink("..", bad / "nested" / "loop")          # a directory cycle
     os.makedirs(bad / "folder.jpg")                     # a directory with an image name
     with open(bad / "movie.mp4", "wb") as f:            # large and not an image
@@ -194,6 +198,7 @@ def test_hostile_folder(tmp_path):
     reasons = {os.path.basename(s["path"]): s["reason"] for s in report["skipped"]}
     assert "not a regular file" in reasons["zero.jpg"]
     assert "not a regular file" in reasons["pipe.png"]
+    assert "not a regular file (a socket)" in reasons["sock.jpg"]  # "No such device or address"
     assert "not an image" in reasons["movie.mp4"]  # MP4 shares HEIF's box: told apart, not read
     assert "not an image" in reasons["thumbs.db"] and "not an image" in reasons["page.svg"]
     ignored = {os.path.basename(s["path"]): s["reason"] for s in report["ignored"]}
