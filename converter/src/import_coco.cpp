@@ -53,12 +53,17 @@ bool IdOf(const Json& j, const char* key, int64_t* id) {
   return true;
 }
 
-// An image's "width" and "height": both absent (0 x 0: not declared), or both whole numbers
-// from 1 to 2^32 - 1. Anything else is refused: a string, 100.5, 0 or -1 was taken as "not
-// declared", so an EXIF-turned photo's upright boxes were turned a second time without a word.
+// An image's "width" and "height": both absent, null or 0 (0 x 0: not declared, as exporters
+// write an unknown size), or both whole numbers from 1 to 2^32 - 1. Anything else (a string,
+// 100.5, -1) is refused for an image with boxes: it was taken as "not declared", so an
+// EXIF-turned photo's upright boxes were turned a second time without a word.
 Status DeclaredSize(const Json& image, uint32_t* width, uint32_t* height) {
+  auto unknown = [&](const char* key) {
+    auto it = image.find(key);
+    return it == image.end() || it->is_null() || (it->is_number() && it->get<double>() == 0);
+  };
+  if (unknown("width") && unknown("height")) return Status::OK();
   const bool has_w = image.contains("width"), has_h = image.contains("height");
-  if (!has_w && !has_h) return Status::OK();
   int64_t w = 0, h = 0;
   if (!has_w || !has_h || !IdOf(image, "width", &w) || !IdOf(image, "height", &h) || w < 1 ||
       h < 1 || w > int64_t{UINT32_MAX} || h > int64_t{UINT32_MAX}) {
@@ -184,9 +189,6 @@ Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& opti
     } else if (!image_of.emplace(id, i).second) {
       usable[i] = false;
       SF_RETURN_IF_ERROR(bad(where, "field 'image_id': id " + std::to_string(id) + " given twice"));
-    } else if (Status size = DeclaredSize(images[i], nullptr, nullptr); !size.ok()) {
-      usable[i] = false;
-      SF_RETURN_IF_ERROR(bad(where, "field 'image': " + size.message()));
     }
   }
   // Annotations: xywh -> x0,y0,x1,y1, category -> label.
@@ -293,8 +295,14 @@ Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& opti
     const std::string name = images[i]["file_name"].get<std::string>();
     item.path = name[0] == '/' ? name : options.images + "/" + name;
     item.name = file + ": images[" + std::to_string(i) + "] (" + name + ")";
-    // Checked against the image by the writer; 0 x 0 when the file gives no size.
-    (void)DeclaredSize(images[i], &item.declared_width, &item.declared_height);  // checked above
+    // Checked against the image by the writer; 0 x 0 when the file gives no size. A size that
+    // is no size matters only where there are boxes to place (an image without is packed).
+    if (Status size = DeclaredSize(images[i], &item.declared_width, &item.declared_height);
+        !size.ok() && !p.labels.empty()) {
+      SF_RETURN_IF_ERROR(
+          bad("images[" + std::to_string(i) + "]", "field 'image': " + size.message()));
+      continue;
+    }
     item.frame_from_size = true;
     item.values.resize(list.schema.size());
     const uint32_t n = static_cast<uint32_t>(p.labels.size());

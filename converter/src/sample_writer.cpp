@@ -333,6 +333,7 @@ void PrepareSample(codec::Context& ctx, const RecordCodecs& codecs, const codec:
                    const format::Schema& schema, Sample& s, Prepared* out) {
   out->status = out->field_status = Status::OK();
   out->resized = false;
+  out->frame_guessed = false;           // the slot is reused: set only where boxes are checked
   imaging::Bytes& file = out->payload;  // the image lands in the payload buffer: no copy
   if (!s.image_file.empty()) {
     out->status = ReadImageFile(s.image_file, s.offset, s.length, &file);

@@ -378,7 +378,7 @@ def test_coco_size_that_is_not_whole_pixels_is_refused_and_an_unknown_frame_is_n
     Image.new("RGB", (64, 48), (200, 30, 30)).save(images / "t.jpg", "JPEG", exif=exif)
     base = {"categories": [{"id": 1, "name": "r"}],
             "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [4, 8, 10, 20]}]}
-    for w, h in (("48", 64), (48.5, 64), (0, 0), (-1, 64), (48, None)):
+    for w, h in (("48", 64), (48.5, 64), (0, 64), (-1, 64), (48, None)):
         image = {"id": 1, "file_name": "t.jpg", "width": w, "height": h}
         if h is None:
             del image["height"]
@@ -392,12 +392,21 @@ def test_coco_size_that_is_not_whole_pixels_is_refused_and_an_unknown_frame_is_n
         {"id": 1, "file_name": "t.jpg", "width": 48, "height": 64}])))
     p = run("pack", tmp_path / "c.json", tmp_path / "b", "--images", images, check=0)
     assert "note:" not in p.stderr, p.stderr
-    # No size given: the frame cannot be told, and the pack says what it assumed.
-    (tmp_path / "c.json").write_text(json.dumps(dict(base, images=[
-        {"id": 1, "file_name": "t.jpg"}])))
-    p = run("pack", tmp_path / "c.json", tmp_path / "c", "--images", images, check=0)
-    assert "note: 1 samples with boxes have an EXIF orientation" in p.stderr, p.stderr
-    assert "images[0] (t.jpg)" in p.stderr and "stored pixels" in p.stderr, p.stderr
+    # No size given (absent, null or 0 x 0: how exporters write an unknown one): the frame
+    # cannot be told, and the pack says what it assumed, counting the images with boxes only
+    # (a reused worker slot counted images without boxes too, more with fewer workers).
+    many = [{"id": k, "file_name": "t.jpg", "width": [0, None][k % 2], "height": [0, None][k % 2]}
+            for k in range(1, 13)]
+    (tmp_path / "c.json").write_text(json.dumps(dict(base, images=many)))
+    for workers in ("1", "3"):
+        p = run("pack", tmp_path / "c.json", tmp_path / ("c" + workers), "--images", images,
+                "--workers", workers, check=0)
+        assert "note: 1 samples with boxes have an EXIF orientation" in p.stderr, p.stderr
+        assert "images[0] (t.jpg)" in p.stderr and "stored pixels" in p.stderr, p.stderr
+    # A size that is no size on an image without boxes does not matter: packed.
+    (tmp_path / "c.json").write_text(json.dumps(dict(base, annotations=[], images=[
+        {"id": 1, "file_name": "t.jpg", "width": "?", "height": -1}])))
+    run("pack", tmp_path / "c.json", tmp_path / "d", "--images", images, "-q", check=0)
 
 
 def test_coco_shapes_that_were_read_silently(tmp_path):
