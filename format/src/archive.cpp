@@ -605,8 +605,7 @@ Status Archive::CheckUnchanged(uint64_t index) const {
                          ? ": could not be read through its mapping (an I/O error?"
                          : ": changed on disk while in use (";
   return Status::Corrupt(named, what, shard.store->file_bytes, " bytes when opened, ", now,
-                         "); sample ", index,
-                         " and any read from it since are unreliable: reopen the archive");
+                         "); sample ", index, kReadSinceUnreliable);
 }
 
 Status Archive::VerifyRecord(uint64_t index, bool fields) const {

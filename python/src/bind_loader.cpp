@@ -14,6 +14,7 @@
 #include "shardfeed/format/archive.h"
 #include "shardfeed/reader/loader.h"
 #include "shardfeed/reader/options.h"
+#include "shardfeed/storage/remote.h"
 
 namespace shardfeed_py {
 namespace {
@@ -168,12 +169,15 @@ Result<reader::Batch> WaitForBatch(reader::Loader& loader) {
     });
   }
   if (interrupted) throw py::error_already_set();
-  // Not where the error says to reopen the archive: it changed since it was opened, so every
-  // sample after is suspect, and training on would not help.
-  if (!r.ok() &&
+  // Not where the error says the archive changed since it was opened (a shard replaced in the
+  // store, a file changed on disk): every sample after is suspect, and training on would not
+  // help. Told by the two messages' own texts, never by a word a path may hold.
+  const std::string& message = r.status().message();
+  const bool changed = message.find(storage::kNotTheListedObject) != std::string::npos ||
+                       message.find(format::kReadSinceUnreliable) != std::string::npos;
+  if (!r.ok() && !changed &&
       (r.status().code() == StatusCode::kCorrupt ||
-       r.status().code() == StatusCode::kChecksumMismatch) &&
-      r.status().message().find("reopen") == std::string::npos) {
+       r.status().code() == StatusCode::kChecksumMismatch)) {
     Raise(Status(r.status().code(), r.status().message() + kSkipErrorsHint));
   }
   return r;

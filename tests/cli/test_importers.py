@@ -264,8 +264,8 @@ def test_null_and_empty_values_are_nan_in_float_fields_and_null_in_json(tmp_path
     # cell (to_csv) or null (to_json): every such row failed the pack with "missing", although
     # the key was there, and --skip-bad dropped the whole sample. Float fields now keep it as
     # NaN (what pandas reads back), json fields as null; other types say why they refuse it.
-    def missing(v):  # NaN through Python; extract's samples.jsonl (no Python module) writes null
-        return v is None or math.isnan(v)
+    def missing(v):  # NaN through Python; extract's samples.jsonl (no Python module): "NaN"
+        return v == "NaN" or (isinstance(v, float) and math.isnan(v))
 
     for i in range(3):
         jpeg(str(tmp_path / ("%d.jpg" % i)))

@@ -22,6 +22,11 @@
 
 namespace shardfeed::format {
 
+// How CheckUnchanged's error ends (after "sample N"): the Python loader tells it by this text
+// from damage that training on with skip_errors would get past.
+inline constexpr const char* kReadSinceUnreliable =
+    " and any read from it since are unreliable: reopen the archive";
+
 class ShardStore;  // one opened shard (backend-specific), see src/*_internal.h
 
 // A record: a pointer into the archive's mapping plus its index entry. `data` stays valid while
