@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -35,27 +36,26 @@ bool LooksLikeCoco(const std::string& file) {
           head.find("\"categories\"") != std::string::npos || head.size() == (64u << 10));
 }
 
-// The --class-names file: a JSON list of strings, or one name per line (a trailing '\r' and
-// the empty lines at the end dropped). Names must be distinct and valid UTF-8.
+// The --class-names file: a JSON list of strings, or else one name per line (a UTF-8 BOM, a
+// trailing '\r' and the empty lines at the end dropped: "[background]" on its first line is a
+// name). Names must be distinct and valid UTF-8.
 Result<std::vector<std::string>> ReadClassNames(const std::string& file) {
+  struct stat st;
+  if (::stat(file.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return Status::InvalidArgument("--class-names ", file, ": is a directory, not a file");
+  }
   std::ifstream in(file, std::ios::binary);
   if (!in) return Status::InvalidArgument("--class-names ", file, ": ", std::strerror(errno));
   std::stringstream buffer;
   buffer << in.rdbuf();
-  const std::string text = buffer.str();
+  std::string text = buffer.str();
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);  // a BOM (Windows editors)
   std::vector<std::string> names;
-  const size_t first = text.find_first_not_of(" \t\r\n");
-  if (first != std::string::npos && text[first] == '[') {
-    const auto j = nlohmann::json::parse(text, nullptr, false);
-    bool ok = j.is_array();
-    for (size_t i = 0; ok && i < j.size(); ++i) {
-      ok = j[i].is_string();
-      if (ok) names.push_back(j[i].get<std::string>());
-    }
-    if (!ok) {
-      return Status::InvalidArgument("--class-names ", file,
-                                     ": not a JSON list of strings (or one name per line)");
-    }
+  const auto j = nlohmann::json::parse(text, nullptr, false);
+  const bool json_list =
+      j.is_array() && std::all_of(j.begin(), j.end(), [](const auto& v) { return v.is_string(); });
+  if (json_list) {
+    for (const auto& v : j) names.push_back(v.template get<std::string>());
   } else {
     std::istringstream lines(text);
     for (std::string line; std::getline(lines, line);) {
@@ -83,22 +83,24 @@ Result<std::vector<std::string>> ReadClassNames(const std::string& file) {
 // Puts the --class-names list in place of the importer's class names (ImportOptions).
 Status ApplyClassNames(const std::string& file, const std::vector<std::string>& names,
                        bool skip_bad, SourceList* list) {
-  if (list->schema.label_field() < 0) {  // names of per-box labels, as COCO's categories
-    list->class_names = names;
-    return Status::OK();
-  }
-  const bool numbered =
-      list->class_names == NumericClassNames(int64_t(list->class_names.size()) - 1);
+  const format::Schema& schema = list->schema;
+  const bool class_field = schema.label_field() >= 0;
+  // Without a class field the names are those of per-box labels (COCO's "labels"): checked
+  // against them as a class field's ids are.
+  const int per_box = class_field ? -1 : schema.Find("labels");
+  const bool per_box_ids = per_box >= 0 &&
+                           schema.fields()[per_box].elem == format::ElemType::kInt64 &&
+                           schema.fields()[per_box].dims.size() == 1;
   std::unordered_map<std::string, int32_t> id_of;
   for (size_t i = 0; i < names.size(); ++i) id_of[names[i]] = static_cast<int32_t>(i);
   std::vector<SourceItem> kept;
   kept.reserve(list->items.size());
   for (SourceItem& item : list->items) {
-    std::string why;
-    if (numbered && size_t(item.label) >= names.size()) {
+    std::string why, field = "label";
+    if (class_field && !list->class_names_from_text && size_t(item.label) >= names.size()) {
       why = "class id " + std::to_string(item.label) + " is not below the " +
             std::to_string(names.size()) + " names of --class-names " + file;
-    } else if (!numbered) {
+    } else if (class_field && list->class_names_from_text) {
       const std::string& name = list->class_names[size_t(item.label)];
       auto it = id_of.find(name);
       if (it == id_of.end()) {
@@ -106,17 +108,29 @@ Status ApplyClassNames(const std::string& file, const std::vector<std::string>& 
       } else {
         item.label = it->second;
       }
+    } else if (per_box_ids && per_box < int(item.values.size()) && item.values[per_box].present) {
+      const std::vector<uint8_t>& bytes = item.values[per_box].bytes;
+      for (size_t at = 0; at + 8 <= bytes.size() && why.empty(); at += 8) {
+        int64_t id;
+        std::memcpy(&id, bytes.data() + at, 8);
+        if (id < 0 || uint64_t(id) >= names.size()) {
+          why = "label " + std::to_string(id) + " is not below the " +
+                std::to_string(names.size()) + " names of --class-names " + file;
+          field = "labels";
+        }
+      }
     }
     if (why.empty()) {
       kept.push_back(std::move(item));
       continue;
     }
     const std::string where = item.name.empty() ? item.path : item.name;
-    if (!skip_bad) return Status::Corrupt(where, ": field 'label': ", why);
-    list->skipped.push_back({where, "field 'label': " + why});
+    if (!skip_bad) return Status::Corrupt(where, ": field '", field, "': ", why);
+    list->skipped.push_back({where, "field '" + field + "': " + why});
   }
   list->items = std::move(kept);
   list->class_names = names;
+  list->class_names_from_text = false;
   return Status::OK();
 }
 

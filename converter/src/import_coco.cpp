@@ -152,8 +152,13 @@ Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& opti
     // Class names are unique in an archive (the Writer refuses a repeat, and extract would
     // merge the two into one folder): a repeated name gets its id added.
     std::string name = categories[i].second;
-    if (!first_with_name.emplace(name, categories[i].first).second) {
-      name += " (id " + std::to_string(categories[i].first) + ")";
+    // Every name given so far is taken, the added ones too (another category may be called
+    // "dog (id 3)" already): more is added until the name is free.
+    for (int k = 0; !first_with_name.emplace(name, categories[i].first).second; ++k) {
+      name = categories[i].second + " (id " + std::to_string(categories[i].first) +
+             (k ? ", " + std::to_string(k + 1) : std::string()) + ")";
+    }
+    if (name != categories[i].second) {
       renamed.push_back("'" + categories[i].second + "' id " + std::to_string(categories[i].first) +
                         " -> '" + name + "'");
     }

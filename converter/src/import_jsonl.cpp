@@ -805,6 +805,7 @@ Result<SourceList> ImportRows(const std::vector<Row>& rows, const std::vector<st
     }
     int64_t id = 0;
     for (auto& [name, value] : class_ids) list.class_names.push_back(name), value = id++;
+    list.class_names_from_text = !class_ids.empty();
     // Digit strings ("5", "10") are names, numbered in text order: say so where that order is
     // not the numbers' (a user who meant ids would otherwise train on other labels).
     const bool all_digits =

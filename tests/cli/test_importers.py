@@ -432,13 +432,15 @@ def test_coco_shapes_that_were_read_silently(tmp_path):
     # A repeated category name: class names are unique (the Writer refuses a repeat, extract
     # merged them into one folder), so the later one gets its id; said in a note.
     cats = [{"id": 18, "name": "dog"}, {"id": 1, "name": "person"}, {"id": 3, "name": "dog"},
-            {"id": 7}]
+            {"id": 7}, {"id": 2, "name": "dog (id 18)"}]
     anns = [dict(a) for a in good["annotations"]]
     for a in anns:
         a["segmentation"] = [[0, 0, 1, 1, 2, 2]]
     p = pack(dict(good, categories=cats, annotations=anns))
     assert p.returncode == 0, p.stderr
-    assert manifest(tmp_path / "a")["class_names"] == ["person", "dog", "7", "dog (id 18)"]
+    # Made unique against every name, an added one included ("dog (id 18)" is id 2's own).
+    assert manifest(tmp_path / "a")["class_names"] == ["person", "dog (id 18)", "dog", "7",
+                                                       "dog (id 18, 2)"]
     assert "1 categories repeat an earlier category's name" in p.stderr, p.stderr
     assert "1 categories have no \"name\"" in p.stderr, p.stderr
     assert '3 annotations with a "segmentation"' in p.stderr, p.stderr
@@ -876,6 +878,26 @@ def test_class_names_file_and_the_extract_round_trip_keeps_class_names(tmp_path)
     run("pack", y / "samples.jsonl", tmp_path / "g", "--schema", y / "schema.json",
         "--class-names", y / "class_names.json", "-q", check=0)
     assert manifest(tmp_path / "g")["class_names"] == ["person", "car", "dog"]
+    # ... and their per-box labels are checked against the names given, as class ids are.
+    (tmp_path / "two.json").write_text('["person", "car"]')
+    p = run("pack", y / "samples.jsonl", tmp_path / "h", "--schema", y / "schema.json",
+            "--class-names", tmp_path / "two.json")
+    assert p.returncode == 1 and "field 'labels': label 2 is not below the 2 names" in p.stderr
+    # A names file whose first line starts with '[' (not JSON), with a BOM and CRLF: lines.
+    (tmp_path / "b.txt").write_bytes("\ufeff[bg]\r\ncat\r\ndog\r\n".encode())
+    run("pack", tmp_path / "c.csv", tmp_path / "k", "--class-names", tmp_path / "b.txt", "-q",
+        check=0)
+    assert manifest(tmp_path / "k")["class_names"] == ["[bg]", "cat", "dog"]
+    assert [s["label"] for s in samples(tmp_path / "k", tmp_path)] == [1, 2, 1]
+    p = run("pack", tmp_path / "c.csv", tmp_path / "m", "--class-names", tmp_path)
+    assert p.returncode == 2 and "is a directory" in p.stderr, p.stderr
+    # JSONL string labels "0", "1" are names (looked up), not ids.
+    (tmp_path / "s.jsonl").write_text('{"image": "a.jpg", "label": "1"}\n'
+                                      '{"image": "a.jpg", "label": "0"}\n')
+    (tmp_path / "01.json").write_text('["1", "0"]')
+    run("pack", tmp_path / "s.jsonl", tmp_path / "n", "--class-names", tmp_path / "01.json", "-q",
+        check=0)
+    assert [s["label"] for s in samples(tmp_path / "n", tmp_path)] == [0, 1]
 
 
 def test_inverted_boxes_are_refused_naming_the_sample_and_field(tmp_path):

@@ -61,6 +61,9 @@ struct SourceList {
   std::string root;
   std::vector<SourceItem> items;
   std::vector<std::string> class_names;
+  // The class names are the labels' own texts (JSONL/CSV string labels), not "0".."max" for
+  // integer ones: --class-names then looks each label up by its name.
+  bool class_names_from_text = false;
   std::vector<SkippedFile> ignored;  // not candidates at all (hidden files, files outside classes)
   // Bad rows an importer skipped (PackOptions::skip_bad): listed with the pack's skipped files.
   std::vector<SkippedFile> skipped;
