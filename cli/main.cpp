@@ -180,9 +180,10 @@ int PackParquet(int argc, char** argv) {
   }
   int status = 0;
   if (pid < 0 || ::waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    // The line above says why (the import's own error); this one what was tried.
     return Fail(Status::Unsupported(
-        "parquet import needs the shardfeed Python package and pyarrow importable by ", python,
-        " (pip install pyarrow); it runs python -m shardfeed.importers.parquet SRC OUT"));
+        "parquet import runs python -m shardfeed.importers.parquet SRC OUT with ", python,
+        ", which could not import it and pyarrow (see above)"));
   }
   // The importer takes pack's arguments but --from (it is the parquet one) and -q (it prints
   // no progress line).

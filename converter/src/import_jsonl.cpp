@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -60,6 +61,7 @@ struct ColumnType {
 // 1700000000.5 are not: as float32 they read back 37.12345504760742 and 1700000000.
 bool Float32Keeps(double d) {
   if (!std::isfinite(d) || static_cast<double>(static_cast<float>(d)) == d) return true;
+  if (d != 0 && std::fabs(d) < FLT_MIN) return false;  // subnormal in float32: fewer digits
   if (std::fabs(d) > 3.0e38) return false;
   char text[32];
   std::snprintf(text, sizeof(text), "%.6g", d);

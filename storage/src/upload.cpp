@@ -119,8 +119,9 @@ size_t OnHeader(char* data, size_t size, size_t count, void* user) {
 // `Expect:` (curl's way to drop its 100-continue) is signed yet never sent, and a store that
 // checks signatures refused every write. A PUT with a body waits for 100-continue instead.
 constexpr const char* kUnsignedPayload = "x-amz-content-sha256: UNSIGNED-PAYLOAD";
-// kExpectWait: curl waits 1 s by default for `100 Continue` before it sends a body over 1 MiB
-// anyway, a part's whole cost on a store or proxy that never answers 100; 200 ms here.
+// curl waits 1 s by default for `100 Continue` before it sends a body over 1 MiB anyway: a
+// part's whole cost on a store or proxy that never answers 100.
+constexpr long kExpectWaitMs = 200;
 
 // One connection to the store (its own curl handle): signed requests with retries.
 class Client {
@@ -184,7 +185,7 @@ class Client {
       if (std::strcmp(method, "PUT") == 0) {
         curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
         curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, length);
-        curl_easy_setopt(c, CURLOPT_EXPECT_100_TIMEOUT_MS, 200L);  // kExpectWait
+        curl_easy_setopt(c, CURLOPT_EXPECT_100_TIMEOUT_MS, kExpectWaitMs);
       } else if (std::strcmp(method, "POST") == 0) {
         curl_easy_setopt(c, CURLOPT_POST, 1L);
         curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, length);

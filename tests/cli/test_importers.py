@@ -825,16 +825,17 @@ def test_a_float_list_float32_would_round_is_inferred_float64(tmp_path):
     # value as written (at most 6 significant digits, or exact).
     jpeg(tmp_path / "a.jpg")
     rows = [{"image": "a.jpg", "t": [1700000000.5, 1.0], "geo": [[37.123456789, -122.5]],
-             "emb": [0.1, 0.25, -3.5], "rows": [[0.5, 1]], "big": [2.5, 16777217]}]
+             "emb": [0.1, 0.25, -3.5], "rows": [[0.5, 1]], "big": [2.5, 16777217],
+             "tiny": [1.5e-40, 0.5]}]
     (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     run("pack", tmp_path / "m.jsonl", tmp_path / "a", "-q", check=0)
     assert {k: v for k, v in fields(tmp_path / "a").items() if k in rows[0]} == {
         "image": "image", "t": "float64[*]", "geo": "float64[*,2]", "emb": "float32[*]",
-        "rows": "float32[*,2]", "big": "float64[*]"}
+        "rows": "float32[*,2]", "big": "float64[*]", "tiny": "float64[*]"}  # subnormal in f32
     run("extract", tmp_path / "a", tmp_path / "x", "-q", check=0)
     got = json.loads((tmp_path / "x" / "samples.jsonl").read_text())
     assert got["t"] == [1700000000.5, 1.0] and got["geo"] == [[37.123456789, -122.5]]
-    assert got["big"] == [2.5, 16777217.0]
+    assert got["big"] == [2.5, 16777217.0] and got["tiny"] == [1.5e-40, 0.5]
 
 
 def test_class_names_file_and_the_extract_round_trip_keeps_class_names(tmp_path):

@@ -94,12 +94,15 @@ def test_parquet_directory_in_name_order_via_the_module(tmp_path):
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     # A flag this importer does not take: one line saying why (argparse printed its usage).
-    for flag in (["--shuffle"], ["--class-names", "n.txt"]):
+    for flag in (["--shuffle"], ["--class-names", "n.txt"], ["--over"]):  # no prefixes
         run = subprocess.run([sys.executable, "-m", "shardfeed.importers.parquet",
                               str(tmp_path / "src"), str(tmp_path / "o2"), *flag],
                              capture_output=True, text=True)
-        assert run.returncode == 2 and "usage:" not in run.stderr, run.stderr
-        assert run.stderr.startswith("shardfeed: error: " + flag[0]), run.stderr
+        assert run.returncode == 2, run.stderr
+        if flag[0] != "--over":  # argparse's own refusal of an unknown flag
+            assert "usage:" not in run.stderr, run.stderr
+            assert run.stderr.startswith("shardfeed: error: " + flag[0]), run.stderr
+        assert not (tmp_path / "o2").exists()
 
 
 def test_hugging_face_save_to_disk_layout(tmp_path):

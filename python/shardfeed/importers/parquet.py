@@ -343,7 +343,7 @@ def pack_parquet(src, out, schema=None, image_column_name=None, class_names=None
 
 def _options_parser():
     p = argparse.ArgumentParser(
-        prog="python -m shardfeed.importers.parquet",
+        prog="python -m shardfeed.importers.parquet", allow_abbrev=False,  # --over is no flag
         description="Packs a parquet file or directory, or a Hugging Face dataset saved with "
                     "save_to_disk, into a shardfeed archive (one row per sample).")
     p.add_argument("src")
