@@ -151,6 +151,9 @@ int CmdStats(int argc, char** argv) {
     if (!html.ok()) return Error(html.status());
     if (Status s = WriteText(html_out, *html); !s.ok()) return Error(s);
   }
+  if (!report->save_error.empty()) {  // the report is written; the record was not
+    return Error(Status::InvalidArgument(report->save_error));
+  }
   const std::string failed = validate::FailureSummary(*report, fail_on);
   if (!failed.empty()) {
     std::fprintf(stderr, "shardfeed stats: FAILED: %s\n", failed.c_str());

@@ -134,7 +134,9 @@ py::object Stats(const std::string& path, const std::vector<std::string>& agains
     py::gil_scoped_release release;
     report = validate::Stats(*archive, o, others);
   }
-  return FromJson(Check(std::move(report)).ToJson());
+  const validate::StatsReport r = Check(std::move(report));
+  if (!r.save_error.empty()) Raise(Status::InvalidArgument(r.save_error));  // save=True: not saved
+  return FromJson(r.ToJson());
 }
 
 uint64_t Convert(const std::string& path, const std::string& out, const std::string& backend,

@@ -373,9 +373,13 @@ def test_stats_save_writes_no_record_a_loader_would_refuse(tmp_path):
     for k in range(2):
         save(src / "a" / ("%d.jpg" % k), sc.uniform())
     assert run("pack", src, tmp_path / "u.sf", "-q").returncode == 0
-    p = run("stats", tmp_path / "u.sf", "--save", "-q")
+    p = run("stats", tmp_path / "u.sf", "--save", "-q", "--json", tmp_path / "r.json")
     assert p.returncode == 2 and "--save" in p.stderr and "std" in p.stderr, p.stderr
     assert not (tmp_path / "u.sf" / "stats.json").exists()
+    # The pass's report is still written (and printed): only the record is not.
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["decoded"] == 2 and "std" in report["save_error"]
+    assert "2 samples, 2 decoded" in p.stdout
 
 
 def test_report_files_are_checked_before_the_pass(corpus, tmp_path):

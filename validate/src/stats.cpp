@@ -499,17 +499,20 @@ Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
     // A record the loader would refuse (mean="archive": "std must be at least 0.001") is not
     // written: said here, where the cause is seen.
     if (r.decoded == 0) {
-      return Status::InvalidArgument(archive.path(),
-                                     ": --save: no sample decoded, so no mean and std to save");
+      r.save_error = archive.path() + ": --save: no sample decoded, so no mean and std to save";
     }
-    for (int c = 0; c < 3; ++c) {
+    for (int c = 0; c < 3 && r.save_error.empty(); ++c) {
       if (!(r.std[c] >= format::kMinStd)) {
-        return Status::InvalidArgument(
-            archive.path(), ": --save: the std of channel ", "RGB"[c], " is ", r.std[c],
-            ", under the ", format::kMinStd,
-            " a loader normalises with (every image one colour?); nothing saved");
+        r.save_error =
+            Status::InvalidArgument(archive.path(), ": --save: the std of channel ", "RGB"[c],
+                                    " is ", r.std[c], ", under the ", format::kMinStd,
+                                    " a loader normalises with (every image one "
+                                    "colour?); nothing saved")
+                .message();
       }
     }
+  }
+  if (o.save && r.save_error.empty()) {
     format::StatsRecord rec;
     for (int c = 0; c < 3; ++c) rec.mean[c] = r.mean[c], rec.std[c] = r.std[c];
     rec.size = o.size;
@@ -558,6 +561,7 @@ std::string StatsReport::ToJson() const {
   json errs = json::array();
   for (const auto& [i, why] : errors) errs.push_back({{"index", i}, {"reason", why}});
   j["errors"] = errs;
+  if (!save_error.empty()) j["save_error"] = save_error;
   j["duplicates"] = duplicates;
   j["near_duplicates"] = near_duplicates;
   j["cross_label_duplicates"] = cross_label_duplicates;

@@ -67,6 +67,10 @@ struct Leak {
 
 struct StatsReport {
   std::string archive;
+  // With StatsOptions::save: why no record was saved although the pass ran (no sample decoded,
+  // a channel's std under format::kMinStd), else "". The report is whole either way: the CLI
+  // writes it and then exits 2, shardfeed.stats raises.
+  std::string save_error;
   uint64_t samples = 0, decoded = 0;
   uint32_t size = 0;
   uint64_t pixels = 0;                             // pixels the mean/std are over
