@@ -388,7 +388,7 @@ class SampleWriter::Impl {
 
   Status Start(const std::string& out_path, const PackOptions& opts);
   Status Write(Sample sample);
-  Status Finish(format::Manifest manifest, bool allow_empty);
+  Status Finish(format::Manifest manifest, bool allow_empty, bool numbered_classes);
 
   PackResult result;
   ProgressFn progress;
@@ -405,6 +405,7 @@ class SampleWriter::Impl {
 
   std::string out_;
   uint64_t frame_guesses_ = 0;  // samples appended with Prepared::frame_guessed
+  int64_t max_label_packed_ = -1;
   std::string first_frame_guess_;
   PackOptions options_;
   format::Schema schema_;
@@ -539,6 +540,9 @@ Status SampleWriter::Impl::Append(Slot& slot) {
   }
   if (!s.ok()) return s.WithContext(out_);
   ++stats.packed;
+  if (schema_.label_field() >= 0) {
+    max_label_packed_ = std::max<int64_t>(max_label_packed_, p.entry.label);
+  }
   if (p.frame_guessed && frame_guesses_++ == 0) first_frame_guess_ = name;
   stats.resized += p.resized;
   stats.reencoded += p.reencoded;
@@ -597,7 +601,8 @@ Status SampleWriter::Impl::Write(Sample sample) {
   return Status::OK();
 }
 
-Status SampleWriter::Impl::Finish(format::Manifest manifest, bool allow_empty) {
+Status SampleWriter::Impl::Finish(format::Manifest manifest, bool allow_empty,
+                                  bool numbered_classes) {
   if (finished_) return Status::InvalidArgument("finish called twice");
   finished_ = true;
   while (failure_.ok() && next_write_ < next_submit_) failure_ = WriteNext();
@@ -625,6 +630,9 @@ Status SampleWriter::Impl::Finish(format::Manifest manifest, bool allow_empty) {
     manifest.resized_records = stats.resized;
   }
   manifest.created_by = "shardfeed " SHARDFEED_VERSION;
+  if (numbered_classes && schema_.label_field() >= 0) {
+    manifest.class_names = NumericClassNames(max_label_packed_);
+  }
   if (frame_guesses_ > 0) {
     result.notes.push_back(
         std::to_string(frame_guesses_) +
@@ -651,8 +659,8 @@ Result<std::unique_ptr<SampleWriter>> SampleWriter::Create(const std::string& ou
 
 Status SampleWriter::Write(Sample sample) { return impl_->Write(std::move(sample)); }
 
-Status SampleWriter::Finish(format::Manifest manifest, bool allow_empty) {
-  return impl_->Finish(std::move(manifest), allow_empty);
+Status SampleWriter::Finish(format::Manifest manifest, bool allow_empty, bool numbered_classes) {
+  return impl_->Finish(std::move(manifest), allow_empty, numbered_classes);
 }
 
 const PackResult& SampleWriter::result() const { return impl_->result; }

@@ -128,8 +128,6 @@ class PyWriter {
       st = writer_->Write(std::move(s));
     }
     Check(st);
-    // After the write is taken: a refused sample's label named no class.
-    if (schema_.label_field() >= 0) max_label_ = std::max(max_label_, label);
   }
 
   // Writes the rest, the manifest, and renames the archive into place; the report dict.
@@ -137,18 +135,13 @@ class PyWriter {
     Busy busy(&busy_);
     if (!writer_) throw py::value_error("this Writer is closed");
     format::Manifest m;
-    if (schema_.label_field() >= 0) {
-      if (class_names_) {
-        m.class_names = *class_names_;
-      } else {
-        m.class_names = converter::NumericClassNames(max_label_);
-      }
-    }
+    if (schema_.label_field() >= 0 && class_names_) m.class_names = *class_names_;
     m.options_json = options_json_;
     Status st;
     {
       py::gil_scoped_release release;
-      st = writer_->Finish(std::move(m));
+      // Without class_names: "0".."the largest label packed" (a skipped sample's named none).
+      st = writer_->Finish(std::move(m), false, !class_names_.has_value());
     }
     result_ = writer_->result();
     writer_.reset();
@@ -225,7 +218,6 @@ class PyWriter {
   std::string out_, options_json_;
   format::Schema schema_;
   std::optional<std::vector<std::string>> class_names_;
-  int64_t max_label_ = -1;
   bool skip_bad_ = false;
   bool busy_ = false;
   std::unique_ptr<converter::SampleWriter> writer_;

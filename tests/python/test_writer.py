@@ -568,3 +568,16 @@ def test_bad_boxes_are_refused_by_that_write_and_the_writer_goes_on(tmp_path):
         w.write({"image": img, "boxes": [[0, 0, 4, 4]], "v": []})
     got = shardfeed.Archive(tmp_path / "a").sample(0)
     assert got["boxes"].tolist() == [[0, 0, 4, 4]] and got["v"].shape == (0, 0)
+
+
+def test_class_names_count_only_the_labels_packed(tmp_path):
+    # A sample skipped by the writer (an unreadable image, skip_bad) still named classes: its
+    # label 5 made class_names "0".."5" for an archive whose only label is 0 (a model head of
+    # 6 outputs for 1 class).
+    img = np.zeros((8, 8, 3), np.uint8)
+    with shardfeed.Writer(tmp_path / "a", skip_bad=True) as w:
+        w.write({"image": str(tmp_path / "no-such.jpg"), "label": 5})
+        w.write({"image": img, "label": 0})
+    a = shardfeed.Archive(tmp_path / "a")
+    assert len(a) == 1 and a.class_names == ["0"]
+    assert [s["sample"] for s in w.skipped] == [0]

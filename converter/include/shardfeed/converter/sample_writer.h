@@ -97,8 +97,10 @@ class SampleWriter {
   // `manifest` gives what only the caller knows (class_names, options_json, part, is_part); the
   // schema, encoding, counts, shape, source_bytes, reencoded/resized records and created_by are
   // filled in here. Fails (and writes nothing) when no sample was written, unless
-  // `allow_empty` (an empty part of a split pack). Call once.
-  Status Finish(format::Manifest manifest, bool allow_empty = false);
+  // `allow_empty` (an empty part of a split pack). Call once. With `numbered_classes` (a
+  // schema with a class field and no class names from the caller) the classes are named
+  // "0".."the largest label packed": a sample skipped (a bad image) names no class.
+  Status Finish(format::Manifest manifest, bool allow_empty = false, bool numbered_classes = false);
 
   // Counts and the skip list so far (final after Finish(), also when it failed). `progress`, if
   // set, is called from the thread that calls Write()/Finish() about ten times a second.
