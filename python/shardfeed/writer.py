@@ -68,7 +68,7 @@ def _check_exact(ints, target):
     first that it would round (as the JSONL importer refuses them): numpy calls int64 ->
     float64 a safe cast, and 2**53 + 1 came back 2**53."""
     limit = 2 ** (np.finfo(target).nmant + 1)  # every integer up to this is exact
-    big = ints[(ints > limit) | (ints < -limit)] if ints.dtype.kind != "b" else ints[:0]
+    big = ints[(ints > limit) | (ints < -limit)]
     for v in big.flat:
         with np.errstate(over="ignore"):
             stored = target.type(v)

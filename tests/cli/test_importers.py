@@ -366,6 +366,7 @@ def test_coco_boxes_labels_iscrowd_captions(tmp_path):
     # The contact sheet draws boxes: an image without any memcpy'd from a null view (UBSan's
     # "null pointer passed as argument" in the sanitized run).
     run("inspect", out, "--grid", tmp_path / "g.png", "--size", "32", check=0)
+    assert Image.open(tmp_path / "g.png").size[0] > 32
 
 
 def test_coco_size_that_is_not_whole_pixels_is_refused_and_an_unknown_frame_is_noted(tmp_path):

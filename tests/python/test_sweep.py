@@ -30,6 +30,7 @@ def test_sweep_runs_every_combination_and_reports_each(archive_path):
     # auto is -1, as asked (it read the count the loader chose; active_workers has that).
     p = subprocess.run([CLI, "bench", archive_path, "--size", "32", "--epochs", "1", "--sweep",
                         "workers=auto", "--json"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     point = json.loads("\n".join(lines[lines.index("{"):]))["results"][0]
     assert point["workers"] == -1 and point["active_workers"] >= 1

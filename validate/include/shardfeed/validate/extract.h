@@ -25,10 +25,12 @@ struct ExtractOptions {
 // class layout, with -1, -2... where a source file has that name); an archive with fields other
 // than image, label and path also gets DIR/samples.jsonl (one JSON object per sample: the image's
 // path relative to DIR and every other field: arrays as nested lists, bytes as {"base64": ...},
-// JSON as parsed, masks as the paths of PNG files under DIR/masks/<field>/) and DIR/schema.json
-// (the schema as `pack --schema` takes it). DIR must not exist or be an empty directory (kept: its
-// mode, owner and group go to the folder that replaces it); its parent must exist, and it must not
-// be a symbolic link (kInvalidArgument). Atomic: the files are written into "DIR.extracting-XXXXXX"
+// JSON as parsed, float NaN/infinities as "NaN"/"Infinity"/"-Infinity", masks as the paths of
+// PNG files under DIR/masks/<field>/), DIR/schema.json (the schema as `pack --schema` takes it)
+// and, when the archive has class names, DIR/class_names.json (`pack --class-names`). DIR must
+// not exist or be an empty directory (kept: its mode, owner and group go to the folder that
+// replaces it); its parent must exist, and it must be neither a symbolic link nor a mount point
+// (kInvalidArgument). Atomic: the files are written into "DIR.extracting-XXXXXX"
 // (mkdtemp; marked as ours by a
 // ".shardfeed-extracting" file locked while the extract runs), renamed to DIR at the end; on any
 // error that folder is removed and DIR is as it was. One left by an extract that was killed
