@@ -279,6 +279,21 @@ int RunSweep(const std::string& path, const reader::LoaderOptions& base,
   return DrawSweep(data, plot);
 }
 
+// Every option as the loader resolved it (`resolved`); workers and prefetch asked as auto
+// (`asked`) say so: the loader's options hold its first choice, which tuning then changes (the
+// summary's count).
+nlohmann::json EchoedOptions(const reader::LoaderOptions& asked,
+                             const reader::LoaderOptions& resolved) {
+  nlohmann::json options = nlohmann::json::object();
+  for (const auto& [name, value] : LoaderOptionValues(resolved)) {
+    const bool automatic =
+        (name == "workers" && asked.workers == reader::LoaderOptions::kAutoWorkers) ||
+        (name == "prefetch" && asked.prefetch == reader::LoaderOptions::kAutoPrefetch);
+    options[name] = automatic ? std::string("auto") : value;
+  }
+  return options;
+}
+
 // One epoch's figures as bench's JSON has them.
 nlohmann::json EpochJson(uint32_t e, const Consumed& c, const reader::EpochStats& st) {
   return {{"epoch", e},
@@ -357,15 +372,7 @@ int BenchEpochs(const std::string& path, const reader::LoaderOptions& opt, const
   const double ips = total_images / total_seconds;
   const std::string crop = reader::FindLoaderOption("crop")->get(opt);
   const std::string layout = reader::FindLoaderOption("layout")->get(opt);
-  // Every option as this loader resolved it; workers and prefetch asked as auto say so (the
-  // loader's options hold its first choice, which tuning then changes: the summary's count).
-  nlohmann::json options = nlohmann::json::object();
-  for (const auto& [name, value] : LoaderOptionValues(l.options())) {
-    const bool automatic =
-        (name == "workers" && opt.workers == reader::LoaderOptions::kAutoWorkers) ||
-        (name == "prefetch" && opt.prefetch == reader::LoaderOptions::kAutoPrefetch);
-    options[name] = automatic ? std::string("auto") : value;
-  }
+  const nlohmann::json options = EchoedOptions(opt, l.options());
   if (json) {
     nlohmann::json j = {
         {"archive", path},

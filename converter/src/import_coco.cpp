@@ -83,9 +83,70 @@ struct PerImage {
   Json captions = Json::array();
 };
 
+// Categories in id order -> contiguous labels 0..K-1 (the map from COCO's ids), their names
+// the class names (list->class_names, made unique), with notes for what was made up.
+Result<std::unordered_map<int64_t, int64_t>> ReadCategories(const Json& coco,
+                                                            const std::string& file,
+                                                            SourceList* list) {
+  std::vector<std::pair<int64_t, std::string>> categories;
+  size_t unnamed = 0;
+  if (coco.contains("categories")) {
+    for (size_t i = 0; i < coco["categories"].size(); ++i) {
+      const Json& c = coco["categories"][i];
+      int64_t id;
+      if (!c.is_object() || !IdOf(c, "id", &id)) {
+        return Status::Corrupt(file, ": categories[", i, "]: field 'id': not an integer");
+      }
+      auto name = c.find("name");
+      if (name != c.end() && !name->is_string()) {
+        return Status::Corrupt(file, ": categories[", i, "]: \"name\" is ", name->type_name(),
+                               ", not text");
+      }
+      unnamed += name == c.end();
+      categories.push_back({id, name != c.end() ? name->get<std::string>() : std::to_string(id)});
+    }
+  }
+  if (unnamed > 0) {
+    list->notes.push_back(file + ": " + std::to_string(unnamed) +
+                          " categories have no \"name\": their class names are their ids");
+  }
+  std::sort(categories.begin(), categories.end());
+  std::unordered_map<int64_t, int64_t> label_of;
+  std::unordered_map<std::string, int64_t> first_with_name;
+  std::vector<std::string> renamed;
+  for (size_t i = 0; i < categories.size(); ++i) {
+    if (!label_of.emplace(categories[i].first, int64_t(i)).second) {
+      return Status::Corrupt(file, ": categories: id ", categories[i].first, " given twice");
+    }
+    // Class names are unique in an archive (the Writer refuses a repeat, and extract would
+    // merge the two into one folder): a repeated name gets its id added.
+    std::string name = categories[i].second;
+    // Every name given so far is taken, the added ones too (another category may be called
+    // "dog (id 3)" already): more is added until the name is free.
+    for (int k = 0; !first_with_name.emplace(name, categories[i].first).second; ++k) {
+      name = categories[i].second + " (id " + std::to_string(categories[i].first) +
+             (k ? ", " + std::to_string(k + 1) : std::string()) + ")";
+    }
+    if (name != categories[i].second) {
+      renamed.push_back("'" + categories[i].second + "' id " + std::to_string(categories[i].first) +
+                        " -> '" + name + "'");
+    }
+    list->class_names.push_back(name);
+  }
+  if (!renamed.empty()) {
+    std::string which;
+    for (size_t k = 0; k < renamed.size() && k < 5; ++k) which += (k ? ", " : "") + renamed[k];
+    list->notes.push_back(file + ": " + std::to_string(renamed.size()) +
+                          " categories repeat an earlier category's name; class names are unique, "
+                          "so their ids were added (" +
+                          which + (renamed.size() > 5 ? ", ..." : "") + ")");
+  }
+  return label_of;
+}
+
 }  // namespace
 
-// long: categories, images, annotations, captions, then the items, in one place so each error
+// long: images, annotations, captions, then the items, in one place so each error
 // can name the array element it comes from.
 Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& options) {
   if (options.images.empty()) {
@@ -118,60 +179,7 @@ Result<SourceList> ImportCoco(const std::string& file, const ImportOptions& opti
       return Status::Corrupt(file, ": \"", key, "\" is ", coco[key].type_name(), ", not a list");
     }
   }
-  // Categories in id order -> contiguous labels 0..K-1; their names are the class names.
-  std::vector<std::pair<int64_t, std::string>> categories;
-  size_t unnamed = 0;
-  if (coco.contains("categories")) {
-    for (size_t i = 0; i < coco["categories"].size(); ++i) {
-      const Json& c = coco["categories"][i];
-      int64_t id;
-      if (!c.is_object() || !IdOf(c, "id", &id)) {
-        return Status::Corrupt(file, ": categories[", i, "]: field 'id': not an integer");
-      }
-      auto name = c.find("name");
-      if (name != c.end() && !name->is_string()) {
-        return Status::Corrupt(file, ": categories[", i, "]: \"name\" is ", name->type_name(),
-                               ", not text");
-      }
-      unnamed += name == c.end();
-      categories.push_back({id, name != c.end() ? name->get<std::string>() : std::to_string(id)});
-    }
-  }
-  if (unnamed > 0) {
-    list.notes.push_back(file + ": " + std::to_string(unnamed) +
-                         " categories have no \"name\": their class names are their ids");
-  }
-  std::sort(categories.begin(), categories.end());
-  std::unordered_map<int64_t, int64_t> label_of;
-  std::unordered_map<std::string, int64_t> first_with_name;
-  std::vector<std::string> renamed;
-  for (size_t i = 0; i < categories.size(); ++i) {
-    if (!label_of.emplace(categories[i].first, int64_t(i)).second) {
-      return Status::Corrupt(file, ": categories: id ", categories[i].first, " given twice");
-    }
-    // Class names are unique in an archive (the Writer refuses a repeat, and extract would
-    // merge the two into one folder): a repeated name gets its id added.
-    std::string name = categories[i].second;
-    // Every name given so far is taken, the added ones too (another category may be called
-    // "dog (id 3)" already): more is added until the name is free.
-    for (int k = 0; !first_with_name.emplace(name, categories[i].first).second; ++k) {
-      name = categories[i].second + " (id " + std::to_string(categories[i].first) +
-             (k ? ", " + std::to_string(k + 1) : std::string()) + ")";
-    }
-    if (name != categories[i].second) {
-      renamed.push_back("'" + categories[i].second + "' id " + std::to_string(categories[i].first) +
-                        " -> '" + name + "'");
-    }
-    list.class_names.push_back(name);
-  }
-  if (!renamed.empty()) {
-    std::string which;
-    for (size_t k = 0; k < renamed.size() && k < 5; ++k) which += (k ? ", " : "") + renamed[k];
-    list.notes.push_back(file + ": " + std::to_string(renamed.size()) +
-                         " categories repeat an earlier category's name; class names are unique, "
-                         "so their ids were added (" +
-                         which + (renamed.size() > 5 ? ", ..." : "") + ")");
-  }
+  SF_ASSIGN_OR_RETURN(auto label_of, ReadCategories(coco, file, &list));
   // Images, in the file's order.
   const Json& images = coco["images"];
   std::unordered_map<int64_t, size_t> image_of;

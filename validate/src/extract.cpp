@@ -351,8 +351,12 @@ Status CheckNewFile(const std::string& path) {
   return Status::OK();
 }
 
-Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
-                         const ExtractOptions& options) {
+namespace {
+
+// DIR as extract may take it (see Extract): its normal form, whether it exists (`existing`: its
+// stat), or why not (kInvalidArgument), before any work.
+Result<std::string> ExtractTarget(const std::string& dir, bool* exists_out,
+                                  struct stat* existing_out) {
   std::error_code ec;
   std::string target = fs::path(dir).lexically_normal().string();
   while (target.size() > 1 && target.back() == '/') target.pop_back();
@@ -362,8 +366,8 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
                                    fs::read_symlink(target, ec).string(),
                                    "); give the folder's own path");
   }
-  struct stat existing {};
-  const bool exists = ::stat(target.c_str(), &existing) == 0;
+  struct stat& existing = *existing_out;
+  const bool exists = *exists_out = ::stat(target.c_str(), &existing) == 0;
   if (exists && !(S_ISDIR(existing.st_mode) && fs::is_empty(target, ec))) {
     return Status::InvalidArgument(dir, ": exists and is not an empty directory");
   }
@@ -381,6 +385,17 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
   if (!fs::is_directory(parent, ec)) {
     return Status::InvalidArgument(dir, ": its folder ", parent.string(), " does not exist");
   }
+  return target;
+}
+
+}  // namespace
+
+Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
+                         const ExtractOptions& options) {
+  std::error_code ec;
+  bool exists = false;
+  struct stat existing {};
+  SF_ASSIGN_OR_RETURN(const std::string target, ExtractTarget(dir, &exists, &existing));
   const format::Schema& schema = archive.schema();
   const int path_field = [&] {
     const int f = schema.Find("path");
