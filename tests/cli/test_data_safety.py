@@ -466,9 +466,12 @@ def test_a_killed_extract_leaves_a_folder_the_next_extract_removes(tmp_path):
         time.sleep(0.001)
     proc.kill()
     proc.wait(timeout=30)
-    if not left or out.exists():
+    if not left or out.exists() or not (tmp_path / left[0]).exists():
         pytest.skip("the extract finished before it could be killed")
-    assert os.path.exists(tmp_path / left[0] / ".shardfeed-extracting")
+    if not (tmp_path / left[0] / ".shardfeed-extracting").exists():
+        # Killed in its last step, between dropping the marker and the rename (microseconds):
+        # the folder is no longer provably ours, so it is kept; nothing to test this time.
+        pytest.skip("the extract was killed in its final rename")
     # Beside it: a folder of that name without our marker, and one whose extract is alive.
     (tmp_path / "x.extracting-mine00").mkdir()
     (tmp_path / "x.extracting-mine00" / "keep.txt").write_text("user data")

@@ -64,8 +64,8 @@ def test_wrong_arguments_are_refused_by_name(archive_path, tmp_path):
                        ([], "step-ms"), (["--step-ms", "5", "--batches", "0"], "--batches"),
                        (["--step-ms", "5", "--workers", "lots"], "workers"),
                        # tune chooses these itself: not among its options (cli, issue 20 #15)
-                       (["--step-ms", "5", "--workers", "2"], "unrecognised option '--workers'"),
-                       (["--step-ms", "5", "--prefetch", "4"], "unrecognised option '--prefetch'")):
+                       (["--step-ms", "5", "--workers", "2"], "--workers is what tune chooses"),
+                       (["--step-ms", "5", "--prefetch", "4"], "--prefetch is what tune chooses")):
         p = tune(archive_path, *args)
         assert p.returncode == 2, (args, p.stderr)
         assert what in p.stderr, (args, p.stderr)
