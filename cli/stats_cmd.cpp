@@ -120,6 +120,9 @@ int CmdStats(int argc, char** argv) {
     fail_on = *f;
   }
   if (Status s = validate::ValidateStatsOptions(o); !s.ok()) return Error(s);
+  if (!json_out.empty() && json_out != "-" && json_out == html_out) {
+    return Error(Status::InvalidArgument("--json and --html name the same file, ", json_out));
+  }
   for (const std::string* out : {&json_out, &html_out}) {  // before the pass, not after it
     if (out->empty() || *out == "-") continue;
     if (Status s = validate::CheckNewFile(*out); !s.ok()) return Error(s);

@@ -65,10 +65,18 @@ Result<std::vector<std::string>> ReadClassNames(const std::string& file) {
     while (!names.empty() && names.back().empty()) names.pop_back();
   }
   if (names.empty()) return Status::InvalidArgument("--class-names ", file, ": no names");
+  if (names.size() > uint64_t(format::kMaxClassId) + 1) {
+    return Status::InvalidArgument("--class-names ", file, ": ", names.size(),
+                                   " names; an archive has at most ", format::kMaxClassId + 1,
+                                   " classes");
+  }
   std::unordered_map<std::string, size_t> seen;
   for (size_t i = 0; i < names.size(); ++i) {
-    if (names[i].empty()) {
-      return Status::InvalidArgument("--class-names ", file, ": name ", i, " is empty");
+    // An empty name is one an archive may have (a COCO category ""): a JSON list gives it; a
+    // blank line is taken for a mistake.
+    if (names[i].empty() && !json_list) {
+      return Status::InvalidArgument("--class-names ", file, ": line ", i + 1,
+                                     " is empty (an empty name goes in a JSON list: [\"\", ...])");
     }
     if (!seen.emplace(names[i], i).second) {
       return Status::InvalidArgument("--class-names ", file, ": '", names[i], "' is given twice (",
@@ -130,6 +138,14 @@ Status ApplyClassNames(const std::string& file, const std::vector<std::string>& 
   }
   list->items = std::move(kept);
   list->class_names = names;
+  if (list->class_names_from_text) {  // the importer's note on how it numbered digit strings
+    list->notes.erase(std::remove_if(list->notes.begin(), list->notes.end(),
+                                     [](const std::string& n) {
+                                       return n.find("holds strings of digits") !=
+                                              std::string::npos;
+                                     }),
+                      list->notes.end());
+  }
   list->class_names_from_text = false;
   return Status::OK();
 }

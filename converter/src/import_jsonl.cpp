@@ -39,6 +39,8 @@ std::string SanitizeFieldName(const std::string& text) {
   std::string name;
   for (char c : text) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    // One '_' per character: a UTF-8 character's continuation bytes add none ("naïve": na_ve).
+    if ((static_cast<unsigned char>(c) & 0xC0) == 0x80) continue;
     name += ok ? c : '_';
   }
   if (name.empty() || (name[0] >= '0' && name[0] <= '9')) name = "_" + name;
@@ -60,16 +62,34 @@ struct ColumnType {
 // significant digits (0.1, 37.1235: FLT_DIG, so it reads back the same). 37.123456789 or
 // 1700000000.5 are not: as float32 they read back 37.12345504760742 and 1700000000.
 bool Float32Keeps(double d) {
-  if (!std::isfinite(d) || static_cast<double>(static_cast<float>(d)) == d) return true;
+  if (!std::isfinite(d)) return true;
+  if (std::fabs(d) > 3.0e38) return false;  // (and the cast below would overflow)
+  if (static_cast<double>(static_cast<float>(d)) == d) return true;
   if (d != 0 && std::fabs(d) < FLT_MIN) return false;  // subnormal in float32: fewer digits
-  if (std::fabs(d) > 3.0e38) return false;
   char text[32];
   std::snprintf(text, sizeof(text), "%.6g", d);
   return std::strtod(text, nullptr) == d;
 }
 
+// Text shaped as a JSON number: an optional '-', then digits, '.', and an exponent ("e+5").
+// strtod and strtoll also take " 5", "+5", "0x1F" and "0x1p3": a phone number "+4912345678"
+// became an int, hex text a float.
+bool NumberText(const std::string& s) {
+  if (s.empty() || !(s[0] == '-' || std::isdigit(static_cast<unsigned char>(s[0])))) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    const bool sign_of_exponent =
+        (c == '+' || c == '-') && i > 0 && (s[i - 1] == 'e' || s[i - 1] == 'E');
+    if (!std::isdigit(static_cast<unsigned char>(c)) && c != '.' && c != 'e' && c != 'E' &&
+        !sign_of_exponent && !(c == '-' && i == 0)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 bool ParseInt(const std::string& s, int64_t* v) {
-  if (s.empty()) return false;
+  if (!NumberText(s)) return false;
   char* end = nullptr;
   errno = 0;
   long long x = std::strtoll(s.c_str(), &end, 10);
@@ -88,7 +108,7 @@ bool ParseBool(const std::string& s, int64_t* v) {
 }
 
 bool ParseDouble(const std::string& s, double* v) {
-  if (s.empty() || std::isspace(static_cast<unsigned char>(s[0]))) return false;
+  if (!NumberText(s)) return false;
   char* end = nullptr;
   errno = 0;
   double x = std::strtod(s.c_str(), &end);
@@ -146,6 +166,15 @@ Status ExactAs(const Json& v, const char* type) {
   return Status::InvalidArgument("integer ", v.dump(), " is not exact as ", type,
                                  " (give the field as int64 in --schema, or write the value as a "
                                  "string)");
+}
+
+// A finite number float32 stores as inf (1e39) is refused, as the Writer refuses it: NaN and
+// infinities given stay what they are.
+Status InFloat32(double d) {
+  if (!std::isfinite(d) || std::fabs(d) <= FLT_MAX) return Status::OK();
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", d);
+  return Status::InvalidArgument(text, " is outside float32's range (largest 3.40282e+38)");
 }
 
 // A cell holding a JSON list or object (Json::accept does not recurse, however deep).
@@ -381,11 +410,18 @@ Status ArrayValue(const FieldSpec& spec, const Json& v, OwnedValue* out) {
         if (!leaf->is_number_integer()) SF_RETURN_IF_ERROR(need_int(-9.2e18, 9.2e18));
         Put(&bytes, leaf->is_number_integer() ? leaf->get<int64_t>() : static_cast<int64_t>(d));
         break;
-      case ElemType::kFloat16:
-        Put(&bytes, ToHalf(static_cast<float>(d)));
+      case ElemType::kFloat16: {
+        const uint16_t half = ToHalf(static_cast<float>(d));
+        if ((half & 0x7fff) == 0x7c00) {  // a finite number stored as inf
+          return Status::InvalidArgument("element ", leaf->dump(),
+                                         " is outside float16's range (largest 65504)");
+        }
+        Put(&bytes, half);
         break;
+      }
       case ElemType::kFloat32:
         SF_RETURN_IF_ERROR(ExactAs<float>(*leaf, "float32"));
+        SF_RETURN_IF_ERROR(InFloat32(d));
         Put(&bytes, static_cast<float>(d));
         break;
       case ElemType::kFloat64:
@@ -499,6 +535,7 @@ Status ValueOf(const FieldSpec& spec, const Json& v, bool text, OwnedValue* out)
       if (!v.is_number()) return Status::InvalidArgument("expected a number, got ", v.dump());
       SF_RETURN_IF_ERROR(spec.kind == FieldKind::kFloat64 ? ExactAs<double>(v, "float64")
                                                           : ExactAs<float>(v, "float32"));
+      if (spec.kind == FieldKind::kFloat32) SF_RETURN_IF_ERROR(InFloat32(v.get<double>()));
       *out = spec.kind == FieldKind::kFloat32 ? OwnedValue::Float32(v.get<float>())
                                               : OwnedValue::Float64(v.get<double>());
       return Status::OK();
@@ -600,6 +637,12 @@ Status InferSchema(const std::vector<Row>& rows, const std::vector<std::string>&
   SF_RETURN_IF_ERROR(schema->Add(MakeField("image", "image")));
   (*column_of)["image"] = image_column;
   std::set<std::string> taken = {"image"};
+  // A column whose name is a field name already keeps it: a sanitised one ("a b" -> "a_b")
+  // yields, taking "a_b_2" (it took "a_b" when it came first, and the real a_b's values moved).
+  std::set<std::string> own;
+  for (const std::string& c : columns) {
+    if (c != image_column && SanitizeFieldName(c) == c) own.insert(c);
+  }
   for (const std::string& c : columns) {
     if (c == image_column) continue;
     ColumnType t;
@@ -633,8 +676,14 @@ Status InferSchema(const std::vector<Row>& rows, const std::vector<std::string>&
       continue;
     }
     std::string name = SanitizeFieldName(c);
-    for (int n = 2; taken.count(name); ++n) name = SanitizeFieldName(c) + "_" + std::to_string(n);
+    for (int n = 2; taken.count(name) || (name != c && own.count(name)); ++n) {
+      name = SanitizeFieldName(c) + "_" + std::to_string(n);
+    }
     taken.insert(name);
+    if (name != SanitizeFieldName(c)) {
+      notes->push_back("column '" + c + "' stored as field '" + name + "' ('" +
+                       SanitizeFieldName(c) + "' is another column's)");
+    }
     FieldSpec spec;
     // Class names; ids among them are refused row by row (ImportRows), as in CSV.
     if (name == "label" && (t.seen == Seen::kStr || (t.seen == Seen::kJson && ids_or_names))) {
@@ -715,8 +764,13 @@ std::string JsonSyntaxError(const std::string& text) {
         (near.find("NaN") != std::string::npos || near.find("Infinity") != std::string::npos)) {
       why +=
           " (NaN and Infinity are not JSON; Python's json.dump writes them unless "
-          "allow_nan=False: write null or a number)";
+          "allow_nan=False: write null, a number, or the text \"NaN\" for a float field)";
     }
+    return why;
+  } catch (const Json::exception& e) {  // out_of_range.406: a number past double's range (1e400)
+    std::string why = e.what();
+    const size_t tag = why.find("] ");
+    if (tag != std::string::npos) why.erase(0, tag + 2);
     return why;
   }
 }

@@ -244,6 +244,12 @@ class _Converter:
         if kind in ("float32", "float64"):
             if isinstance(v, (str, bytes)) or v is None:
                 raise _Bad("a %s field takes a number, not %r" % (kind, v))
+            if not isinstance(v, numbers.Number) and hasattr(v, "dtype"):
+                # A 0-d (or one-element) array or tensor of integers: checked as the int it
+                # holds (float() rounded 2**24 + 1 without a word).
+                arr, _ = _to_numpy(v)
+                if arr.size == 1 and arr.dtype.kind in "biu":
+                    v = int(arr.reshape(-1)[0])
             try:
                 x = float(v)
             except (TypeError, ValueError):
@@ -277,10 +283,14 @@ class _Converter:
             raise _Bad("a bytes field takes bytes, not %s" % type(v).__name__)
         if kind == "json":
             try:
-                return json.dumps(v, ensure_ascii=False, allow_nan=False,
-                                  default=_json_default).encode("utf-8")
+                text = json.dumps(v, ensure_ascii=False, allow_nan=False, default=_json_default)
             except (TypeError, ValueError) as e:
                 raise _Bad("not JSON-serializable (%s)" % e) from None
+            try:  # the importers' rule: integers no 64-bit integer holds, depth (one function)
+                _native.check_json_text(text)
+            except ValueError as e:
+                raise _Bad(str(e)) from None
+            return text.encode("utf-8")
         if kind == "boxes":
             return _array(v, np.dtype(np.float32), [-1, 4])
         if kind == "mask":

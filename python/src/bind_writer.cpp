@@ -244,6 +244,11 @@ void BindWriter(py::module_& m) {
         [](const std::string& json) { return Check(format::Schema::FromJson(json)).ToJson(); });
   // A column's name as a field name, as the JSONL and CSV importers make it (the parquet one).
   m.def("field_name", &converter::SanitizeFieldName, py::arg("column"));
+  // A json value's text as the importers take it (integers a 64-bit integer holds, nesting
+  // depth): ValueError saying why. The Writer's json fields go through it.
+  m.def("check_json_text", [](const std::string& text) {
+    if (Status s = converter::CheckJsonText(text); !s.ok()) throw py::value_error(s.message());
+  });
 }
 
 }  // namespace shardfeed_py

@@ -865,6 +865,18 @@ def test_class_names_file_and_the_extract_round_trip_keeps_class_names(tmp_path)
     (tmp_path / "i.csv").write_text("image,label\na.jpg,0\na.jpg,2\n")
     p = run("pack", tmp_path / "i.csv", tmp_path / "d", "--class-names", tmp_path / "n.txt")
     assert p.returncode == 1 and "i.csv:3" in p.stderr and "class id 2" in p.stderr, p.stderr
+    # An empty name: a JSON list may give it (an archive may have one: a COCO category ""),
+    # a blank line is taken for a mistake; more names than an archive may have is refused.
+    (tmp_path / "e.json").write_text('["", "x", "y"]')
+    run("pack", tmp_path / "i.csv", tmp_path / "ee", "--class-names", tmp_path / "e.json", "-q",
+        check=0)
+    assert manifest(tmp_path / "ee")["class_names"] == ["", "x", "y"]
+    (tmp_path / "blank.txt").write_text("a\n\nb\n")
+    p = run("pack", tmp_path / "i.csv", tmp_path / "d", "--class-names", tmp_path / "blank.txt")
+    assert p.returncode == 2 and "line 2 is empty" in p.stderr, p.stderr
+    (tmp_path / "many.txt").write_text("".join("c%d\n" % k for k in range(4194305)))
+    p = run("pack", tmp_path / "i.csv", tmp_path / "d", "--class-names", tmp_path / "many.txt")
+    assert p.returncode == 2 and "at most 4194304 classes" in p.stderr, p.stderr
     (tmp_path / "twice.json").write_text('["a", "b", "a"]')
     p = run("pack", tmp_path / "i.csv", tmp_path / "d", "--class-names", tmp_path / "twice.json")
     assert p.returncode == 2 and "'a' is given twice" in p.stderr, p.stderr
@@ -900,6 +912,34 @@ def test_class_names_file_and_the_extract_round_trip_keeps_class_names(tmp_path)
     run("pack", tmp_path / "s.jsonl", tmp_path / "n", "--class-names", tmp_path / "01.json", "-q",
         check=0)
     assert [s["label"] for s in samples(tmp_path / "n", tmp_path)] == [0, 1]
+
+
+def test_numbers_are_read_as_json_writes_them_and_kept_or_refused(tmp_path):
+    # Found by a stranger's test, each silently stored: 1e39 as inf in float32 (70000 in
+    # float16); CSV "0x1F" as 31.0 and "+4912345678" (a phone number) as an int; "a b" and a_b
+    # columns swapped their values; 1e400 failed with the JSON library's text and no line.
+    jpeg(tmp_path / "a.jpg")
+    (tmp_path / "s.json").write_text(json.dumps({"image": "image", "x": "float32",
+                                                 "h": "float16[*]"}))
+    for row, says in (({"x": 1e39, "h": [1]}, "1e+39 is outside float32's range"),
+                      ({"x": 1, "h": [70000]}, "70000 is outside float16's range")):
+        (tmp_path / "m.jsonl").write_text(json.dumps(dict(row, image="a.jpg")) + "\n")
+        p = run("pack", tmp_path / "m.jsonl", tmp_path / "o", "--schema", tmp_path / "s.json")
+        assert p.returncode == 1 and "m.jsonl:1" in p.stderr and says in p.stderr, p.stderr
+    (tmp_path / "c.csv").write_text("image,color,phone,lead,n\na.jpg,0x1F,+4912345678, 5,7\n")
+    run("pack", tmp_path / "c.csv", tmp_path / "c", "-q", check=0)
+    assert {k: v for k, v in fields(tmp_path / "c").items() if k != "path"} == {
+        "image": "image", "color": "str", "phone": "str", "lead": "str", "n": "int64"}
+    got = samples(tmp_path / "c", tmp_path)[0]
+    assert (got["color"], got["phone"], got["lead"], got["n"]) == ("0x1F", "+4912345678", " 5", 7)
+    (tmp_path / "d.jsonl").write_text(json.dumps({"image": "a.jpg", "a b": 1, "a_b": 2}) + "\n")
+    p = run("pack", tmp_path / "d.jsonl", tmp_path / "d", check=0)
+    assert "column 'a b' stored as field 'a_b_2'" in p.stderr, p.stderr
+    got = samples(tmp_path / "d", tmp_path)[0]
+    assert (got["a_b"], got["a_b_2"]) == (2, 1)
+    (tmp_path / "n.jsonl").write_text('{"image": "a.jpg", "x": 1}\n{"image": "a.jpg", "x": 1e400}\n')
+    p = run("pack", tmp_path / "n.jsonl", tmp_path / "n")
+    assert p.returncode == 1 and "n.jsonl:2" in p.stderr and "overflow" in p.stderr, p.stderr
 
 
 def test_inverted_boxes_are_refused_naming_the_sample_and_field(tmp_path):

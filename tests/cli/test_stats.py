@@ -498,3 +498,27 @@ def test_a_near_group_never_holds_an_exact_pair(tmp_path):
     s = json.loads(run("stats", tmp_path / "x.sf", "-q", "--json", "-").stdout)
     assert s["duplicates"] == [[0, 1]]
     assert s["near_duplicates"] == [[0, 2]], s["near_duplicates"]
+
+
+def test_damaged_field_values_are_an_error_and_the_same_file_twice_is_refused(tmp_path):
+    # A sample whose field values (not its image) were damaged since the pack: verify and the
+    # loader refuse it, stats counted it (errors: []). And --json F --html F ran the whole pass
+    # before saying F exists.
+    src = tmp_path / "src"
+    for k in range(3):
+        save(src / ("%d.jpg" % k), sc.photo(70 + k))
+    rows = "".join(json.dumps({"image": "%d.jpg" % k, "cap": "caption number %d" % k}) + "\n"
+                   for k in range(3))
+    (src / "m.jsonl").write_text(rows)
+    assert run("pack", src / "m.jsonl", tmp_path / "x.sf", "-q").returncode == 0
+    shard = next(p for p in (tmp_path / "x.sf").iterdir() if p.name.startswith("shard-"))
+    blob = bytearray(shard.read_bytes())
+    at = blob.find(b"caption number 1")
+    assert at > 0
+    blob[at:at + 7] = b"CAPTION"
+    shard.write_bytes(bytes(blob))
+    s = json.loads(run("stats", tmp_path / "x.sf", "-q", "--json", "-").stdout)
+    assert [e["index"] for e in s["errors"]] == [1] and "cap" in s["errors"][0]["reason"]
+    assert s["fields"]["cap"]["samples"] == 2 and s["decoded"] == 2
+    p = run("stats", tmp_path / "x.sf", "--json", tmp_path / "r", "--html", tmp_path / "r")
+    assert p.returncode == 2 and "same file" in p.stderr and not p.stdout

@@ -245,6 +245,12 @@ def test_real_world_columns_pack(tmp_path):
                           pa.decimal128(5, 2)),
         "poly": [[[1, 2, 3], [4]], []],
         "boxes": [[[1.0, 2.0, 5.0, 6.0]], []],
+        # pandas 2 writes ns (datetime cannot hold 123 ns), category columns as dictionaries,
+        # NaN as null; small decimals printed with an exponent (1E-30).
+        "ns": pa.array([1_700_000_000_000_000_123, 0], pa.timestamp("ns")),
+        "kind": pa.array(["cat", "dog"]).dictionary_encode(),
+        "tiny": pa.array([decimal.Decimal("1E-6"), decimal.Decimal("0")], pa.decimal128(10, 8)),
+        "w": pa.array([0.5, None], pa.float64()),
     })
     pq.write_table(t, tmp_path / "t.parquet")
     report = importer.pack_parquet(str(tmp_path / "t.parquet"), str(tmp_path / "a"))
@@ -252,13 +258,18 @@ def test_real_world_columns_pack(tmp_path):
     a = shardfeed.Archive(tmp_path / "a")
     assert a.schema == {
         "image": "image", "Unnamed__0": "int64", "caption_with_space": "str", "taken": "str",
-        "day": "str", "price": "str", "poly": "json", "boxes": "boxes"}
+        "day": "str", "price": "str", "poly": "json", "boxes": "boxes", "ns": "str",
+        "kind": "str", "tiny": "str", "w": "float64"}
     s0, s1 = a.sample(0), a.sample(1)
     assert (s0["Unnamed__0"], s0["caption_with_space"], s1["caption_with_space"]) == (0, "a", "b")
     assert (s0["taken"], s1["taken"]) == ("2024-01-02T03:04:05", "2024-01-02T03:04:06.000500")
     assert (s0["day"], s0["price"], s1["price"]) == ("2024-01-02", "1.25", "3.50")
     assert s0["poly"] == [[1, 2, 3], [4]] and s1["poly"] == []
     assert s0["boxes"].tolist() == [[1, 2, 5, 6]] and s1["boxes"].shape == (0, 4)
+    assert s0["ns"].startswith("2023-11-14") and s0["ns"].endswith("000000123"), s0["ns"]
+    assert (s0["kind"], s1["kind"]) == ("cat", "dog")
+    assert (s0["tiny"], s1["tiny"]) == ("0.00000100", "0.00000000")
+    assert s0["w"] == 0.5 and np.isnan(s1["w"])
     # --schema may name a field by the name its column becomes.
     schema = {"image": "image", "caption_with_space": "str", "poly": "json"}
     importer.pack_parquet(str(tmp_path / "t.parquet"), str(tmp_path / "b"), schema=schema)

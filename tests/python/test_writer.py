@@ -581,3 +581,23 @@ def test_class_names_count_only_the_labels_packed(tmp_path):
     a = shardfeed.Archive(tmp_path / "a")
     assert len(a) == 1 and a.class_names == ["0"]
     assert [s["sample"] for s in w.skipped] == [0]
+
+
+def test_integer_arrays_and_tensors_and_json_big_ints_are_checked_as_ints(tmp_path):
+    # A 0-d array or tensor of 2**24 + 1 went into a float32 field as 16777216.0 (only a Python
+    # int was checked); a json value's 2**64 + 1 was taken and came back rounded after extract.
+    import torch
+    schema = {"image": "image", "x": "float32", "j": "json"}
+    img = np.zeros((4, 4, 3), np.uint8)
+    for x, j, says in ((torch.tensor(2 ** 24 + 1), 0, "integer 16777217 is not exact"),
+                       (np.array(2 ** 24 + 1), 0, "integer 16777217 is not exact"),
+                       (np.array([2 ** 24 + 1]), 0, "integer 16777217 is not exact"),
+                       (1.5, {"id": 2 ** 64 + 1}, "does not fit 64 bits"),
+                       (1.5, [-2 ** 63 - 1], "does not fit 64 bits")):
+        with pytest.raises(ValueError, match="sample 0: field '.': .*" + says):
+            with shardfeed.Writer(tmp_path / "a", schema=schema) as w:
+                w.write({"image": img, "x": x, "j": j})
+    with shardfeed.Writer(tmp_path / "a", schema=schema) as w:
+        w.write({"image": img, "x": torch.tensor(2 ** 24), "j": {"id": 2 ** 64 - 1}})
+    got = shardfeed.Archive(tmp_path / "a").sample(0)
+    assert got["x"] == 2 ** 24 and got["j"] == {"id": 2 ** 64 - 1}

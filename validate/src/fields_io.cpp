@@ -251,7 +251,7 @@ struct Span {
 
 }  // namespace
 
-json FieldSummaries(const format::Archive& archive) {
+json FieldSummaries(const format::Archive& archive, const std::vector<bool>& left_out) {
   const format::Schema& schema = archive.schema();
   json out = json::object();
   for (size_t f = 0; f < schema.size(); ++f) {
@@ -265,7 +265,8 @@ json FieldSummaries(const format::Archive& archive) {
     Span rows, values, bytes;
     uint64_t samples = 0, errors = 0;
     for (uint64_t i = 0; i < archive.size(); ++i) {
-      auto view = archive.Field(i, f);
+      if (i < left_out.size() && left_out[i]) continue;
+      auto view = archive.Field(i, f, /*verify=*/true);
       if (!view.ok()) {
         ++errors;
         continue;

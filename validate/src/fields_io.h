@@ -40,8 +40,11 @@ Result<nlohmann::json> FieldJson(const format::Archive& archive, uint64_t i, siz
 // What every field other than the image and the class field spans over the archive: per field
 // {"type", "samples" (readable), "rows" {min, max, mean} of the first dim (boxes, per-box and
 // variable arrays), "values" {min, max, mean} of the elements (numeric fields, boxes),
-// "bytes" {min, max, mean} (str, bytes, json, masks as stored), "errors" (unreadable)}.
-nlohmann::json FieldSummaries(const format::Archive& archive);
+// "bytes" {min, max, mean} (str, bytes, json, masks as stored), "errors" (unreadable or
+// failing their checksum)}. Samples whose `left_out` entry is true (stats' errors) are not
+// counted at all.
+nlohmann::json FieldSummaries(const format::Archive& archive,
+                              const std::vector<bool>& left_out = {});
 
 // Boxes (and a mask) of sample `i` turned upright with its image (EXIF orientation of JPEG
 // records): what inspect --grid draws over the decoded image. Empty when the schema has none.

@@ -47,7 +47,7 @@ Status MeasureSample(const format::Archive& archive, uint64_t i, const StatsOpti
                      PixelScratch* pixels, PixelSums* sums, SampleStat* s) {
   // The record's checksum first, as the loader does by default: a damaged record's pixels
   // were averaged (and saved with --save) without a word.
-  SF_RETURN_IF_ERROR(archive.VerifyRecord(i, /*fields=*/false));
+  SF_RETURN_IF_ERROR(archive.VerifyRecord(i, /*fields=*/true));  // its field values' too
   SF_ASSIGN_OR_RETURN(const format::RecordView r, archive.At(i));
   const format::IndexEntry& e = *r.entry;
   s->label = e.label;
@@ -466,7 +466,9 @@ Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
   }
   r.errors = std::move(m.errors);
   Summarize(archive, m.samples, o, &r);
-  r.fields_json = FieldSummaries(archive).dump();
+  std::vector<bool> left_out(m.samples.size());
+  for (size_t i = 0; i < left_out.size(); ++i) left_out[i] = !m.samples[i].ok;
+  r.fields_json = FieldSummaries(archive, left_out).dump();
   if (const int p = archive.schema().Find("path");
       p >= 0 && archive.schema().fields()[p].kind == format::FieldKind::kStr) {
     r.paths.resize(archive.size());

@@ -191,13 +191,29 @@ def _temporal(t, pa):
 
 
 def _text(v):
-    """A temporal or decimal value as str: ISO 8601 for dates and times, else str()."""
+    """A temporal or decimal value as str: ISO 8601 for dates and times, a decimal's digits
+    (never an exponent: 0.000001, not 1E-6), else str()."""
+    import decimal
     if v is None:
         return None
+    if isinstance(v, decimal.Decimal):
+        return format(v, "f")
     return v.isoformat() if hasattr(v, "isoformat") else str(v)
 
 
+def _texts(column):
+    """A temporal or decimal column's values as str (_text). Nanosecond timestamps that Python's
+    datetime cannot hold (pandas 2 writes them) are cast by Arrow instead."""
+    pa = _pyarrow()
+    try:
+        return [_text(v) for v in column.to_pylist()]
+    except (ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return column.cast(pa.string()).to_pylist()
+
+
 def field_type(t, pa):
+    if pa.types.is_dictionary(t):  # pandas' category columns: their values' type
+        return field_type(t.value_type, pa)
     if _temporal(t, pa):
         return "str"
     if pa.types.is_boolean(t) or pa.types.is_integer(t):
@@ -225,12 +241,15 @@ def field_names(source, image_col):
     where two columns would share one. The image column keeps no field of its name (the image
     field is `image`): a non-image column called `image` is `image_column`."""
     out, taken = {}, {"image"}
+    # A column whose name is a field name keeps it; a sanitised one yields (as JSONL and CSV).
+    own = {n for n in source.schema.names
+           if n != image_col and n != "image" and _native.field_name(n) == n}
     for n in source.schema.names:
         if n == image_col:
             continue
         base = "image_column" if n == "image" else _native.field_name(n)
         name, k = base, 2
-        while name in taken:
+        while name in taken or (name != n and name in own):
             name, k = "%s_%d" % (base, k), k + 1
         taken.add(name)
         out[n] = name
@@ -288,10 +307,15 @@ def rows(source, schema, image_col, image_field):
     columns = _columns_of(schema, image_field, image_col, source)
     pa = _pyarrow()
     texts = {c for c in columns.values() if _temporal(source.schema.field(c).type, pa)}
+    # A null in a float field is NaN, as the JSONL and CSV importers keep it (pandas' NaN).
+    floats = {c for name, c in columns.items()
+              if (schema[name].get("type") if isinstance(schema[name], dict) else schema[name])
+              in ("float32", "float64")}
     for batch in source.batches():
-        data = {c: batch.column(c).to_pylist() for c in set(columns.values()) | {image_col}}
-        for c in texts:  # datetime, Decimal...: str, as the schema has them
-            data[c] = [_text(v) for v in data[c]]
+        data = {c: (_texts(batch.column(c)) if c in texts else batch.column(c).to_pylist())
+                for c in set(columns.values()) | {image_col}}
+        for c in floats:
+            data[c] = [float("nan") if v is None else v for v in data[c]]
         for r in range(batch.num_rows):
             sample = {name: data[col][r] for name, col in columns.items()}
             sample[image_field] = _image_value(data[image_col][r], source.root)
