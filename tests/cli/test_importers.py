@@ -942,6 +942,27 @@ def test_numbers_are_read_as_json_writes_them_and_kept_or_refused(tmp_path):
     assert p.returncode == 1 and "n.jsonl:2" in p.stderr and "overflow" in p.stderr, p.stderr
 
 
+def test_extract_keeps_the_labels_of_images_outside_their_class_folders(tmp_path):
+    # A CSV (or list) pack of image and label only: extract wrote the images at their source
+    # paths and nothing else, so the labels were lost. samples.jsonl now carries them.
+    jpeg(tmp_path / "imgs" / "0.jpg")
+    jpeg(tmp_path / "imgs" / "1.jpg", color=(0, 0, 200))
+    (tmp_path / "c.csv").write_text("image,label\nimgs/0.jpg,dog\nimgs/1.jpg,cat\n")
+    run("pack", tmp_path / "c.csv", tmp_path / "a", "-q", check=0)
+    run("extract", tmp_path / "a", tmp_path / "x", "-q", check=0)
+    x = tmp_path / "x"
+    rows = [json.loads(r) for r in (x / "samples.jsonl").read_text().splitlines()]
+    assert [(r["image"], r["label"]) for r in rows] == [("imgs/0.jpg", 1), ("imgs/1.jpg", 0)]
+    run("pack", x / "samples.jsonl", tmp_path / "b", "--schema", x / "schema.json",
+        "--class-names", x / "class_names.json", "-q", check=0)
+    assert manifest(tmp_path / "b")["class_names"] == ["cat", "dog"]
+    assert [s["label"] for s in samples(tmp_path / "b", tmp_path)] == [1, 0]
+    # A folder pack keeps its class folders, and no samples.jsonl (nothing to carry).
+    run("pack", GOOD, tmp_path / "f", "-q", check=0)
+    run("extract", tmp_path / "f", tmp_path / "y", "-q", check=0)
+    assert not (tmp_path / "y" / "samples.jsonl").exists()
+
+
 def test_inverted_boxes_are_refused_naming_the_sample_and_field(tmp_path):
     # The hostile review of issue 21: a box with x1 < x0 (COCO: a negative width) was stored and
     # later dropped silently by the loader's geometry. Refused at pack time, naming where.

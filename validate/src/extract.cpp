@@ -245,6 +245,23 @@ std::string SourceName(const format::Archive& archive, uint64_t i, const std::st
   return rel;
 }
 
+// Whether a sample of a class field's archive has a source path outside its class's folder
+// (a list, JSONL or CSV pack: imgs/0.png): its image alone, at that path, would lose its label
+// (a folder pack's paths are <class>/<file>, which a re-pack reads the labels from).
+bool LabelsOutsideClassFolders(const format::Archive& archive, int path_field) {
+  const auto& classes = archive.manifest().class_names;
+  if (archive.schema().label_field() < 0 || path_field < 0 || classes.empty()) return false;
+  for (uint64_t i = 0; i < archive.size(); ++i) {
+    auto r = archive.At(i);
+    if (!r.ok()) continue;  // the record's own check reports it
+    const std::string rel = SourceName(archive, i, "", path_field);
+    const size_t label = static_cast<size_t>(r->entry->label);
+    const std::string folder = label < classes.size() ? SafeComponent(classes[label]) : "";
+    if (rel.empty() || rel.rfind(folder + "/", 0) != 0) return true;
+  }
+  return false;
+}
+
 // Every sample's image name, relative to DIR, decided before anything is written: first each
 // source name in sample order (a name taken already, or below a file taken already, is left
 // out); then the rest in the class layout, <class>/<index><ext>, with -1, -2... added where a
@@ -404,7 +421,8 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
   // Fields other than image, label and path go to DIR/samples.jsonl (one line per sample, the
   // image's path relative to DIR) beside DIR/schema.json, so `pack DIR/samples.jsonl --schema
   // DIR/schema.json` packs them again. Masks are written as PNG files, DIR/masks/<field>/.
-  bool jsonl = false;
+  // So do the labels of images whose paths are not in their class's folder.
+  bool jsonl = LabelsOutsideClassFolders(archive, path_field);
   for (size_t f = 0; f < schema.size(); ++f) {
     const int fi = static_cast<int>(f);
     jsonl |= fi != schema.image_field() && fi != schema.label_field() && fi != path_field;
