@@ -5,6 +5,7 @@
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -120,7 +121,10 @@ int CmdStats(int argc, char** argv) {
     fail_on = *f;
   }
   if (Status s = validate::ValidateStatsOptions(o); !s.ok()) return Error(s);
-  if (!json_out.empty() && json_out != "-" && json_out == html_out) {
+  std::error_code ec;
+  if (!json_out.empty() && json_out != "-" && !html_out.empty() &&
+      std::filesystem::weakly_canonical(json_out, ec) ==
+          std::filesystem::weakly_canonical(html_out, ec)) {
     return Error(Status::InvalidArgument("--json and --html name the same file, ", json_out));
   }
   for (const std::string* out : {&json_out, &html_out}) {  // before the pass, not after it

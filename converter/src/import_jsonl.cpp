@@ -37,10 +37,17 @@ format::FieldSpec MakeField(const std::string& name, const std::string& type) {
 
 std::string SanitizeFieldName(const std::string& text) {
   std::string name;
+  int continuation = 0;  // bytes left of a UTF-8 character whose lead byte was seen
   for (char c : text) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    // One '_' per character: a UTF-8 character's continuation bytes add none ("naïve": na_ve);
+    // a byte of another encoding (Latin-1 "°") is a character of its own.
+    if ((u & 0xC0) == 0x80 && continuation > 0) {
+      --continuation;
+      continue;
+    }
+    continuation = (u & 0xE0) == 0xC0 ? 1 : (u & 0xF0) == 0xE0 ? 2 : (u & 0xF8) == 0xF0 ? 3 : 0;
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-    // One '_' per character: a UTF-8 character's continuation bytes add none ("naïve": na_ve).
-    if ((static_cast<unsigned char>(c) & 0xC0) == 0x80) continue;
     name += ok ? c : '_';
   }
   if (name.empty() || (name[0] >= '0' && name[0] <= '9')) name = "_" + name;
@@ -71,25 +78,35 @@ bool Float32Keeps(double d) {
   return std::strtod(text, nullptr) == d;
 }
 
-// Text shaped as a JSON number: an optional '-', then digits, '.', and an exponent ("e+5").
-// strtod and strtoll also take " 5", "+5", "0x1F" and "0x1p3": a phone number "+4912345678"
-// became an int, hex text a float.
+// Text that is a JSON number, -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?: what inference takes
+// for a number. strtod and strtoll also take " 5", "+5", ".5", "0x1F": a phone number
+// "+4912345678" became an int, hex text a float. (A field --schema declares numeric still
+// reads those: the user said it is a number.)
 bool NumberText(const std::string& s) {
-  if (s.empty() || !(s[0] == '-' || std::isdigit(static_cast<unsigned char>(s[0])))) return false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    const bool sign_of_exponent =
-        (c == '+' || c == '-') && i > 0 && (s[i - 1] == 'e' || s[i - 1] == 'E');
-    if (!std::isdigit(static_cast<unsigned char>(c)) && c != '.' && c != 'e' && c != 'E' &&
-        !sign_of_exponent && !(c == '-' && i == 0)) {
-      return false;
-    }
+  size_t i = 0;
+  auto digits = [&] {
+    const size_t from = i;
+    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+    return i > from;
+  };
+  if (i < s.size() && s[i] == '-') ++i;
+  if (i < s.size() && s[i] == '0') {
+    ++i;
+  } else if (!digits()) {
+    return false;
   }
-  return true;
+  if (i < s.size() && s[i] == '.' && !(++i, digits())) return false;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    if (!digits()) return false;
+  }
+  return i == s.size();
 }
 
-bool ParseInt(const std::string& s, int64_t* v) {
-  if (!NumberText(s)) return false;
+// `strict`: only NumberText (inference); else what strtoll reads, whole (a declared field).
+bool ParseInt(const std::string& s, int64_t* v, bool strict = true) {
+  if (s.empty() || (strict && !NumberText(s))) return false;
   char* end = nullptr;
   errno = 0;
   long long x = std::strtoll(s.c_str(), &end, 10);
@@ -107,8 +124,11 @@ bool ParseBool(const std::string& s, int64_t* v) {
   return false;
 }
 
-bool ParseDouble(const std::string& s, double* v) {
-  if (!NumberText(s)) return false;
+bool ParseDouble(const std::string& s, double* v, bool strict = true) {
+  if (strict ? !NumberText(s) : (s.empty() || std::isspace(static_cast<unsigned char>(s[0])))) {
+    return false;
+  }
+  if (!strict && s.find_first_of("xX") != std::string::npos) return false;  // no hex floats
   char* end = nullptr;
   errno = 0;
   double x = std::strtod(s.c_str(), &end);
@@ -171,10 +191,14 @@ Status ExactAs(const Json& v, const char* type) {
 // A finite number float32 stores as inf (1e39) is refused, as the Writer refuses it: NaN and
 // infinities given stay what they are.
 Status InFloat32(double d) {
-  if (!std::isfinite(d) || std::fabs(d) <= FLT_MAX) return Status::OK();
+  // Below FLT_MAX + half its last place a double rounds to FLT_MAX (3.4028235e+38 is float32's
+  // largest as numpy prints it); from there on to infinity.
+  if (!std::isfinite(d) || std::fabs(d) < double(FLT_MAX) + std::ldexp(1.0, 103)) {
+    return Status::OK();
+  }
   char text[32];
-  std::snprintf(text, sizeof(text), "%g", d);
-  return Status::InvalidArgument(text, " is outside float32's range (largest 3.40282e+38)");
+  std::snprintf(text, sizeof(text), "%.9g", d);
+  return Status::InvalidArgument(text, " is outside float32's range (largest 3.40282347e+38)");
 }
 
 // A cell holding a JSON list or object (Json::accept does not recurse, however deep).
@@ -498,12 +522,12 @@ Status ValueOf(const FieldSpec& spec, const Json& v, bool text, OwnedValue* out)
       case FieldKind::kFloat64: {
         int64_t i;
         double d;
-        if (ParseInt(s, &i) || ParseBool(s, &i)) return ValueOf(spec, Json(i), false, out);
+        if (ParseInt(s, &i, false) || ParseBool(s, &i)) return ValueOf(spec, Json(i), false, out);
         if (IntegerText(s)) {  // beyond int64: as a double it would be rounded
           return Status::InvalidArgument("integer ", s,
                                          " does not fit int64 (nor float64 exactly)");
         }
-        if (ParseDouble(s, &d)) return ValueOf(spec, Json(d), false, out);
+        if (ParseDouble(s, &d, false)) return ValueOf(spec, Json(d), false, out);
         if (spec.kind != FieldKind::kInt64 && NonFiniteText(v, &d))
           return ValueOf(spec, v, false, out);
         return Status::InvalidArgument("'", s, "' is not a number");

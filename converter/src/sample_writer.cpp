@@ -220,7 +220,7 @@ void EditBoxes(const format::Schema& schema, Sample* s, Edit edit) {
     OwnedValue& v = s->values[f];
     if (schema.fields()[f].kind != format::FieldKind::kBoxes || !v.present || v.ndim != 2) continue;
     const size_t n = v.dims[0];
-    if (v.bytes.size() != n * 4 * sizeof(float)) continue;
+    if (n == 0 || v.bytes.size() != n * 4 * sizeof(float)) continue;  // none: no null memcpy
     b.resize(n * 4);
     std::memcpy(b.data(), v.bytes.data(), v.bytes.size());
     edit(b.data(), n);

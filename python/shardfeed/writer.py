@@ -282,15 +282,16 @@ class _Converter:
                 return v.tobytes()
             raise _Bad("a bytes field takes bytes, not %s" % type(v).__name__)
         if kind == "json":
-            try:
-                text = json.dumps(v, ensure_ascii=False, allow_nan=False, default=_json_default)
+            try:  # UTF-8 first: a lone surrogate is a ValueError here (a bad value, skippable)
+                text = json.dumps(v, ensure_ascii=False, allow_nan=False,
+                                  default=_json_default).encode("utf-8")
             except (TypeError, ValueError) as e:
                 raise _Bad("not JSON-serializable (%s)" % e) from None
             try:  # the importers' rule: integers no 64-bit integer holds, depth (one function)
                 _native.check_json_text(text)
             except ValueError as e:
                 raise _Bad(str(e)) from None
-            return text.encode("utf-8")
+            return text
         if kind == "boxes":
             return _array(v, np.dtype(np.float32), [-1, 4])
         if kind == "mask":

@@ -246,7 +246,8 @@ void BindWriter(py::module_& m) {
   m.def("field_name", &converter::SanitizeFieldName, py::arg("column"));
   // A json value's text as the importers take it (integers a 64-bit integer holds, nesting
   // depth): ValueError saying why. The Writer's json fields go through it.
-  m.def("check_json_text", [](const std::string& text) {
+  m.def("check_json_text", [](const py::bytes& utf8) {
+    const std::string text = utf8;
     if (Status s = converter::CheckJsonText(text); !s.ok()) throw py::value_error(s.message());
   });
 }

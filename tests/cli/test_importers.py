@@ -937,6 +937,18 @@ def test_numbers_are_read_as_json_writes_them_and_kept_or_refused(tmp_path):
     assert "column 'a b' stored as field 'a_b_2'" in p.stderr, p.stderr
     got = samples(tmp_path / "d", tmp_path)[0]
     assert (got["a_b"], got["a_b_2"]) == (2, 1)
+    # A field --schema declares numeric still reads "+5", ".5" and " 5" (review: they were
+    # refused, "+5" as "does not fit int64"); float32's largest as numpy prints it is kept.
+    (tmp_path / "k.csv").write_text("image,i,f\na.jpg,+5,.5\na.jpg, 6,3.4028235e+38\n")
+    (tmp_path / "k.json").write_text(json.dumps({"image": "image", "i": "int64", "f": "float32"}))
+    run("pack", tmp_path / "k.csv", tmp_path / "k", "--schema", tmp_path / "k.json", "-q",
+        check=0)
+    got = samples(tmp_path / "k", tmp_path)
+    assert [(s["i"], s["f"]) for s in got] == [(5, 0.5), (6, 3.4028234663852886e+38)], got
+    # A header byte of another encoding (Latin-1 "\xb0") is a character: temp_C, not tempC.
+    (tmp_path / "l.csv").write_bytes(b"image,temp\xb0C,na\xc3\xafve\na.jpg,1,2\n")
+    run("pack", tmp_path / "l.csv", tmp_path / "l", "-q", check=0)
+    assert {"temp_C", "na_ve"} <= set(fields(tmp_path / "l")), fields(tmp_path / "l")
     (tmp_path / "n.jsonl").write_text('{"image": "a.jpg", "x": 1}\n{"image": "a.jpg", "x": 1e400}\n')
     p = run("pack", tmp_path / "n.jsonl", tmp_path / "n")
     assert p.returncode == 1 and "n.jsonl:2" in p.stderr and "overflow" in p.stderr, p.stderr
@@ -957,6 +969,17 @@ def test_extract_keeps_the_labels_of_images_outside_their_class_folders(tmp_path
         "--class-names", x / "class_names.json", "-q", check=0)
     assert manifest(tmp_path / "b")["class_names"] == ["cat", "dog"]
     assert [s["label"] for s in samples(tmp_path / "b", tmp_path)] == [1, 0]
+    # Class names a folder re-pack would renumber (an order given by --class-names, a class
+    # without samples): samples.jsonl and class_names.json too, though every image sits in
+    # its class's folder (review).
+    jpeg(tmp_path / "cat" / "1.jpg")
+    jpeg(tmp_path / "dog" / "2.jpg")
+    (tmp_path / "o.csv").write_text("image,label\ncat/1.jpg,cat\ndog/2.jpg,dog\n")
+    (tmp_path / "o.json").write_text('["dog", "cat", "bird"]')
+    run("pack", tmp_path / "o.csv", tmp_path / "o", "--class-names", tmp_path / "o.json", "-q",
+        check=0)
+    run("extract", tmp_path / "o", tmp_path / "z", "-q", check=0)
+    assert json.loads((tmp_path / "z" / "class_names.json").read_text()) == ["dog", "cat", "bird"]
     # A folder pack keeps its class folders, and no samples.jsonl (nothing to carry).
     run("pack", GOOD, tmp_path / "f", "-q", check=0)
     run("extract", tmp_path / "f", tmp_path / "y", "-q", check=0)

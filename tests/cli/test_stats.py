@@ -522,3 +522,10 @@ def test_damaged_field_values_are_an_error_and_the_same_file_twice_is_refused(tm
     assert s["fields"]["cap"]["samples"] == 2 and s["decoded"] == 2
     p = run("stats", tmp_path / "x.sf", "--json", tmp_path / "r", "--html", tmp_path / "r")
     assert p.returncode == 2 and "same file" in p.stderr and not p.stdout
+
+
+def test_the_same_report_file_by_two_spellings_is_refused_before_the_pass(corpus, tmp_path):
+    p = run("stats", corpus / "train.sf", "--json", tmp_path / "r", "--html",
+            str(tmp_path) + "/./r")
+    assert p.returncode == 2 and "same file" in p.stderr and not p.stdout
+    assert not (tmp_path / "r").exists()

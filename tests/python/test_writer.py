@@ -601,3 +601,13 @@ def test_integer_arrays_and_tensors_and_json_big_ints_are_checked_as_ints(tmp_pa
         w.write({"image": img, "x": torch.tensor(2 ** 24), "j": {"id": 2 ** 64 - 1}})
     got = shardfeed.Archive(tmp_path / "a").sample(0)
     assert got["x"] == 2 ** 24 and got["j"] == {"id": 2 ** 64 - 1}
+
+
+def test_a_json_value_that_is_not_utf8_is_a_bad_sample(tmp_path):
+    # A lone surrogate in a json value raised pybind's TypeError, past skip_bad (review).
+    img = np.zeros((4, 4, 3), np.uint8)
+    with shardfeed.Writer(tmp_path / "a", schema={"image": "image", "j": "json"},
+                          skip_bad=True) as w:
+        w.write({"image": img, "j": {"a": "\ud800"}})
+        w.write({"image": img, "j": {"a": "ok"}})
+    assert len(shardfeed.Archive(tmp_path / "a")) == 1 and w.skipped[0]["sample"] == 0

@@ -250,7 +250,18 @@ std::string SourceName(const format::Archive& archive, uint64_t i, const std::st
 // (a folder pack's paths are <class>/<file>, which a re-pack reads the labels from).
 bool LabelsOutsideClassFolders(const format::Archive& archive, int path_field) {
   const auto& classes = archive.manifest().class_names;
-  if (archive.schema().label_field() < 0 || path_field < 0 || classes.empty()) return false;
+  if (archive.schema().label_field() < 0 || classes.empty()) return false;
+  // A folder re-pack numbers its folders in sorted order, each with a sample: other class names
+  // (an order of --class-names, a class without samples, a name no folder can have) would be
+  // renumbered.
+  const auto& counts = archive.manifest().class_counts;
+  for (size_t c = 0; c < classes.size(); ++c) {
+    if (SafeComponent(classes[c]) != classes[c] || (c > 0 && !(classes[c - 1] < classes[c])) ||
+        (c < counts.size() && counts[c] == 0)) {
+      return true;
+    }
+  }
+  if (path_field < 0) return false;
   for (uint64_t i = 0; i < archive.size(); ++i) {
     auto r = archive.At(i);
     if (!r.ok()) continue;  // the record's own check reports it

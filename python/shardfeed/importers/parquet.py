@@ -190,25 +190,21 @@ def _temporal(t, pa):
     return (pa.types.is_temporal(t) or pa.types.is_decimal(t))
 
 
-def _text(v):
-    """A temporal or decimal value as str: ISO 8601 for dates and times, a decimal's digits
-    (never an exponent: 0.000001, not 1E-6), else str()."""
-    import decimal
-    if v is None:
-        return None
-    if isinstance(v, decimal.Decimal):
-        return format(v, "f")
-    return v.isoformat() if hasattr(v, "isoformat") else str(v)
-
-
 def _texts(column):
-    """A temporal or decimal column's values as str (_text). Nanosecond timestamps that Python's
-    datetime cannot hold (pandas 2 writes them) are cast by Arrow instead."""
+    """A temporal or decimal column as str, the same way for every batch and value, by Arrow's
+    own cast: dates 2024-01-02, timestamps ISO 8601 (2024-01-02T03:04:05.000500, its unit's
+    digits, Z for UTC), decimals in full (0.00000100), durations as a count with their unit
+    (1000000123ns). Python's datetime cannot hold nanoseconds, and printed every batch its own way."""
     pa = _pyarrow()
-    try:
-        return [_text(v) for v in column.to_pylist()]
-    except (ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return column.cast(pa.string()).to_pylist()
+    t = column.type
+    if pa.types.is_decimal(t):  # Arrow writes 0 as 0E-8: Python's "f" format never
+        return [None if v is None else format(v, "f") for v in column.to_pylist()]
+    text = column.cast(pa.string()).to_pylist()
+    if pa.types.is_timestamp(t):
+        return [None if v is None else v.replace(" ", "T", 1) for v in text]
+    if pa.types.is_duration(t):
+        return [None if v is None else v + t.unit for v in text]
+    return text
 
 
 def field_type(t, pa):
