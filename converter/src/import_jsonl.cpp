@@ -223,6 +223,9 @@ ColumnType TypeOf(const Json& v, bool text_cell) {
       return {Seen::kStr};
     }
     if (ParseInt(s, &i) || ParseBool(s, &i)) return {Seen::kInt};
+    // A whole number no int64 holds (a 20-digit id): text, kept exactly (as int64 every row
+    // failed the pack, as a float it would be rounded).
+    if (NumberText(s) && IntegerText(s)) return {Seen::kStr};
     if (ParseDouble(s, &d)) return {Seen::kFloat};
     if (IsJsonText(s)) return TypeOf(Json::parse(s), false);
     return {Seen::kStr};
@@ -484,6 +487,25 @@ bool DecodeBase64(const std::string& in, std::string* out) {
   return true;
 }
 
+// A CSV cell's text as the JSON number a numeric field (int64, float32, float64) takes: what
+// strtoll/strtod read (a declared field's "+5", ".5" too), booleans as 1/0, "-0" signed, and
+// for a float field "NaN"/"Infinity" texts; a whole number beyond int64 is refused (as a
+// double it would be rounded).
+Result<Json> NumberOfText(const FieldSpec& spec, const std::string& s) {
+  int64_t i;
+  double d;
+  if (ParseInt(s, &i, false) || ParseBool(s, &i)) {
+    if (i == 0 && s[0] == '-' && spec.kind != FieldKind::kInt64) return Json(-0.0);
+    return Json(i);
+  }
+  if (IntegerText(s)) {
+    return Status::InvalidArgument("integer ", s, " does not fit int64 (nor float64 exactly)");
+  }
+  if (ParseDouble(s, &d, false)) return Json(d);
+  if (spec.kind != FieldKind::kInt64 && NonFiniteText(Json(s), &d)) return Json(s);
+  return Status::InvalidArgument("'", s, "' is not a number");
+}
+
 // The value of field `spec` in a row: `v` (a JSON value, or with `text` a CSV cell's string).
 // A null (JSON null, an empty CSV cell of a non-text field: pandas' NaN either way) is a value
 // where the type has one: NaN for float32/float64 (as pandas reads it back), null for json.
@@ -520,17 +542,8 @@ Status ValueOf(const FieldSpec& spec, const Json& v, bool text, OwnedValue* out)
       case FieldKind::kInt64:
       case FieldKind::kFloat32:
       case FieldKind::kFloat64: {
-        int64_t i;
-        double d;
-        if (ParseInt(s, &i, false) || ParseBool(s, &i)) return ValueOf(spec, Json(i), false, out);
-        if (IntegerText(s)) {  // beyond int64: as a double it would be rounded
-          return Status::InvalidArgument("integer ", s,
-                                         " does not fit int64 (nor float64 exactly)");
-        }
-        if (ParseDouble(s, &d, false)) return ValueOf(spec, Json(d), false, out);
-        if (spec.kind != FieldKind::kInt64 && NonFiniteText(v, &d))
-          return ValueOf(spec, v, false, out);
-        return Status::InvalidArgument("'", s, "' is not a number");
+        SF_ASSIGN_OR_RETURN(const Json number, NumberOfText(spec, s));
+        return ValueOf(spec, number, false, out);
       }
       default:
         if (!Json::accept(s)) return Status::InvalidArgument("'", s, "' is not a JSON list");
