@@ -81,13 +81,7 @@ py::object Verify(const std::string& path, bool decode, const py::dict& options,
   o.decode = decode;
   // workers, max_pixels through the one table the CLI reads: a range or type it refuses is
   // refused here too (workers=5000 was taken).
-  const auto& table = validate::VerifyOptionTable();
-  for (const auto& item : options) {
-    const std::string name = py::str(item.first);
-    const auto* option = table.Find(name);
-    if (!option) Raise(table.Unknown(name));
-    Check(option->set(&o, OptionText(item.second)));
-  }
+  SetOptions(validate::VerifyOptionTable(), options, &o);
   Result<validate::VerifyReport> report = Status::Internal("unset");
   {
     py::gil_scoped_release release;
@@ -118,13 +112,7 @@ py::object Stats(const std::string& path, const std::vector<std::string>& agains
   const storage::CacheOptions cache = CacheFrom(cache_dir, cache_limit);
   // Keyword options through the one table the CLI reads (validate::StatsOptionTable).
   validate::StatsOptions o;
-  const auto& table = validate::StatsOptionTable();
-  for (const auto& item : options) {
-    const std::string name = py::str(item.first);
-    const auto* option = table.Find(name);
-    if (!option) Raise(table.Unknown(name));
-    Check(option->set(&o, OptionText(item.second)));
-  }
+  SetOptions(validate::StatsOptionTable(), options, &o);
   Check(validate::ValidateStatsOptions(o));
   auto archive = OpenFull(path, cache);
   std::vector<validate::OtherArchive> others;

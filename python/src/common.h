@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "shardfeed/base/option_table.h"
 #include "shardfeed/base/status.h"
 #include "shardfeed/storage/remote.h"
 
@@ -66,6 +67,18 @@ py::array_t<T> View(T* data, std::vector<ssize_t> shape, std::shared_ptr<void> o
 // Python spells it, so a refusal quotes what the caller wrote; timeout takes it),
 // torch dtypes and devices by name.
 std::string OptionText(const py::handle& v);
+
+// Each of `options` set on `*o` through `table`, the one the CLI reads: an unknown name is
+// raised naming the closest, a value the table refuses with its message (Raise/Check).
+template <typename T>
+void SetOptions(const shardfeed::OptionTable<T>& table, const py::dict& options, T* o) {
+  for (const auto& item : options) {
+    const std::string name = py::str(item.first);
+    const auto* option = table.Find(name);
+    if (!option) Raise(table.Unknown(name));
+    Check(option->set(o, OptionText(item.second)));
+  }
+}
 
 void BindArchive(py::module_& m);  // bind_archive.cpp: shardfeed._native.Archive
 // The archive a shardfeed._native.Archive holds (bind_archive.cpp).

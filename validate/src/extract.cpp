@@ -333,6 +333,13 @@ std::string UserSchema(const format::Schema& schema) {
   return out.dump(2) + "\n";
 }
 
+// What WriteNewFile and CheckNewFile say of a path that is there already.
+Status Exists(const std::string& path) {
+  return Status::InvalidArgument(path,
+                                 ": exists; shardfeed writes only new files here "
+                                 "(remove it or choose another name)");
+}
+
 // DIR/class_names.json, for `pack --class-names`: samples.jsonl holds class ids, and without
 // the names a re-pack named its classes "0".."max" (COCO's categories were lost). None when the
 // archive has no class names.
@@ -349,11 +356,7 @@ Status WriteClassNames(const format::Archive& archive, const std::string& dir) {
 
 Status WriteNewFile(const std::string& path, const uint8_t* data, size_t size) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0 && errno == EEXIST) {
-    return Status::InvalidArgument(path,
-                                   ": exists; shardfeed writes only new files here "
-                                   "(remove it or choose another name)");
-  }
+  if (fd < 0 && errno == EEXIST) return Exists(path);
   if (fd < 0) return Status::IOError(path, ": ", std::strerror(errno));
   if (const int err = WriteAll(fd, data, size); err != 0) {
     ::close(fd);
@@ -365,11 +368,7 @@ Status WriteNewFile(const std::string& path, const uint8_t* data, size_t size) {
 
 Status CheckNewFile(const std::string& path) {
   struct stat st {};
-  if (::lstat(path.c_str(), &st) == 0) {
-    return Status::InvalidArgument(path,
-                                   ": exists; shardfeed writes only new files here "
-                                   "(remove it or choose another name)");
-  }
+  if (::lstat(path.c_str(), &st) == 0) return Exists(path);
   std::string folder = fs::path(path).parent_path().string();
   if (folder.empty()) folder = ".";
   if (::stat(folder.c_str(), &st) != 0) {
