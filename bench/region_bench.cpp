@@ -12,6 +12,8 @@
 // the rounds; within a round the cases take turns image by image) and each one's ratio to the
 // full-decode loop. --also adds the crop cases for another packing of the same files (e.g. an
 // indexed archive made with another restart interval), named center_also1, random_also1, ...
+// The *_libjpeg_entropy cases are the same crops with libjpeg-turbo's own Huffman decoder in
+// place of shardfeed's (imaging/src/jpeg_huffman.h): the before and after of that decoder.
 #include <time.h>
 #include <turbojpeg.h>
 
@@ -23,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "jpeg_huffman.h"  // imaging/src: which entropy decoder a case uses
 #include "shardfeed/format/archive.h"
 #include "shardfeed/reader/transform.h"
 
@@ -87,12 +90,17 @@ int main(int argc, char** argv) {
     std::string name;
     std::shared_ptr<Archive> archive;
     reader::Crop crop;
+    bool libjpeg_entropy = false;  // libjpeg-turbo's Huffman decoder, not shardfeed's
   };
   std::vector<Case> cases = {
       {"center_original", *original, reader::Crop::kCenter},
       {"center_indexed", *indexed, reader::Crop::kCenter},
       {"random_original", *original, reader::Crop::kRandom},
       {"random_indexed", *indexed, reader::Crop::kRandom},
+      {"center_original_libjpeg_entropy", *original, reader::Crop::kCenter, true},
+      {"center_indexed_libjpeg_entropy", *indexed, reader::Crop::kCenter, true},
+      {"random_original_libjpeg_entropy", *original, reader::Crop::kRandom, true},
+      {"random_indexed_libjpeg_entropy", *indexed, reader::Crop::kRandom, true},
   };
   for (size_t a = 0; a < also.size(); ++a) {
     auto extra = Archive::Open(also[a]);
@@ -138,6 +146,7 @@ int main(int argc, char** argv) {
       }
       for (size_t c = 0; c < cases.size(); ++c) {
         if (!only.empty() && cases[c].name != only) continue;
+        shardfeed::imaging::internal::SetUseFastHuffman(!cases[c].libjpeg_entropy);
         timed(&secs[c], [&] {
           return decoders[c]
               ->DecodeInto(i, 1234567 + i * 7919 + round, outs[c].data(), &times)

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "jpeg_errors.h"
+#include "jpeg_huffman.h"
 #include "jpeg_scale.h"
 #include "shardfeed/imaging/image.h"
 #include "stb_checks.h"
@@ -316,7 +317,8 @@ struct Decoder::JpegState {
   jpeg_decompress_struct cinfo;
   JpegErrors err;
   jpeg_progress_mgr progress{};
-  std::vector<uint8_t> row;  // one scanline as libjpeg writes it (RGB or CMYK)
+  internal::FastHuffman huffman;  // the entropy decoder of sequential Huffman scans
+  std::vector<uint8_t> row;       // one scanline as libjpeg writes it (RGB or CMYK)
 };
 
 Decoder::Decoder() : jpeg_(std::make_unique<JpegState>()) {}
@@ -359,6 +361,7 @@ Status Decoder::DecodeJpegRegion(const uint8_t* data, size_t size, const JpegReg
   cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
   const bool inverted = cinfo.saw_Adobe_marker;
   jpeg_start_decompress(&cinfo);
+  if (internal::UseFastHuffman()) s.huffman.Install(&cinfo);
   const uint32_t ow = cinfo.output_width, oh = cinfo.output_height;
   // The region at this scale, clamped to the scaled image.
   uint32_t sx = static_cast<uint32_t>(uint64_t{rx} * n / 8);
