@@ -423,6 +423,11 @@ class Loader:
         return self._handle().batch_size
 
     @property
+    def drop_last(self):
+        """Whether the epoch's last short batch is left out, as the loader read the option."""
+        return self._handle().drop_last
+
+    @property
     def epoch(self):
         """The epoch the next batch comes from."""
         return self._epoch

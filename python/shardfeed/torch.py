@@ -185,7 +185,7 @@ class Loader:
 
     @property
     def drop_last(self):
-        return bool(self._loader.options.get("drop_last", False))
+        return self._loader.drop_last  # as the loader read it ("false" is False)
 
     @property
     def epoch(self):

@@ -301,6 +301,8 @@ void BindLoader(py::module_& m) {
       .def("__len__", [](const PyLoader& l) { return l.get().batches_per_epoch(); })
       .def_property_readonly("batch_size",
                              [](const PyLoader& l) { return l.get().options().batch_size; })
+      .def_property_readonly("drop_last",
+                             [](const PyLoader& l) { return l.get().options().drop_last; })
       .def_property_readonly("samples_per_epoch",
                              [](const PyLoader& l) { return l.get().samples_per_epoch(); })
       .def_property_readonly("out_size",

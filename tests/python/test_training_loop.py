@@ -167,6 +167,12 @@ def test_dataloader_attributes_and_per_sample_losses(archive_path):
     loader = sft.Loader(archive_path, batch_size=5, shuffle=True, seed=2, size=32)
     assert len(loader.dataset) == 36 and loader.dataset.class_names == ["cat", "dog", "zebra"]
     assert (loader.batch_size, loader.epoch, loader.drop_last) == (5, 0, False)
+    # The attribute says what the loader does with the option as given, text included (it was
+    # the option's truthiness: "false" said True while the short batch was kept).
+    for given, dropped in (("false", False), ("0", False), ("true", True), (True, True)):
+        text = sft.Loader(archive_path, batch_size=5, drop_last=given)
+        assert (text.drop_last, len(text)) == (dropped, 7 if dropped else 8)
+        assert shardfeed.Loader(archive_path, batch_size=5, drop_last=given).drop_last == dropped
     assert loader.out_size == (32, 32) and loader.samples_per_epoch == 36
     assert loader.pinned in ("cudaHostRegister", "mlock", "pageable (mlock refused)")
     labels = torch.from_numpy(loader.dataset.labels())
