@@ -42,6 +42,8 @@ struct Loader::Impl {
   ~Impl();
   void Shutdown();
   bool InOwnerProcess() const;
+  // Processes mode: no longer a ring the fork handler privatises in a child (process_workers.cpp).
+  void ForgetSharedRing();
 
   // ---- The epoch plan (epoch_plan.cpp) ----
   // A worker's next run of samples; false when the loader stops. Sleeps while there is nothing

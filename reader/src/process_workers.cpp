@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
@@ -17,10 +18,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 
 #include "loader_internal.h"
@@ -255,7 +258,97 @@ Result<pid_t> Spawn(const std::string& program, int sock, int ring,
   return pid;
 }
 
+// Loaders whose ring is a shared memfd mapping (processes mode), for the fork handler: a child
+// made with fork() (multiprocessing's "fork", os.fork) inherits that mapping MAP_SHARED, so a
+// batch it holds would change when the parent's loader reuses the slot, and the child's writes
+// to it would reach the parent. In the child, each slot leased at the fork becomes a private
+// copy, as a private ring (threads mode) is by copy-on-write; the parent's fork() returns once
+// the child has them (a pipe; at most kForkCopyWaitMs). Registered by StartProcesses,
+// removed first thing by ~Impl; the registry's lock is held across fork() (prepare/parent/child)
+// so the child never finds it held by a thread it does not have.
+std::mutex& SharedRingsMutex() {
+  static auto* mu = new std::mutex;  // leaked: atfork handlers may run during exit
+  return *mu;
+}
+std::vector<Loader::Impl*>& SharedRings() {
+  static auto* rings = new std::vector<Loader::Impl*>;
+  return *rings;
+}
+
+// Replaces [p, p + bytes) (page-aligned, part of a shared mapping) with a private copy of its
+// present contents. On failure (no memory) the range stays shared: the child still runs.
+void MakePrivate(uint8_t* p, size_t bytes) {
+  void* copy = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (copy == MAP_FAILED) return;
+  std::memcpy(copy, p, bytes);
+  if (::mremap(copy, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, p) == MAP_FAILED) {
+    ::munmap(copy, bytes);
+  }
+}
+
+// The child tells the parent through this pipe that it has its copies: until then the parent
+// must not reuse a slot the child holds (its workers would write into what the child copies).
+int g_fork_pipe[2] = {-1, -1};
+constexpr int kForkCopyWaitMs = 10000;  // the bound on that wait (a copy takes milliseconds)
+
+void ForkPrepare() {
+  SharedRingsMutex().lock();
+  g_fork_pipe[0] = g_fork_pipe[1] = -1;
+  if (!SharedRings().empty() && ::pipe2(g_fork_pipe, O_CLOEXEC) != 0) {
+    g_fork_pipe[0] = g_fork_pipe[1] = -1;
+  }
+}
+void ForkParent() {
+  if (g_fork_pipe[0] >= 0) {
+    // Returns when the child writes or exits (or, fork having failed, at once: no writer).
+    ::close(g_fork_pipe[1]);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(kForkCopyWaitMs);
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            deadline - std::chrono::steady_clock::now())
+                            .count();
+      pollfd p{g_fork_pipe[0], POLLIN, 0};
+      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) >= 0 || errno != EINTR) break;
+    }
+    ::close(g_fork_pipe[0]);
+  }
+  SharedRingsMutex().unlock();
+}
+void ForkChild() {
+  // One thread now. The slot states are read as the fork left them, unlocked (the lock may be
+  // held by a thread the child does not have): a lease another thread was taking or dropping at
+  // that instant is for a batch object this child cannot reach.
+  for (Loader::Impl* impl : SharedRings()) {
+    for (size_t s = 0; s < impl->slots.size(); ++s) {
+      if (impl->slots[s].state == SlotState::kLeased && impl->ring.committed(s)) {
+        MakePrivate(impl->ring.data() + s * impl->ring.slot_bytes(), impl->ring.slot_bytes());
+      }
+    }
+  }
+  if (g_fork_pipe[0] >= 0) {
+    ::close(g_fork_pipe[0]);
+    const char done = 1;
+    [[maybe_unused]] const ssize_t n = ::write(g_fork_pipe[1], &done, 1);
+    ::close(g_fork_pipe[1]);
+  }
+  SharedRingsMutex().unlock();
+}
+
+void RegisterSharedRing(Loader::Impl* impl) {
+  static std::once_flag handlers;
+  std::call_once(handlers, [] { ::pthread_atfork(ForkPrepare, ForkParent, ForkChild); });
+  std::lock_guard<std::mutex> lock(SharedRingsMutex());
+  SharedRings().push_back(impl);
+}
+
 }  // namespace
+
+void Loader::Impl::ForgetSharedRing() {
+  std::lock_guard<std::mutex> lock(SharedRingsMutex());
+  auto& rings = SharedRings();
+  rings.erase(std::remove(rings.begin(), rings.end(), this), rings.end());
+}
 
 Status Loader::Impl::StartProcesses() {
   const size_t bytes = layout.slot_bytes * slots.size();
@@ -274,6 +367,7 @@ Status Loader::Impl::StartProcesses() {
   // Reserved, not touched: the loader commits slots (MaintainRing) as its depth needs them.
   SF_ASSIGN_OR_RETURN(ring, RingMemory::Reserve(layout.slot_bytes, slots.size(), memfd));
   ring_base = ring.data();
+  RegisterSharedRing(this);
   SF_ASSIGN_OR_RETURN(std::string program, WorkerProgram());
   SF_ASSIGN_OR_RETURN(int ring_copy, HighCopy(memfd));
   FdCloser ring_copy_closer{ring_copy};
@@ -457,6 +551,7 @@ void Loader::Impl::StopWorkers() {
 }
 
 Loader::Impl::~Impl() {
+  ForgetSharedRing();
   if (!InOwnerProcess()) {
     // The last lease of a forked copy: threads, CUDA memory and worker processes are the
     // parent's. Leak them rather than join, free or signal anything.

@@ -316,6 +316,43 @@ def test_fork_after_the_loader_exists(archive_path, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_a_batch_held_across_fork_is_the_childs_own(archive_path, mode):
+    # A batch handed to a forked child (multiprocessing "fork" passes arguments this way) stays
+    # as it was for the child while the parent's loader reuses its slot, and the child's writes
+    # stay the child's. Processes mode shares its ring with the workers (a memfd): the child
+    # saw the parent's next batches in it, and the parent saw the child's zeros.
+    r = run_script("""
+        l = shardfeed.Loader(%r, batch_size=16, size=32, workers=2, mode=%r, prefetch=2,
+                             shuffle=True, seed=3, timeout=30)
+        it = iter(l)
+        # The child's batch while the parent drops its own and reads on.
+        b = next(it)
+        want = b.images.tobytes()
+        go_r, go_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.read(go_r, 1)  # the parent has reused every slot
+            os._exit(0 if b.images.tobytes() == want else 3)
+        del b
+        for _ in range(6):
+            next(it)
+        os.write(go_w, b"x")
+        _, status = os.waitpid(pid, 0)
+        # The parent's batch while a child writes into its copy.
+        b = next(it)
+        want = b.images.tobytes()
+        pid = os.fork()
+        if pid == 0:
+            b.images[:] = 0
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status), "parent's unchanged",
+              b.images.tobytes() == want, flush=True)
+    """ % (archive_path, mode))
+    assert "child 0 parent's unchanged True" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_a_child_exiting_normally_with_an_inherited_loader(archive_path, mode):
     # sys.exit in the child runs the interpreter's finalisation, which destroys the copy.
     r = run_script("""
