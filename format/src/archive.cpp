@@ -287,14 +287,14 @@ Result<std::unique_ptr<ShardStore>> OpenShardFile(Backend backend, const std::st
 }
 
 // The manifest's text, from a directory or a remote location (`remote` set for the latter).
-Result<std::string> ReadManifestText(const std::string& path, const storage::CacheOptions& cache,
+Result<std::string> ReadManifestText(const std::string& path, const OpenOptions& options,
                                      std::string* manifest_file,
                                      std::shared_ptr<storage::Remote>* remote) {
   if (storage::IsRemote(path)) {
-    SF_ASSIGN_OR_RETURN(*remote, storage::Remote::Open(path, cache));
+    SF_ASSIGN_OR_RETURN(*remote, storage::Remote::Open(path, options.cache));
     const std::string name(kManifestFileName);
     *manifest_file = (*remote)->UrlOf(name);
-    return (*remote)->ReadText(name, kMaxManifestBytes);
+    return (*remote)->ReadText(name, kMaxManifestBytes, options.cancel);
   }
   std::error_code ec;
   if (!fs::is_directory(path, ec)) {
@@ -328,8 +328,7 @@ Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path,
   IndexCheck check = options.check;
   std::string manifest_file;
   std::shared_ptr<storage::Remote> remote;
-  SF_ASSIGN_OR_RETURN(std::string text,
-                      ReadManifestText(path, options.cache, &manifest_file, &remote));
+  SF_ASSIGN_OR_RETURN(std::string text, ReadManifestText(path, options, &manifest_file, &remote));
   // A remote manifest is bounded by kMaxManifestBytes alone (no directory to count).
   if (!remote) SF_RETURN_IF_ERROR(CheckShardCount(path, text, manifest_file));
   SF_ASSIGN_OR_RETURN(Manifest manifest, Manifest::FromJson(text, manifest_file));
@@ -350,6 +349,7 @@ Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path,
   archive->path_ = path;
   archive->remote_ = remote;
   archive->open_options_ = options;
+  archive->open_options_.cancel = nullptr;  // the caller's, for this call only
   archive->lazy_ = check == IndexCheck::kLazy ||
                    (check == IndexCheck::kAuto && manifest.sample_count > kLazyIndexAbove);
   for (const ShardInfo& info : manifest.shards) {
@@ -362,9 +362,10 @@ Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path,
   if (archive->lazy_) return archive;
 
   // Full: every shard now, with its index checksum, every entry and the class counts.
-  if (remote) archive->FetchAll();
+  if (remote) archive->FetchAll(options.cancel);
   std::vector<uint64_t> class_counts(archive->manifest_.class_names.size());
   for (size_t s = 0; s < archive->shards_.size(); ++s) {
+    if (Cancelled(options.cancel)) return Status::Cancelled(path, ": opening it was cancelled");
     Status error;
     const Shard* shard = archive->Ready(s, &error);
     if (!shard) return error;
@@ -393,7 +394,7 @@ Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path,
   return archive;
 }
 
-Status Archive::OpenShard(size_t s) const {
+Status Archive::OpenShard(size_t s, const CancelToken* cancel) const {
   const ShardInfo& info = manifest_.shards[s];
   auto open = [&](const std::string& file) -> Result<std::unique_ptr<ShardStore>> {
     SF_ASSIGN_OR_RETURN(std::unique_ptr<ShardStore> store,
@@ -425,8 +426,9 @@ Status Archive::OpenShard(size_t s) const {
     // was damaged since (a disk fault, a truncation), so it is discarded and downloaded once more.
     // One downloaded just now that does not open is the archive's damage: reported as it is.
     for (int attempt = 0;; ++attempt) {
-      SF_ASSIGN_OR_RETURN(shards_[s]->lease, remote_->Fetch(info.file, info.file_bytes,
-                                                            HashToHex(info.content_hash), verify));
+      SF_ASSIGN_OR_RETURN(
+          shards_[s]->lease,
+          remote_->Fetch(info.file, info.file_bytes, HashToHex(info.content_hash), verify, cancel));
       opened = open(shards_[s]->lease->path());
       if (!opened.ok() && attempt < 2 && !shards_[s]->lease->named()) {
         // Another process discarded the copy (or replaced it) between the fetch and the open:
@@ -464,7 +466,7 @@ Status Archive::OpenShard(size_t s) const {
   return Status::OK();
 }
 
-const Archive::Shard* Archive::Ready(size_t s, Status* error) const {
+const Archive::Shard* Archive::Ready(size_t s, Status* error, const CancelToken* cancel) const {
   Shard& shard = *shards_[s];
   if (!shard.ready.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(shard.mu);
@@ -493,7 +495,7 @@ const Archive::Shard* Archive::Ready(size_t s, Status* error) const {
       // wait here for the whole download with its loader's lock held.
       shard.failed.store(false);
       const uint64_t generation = storage::CacheRoomGeneration();  // before: room given meanwhile
-      shard.status = OpenShard(s);
+      shard.status = OpenShard(s, cancel);
       shard.failed.store(!shard.status.ok());
       if (!shard.status.ok()) shard.failed_at = std::chrono::steady_clock::now();
       const bool room = remote_ && shard.status.code() == StatusCode::kResourceExhausted;
@@ -540,13 +542,15 @@ void Archive::ReleaseShard(size_t s) {
   shard.lease.reset();  // then the cached file goes back to the cache
 }
 
-void Archive::FetchAll() const {
+void Archive::FetchAll(const CancelToken* cancel) const {
   // A few downloads at once (each shard whole); errors are kept in the shard's slot and
   // reported by the Ready() that follows.
   std::atomic<size_t> next{0};
   auto work = [&] {
     Status ignored;
-    for (size_t s; (s = next.fetch_add(1)) < shards_.size();) Ready(s, &ignored);
+    for (size_t s; !Cancelled(cancel) && (s = next.fetch_add(1)) < shards_.size();) {
+      Ready(s, &ignored, cancel);
+    }
   };
   std::vector<std::thread> threads;
   for (size_t t = 1; t < std::min<size_t>(4, shards_.size()); ++t) threads.emplace_back(work);

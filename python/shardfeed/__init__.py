@@ -38,7 +38,9 @@ class Archive:
     """An opened archive. Opens its file mapping lazily in each process that uses it, so an
     Archive created before fork() (or pickled into DataLoader workers) works in the child.
     Opening it and reading from it release the GIL while they wait (a remote shard's download):
-    other Python threads run meanwhile, and several threads may read one Archive at once."""
+    other Python threads run meanwhile, and several threads may read one Archive at once. Ctrl-C
+    while a remote archive opens raises KeyboardInterrupt within about a second (its downloads
+    are cancelled)."""
 
     def __init__(self, path, index_check="auto", cache_dir=None, cache_limit=None):
         """index_check: 'full' checks every shard and index entry at open (O(samples)); 'lazy'

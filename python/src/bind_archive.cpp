@@ -47,7 +47,8 @@ py::tuple GetItem(const PyArchive& a, int64_t index) {
   return py::make_tuple(arr, a.archive->Label(i));
 }
 
-// cache_dir= and cache_limit= through storage::CacheOptionTable (None: the default).
+// cache_dir= and cache_limit= through storage::CacheOptionTable (None: the default). Ctrl-C
+// while a remote archive downloads raises KeyboardInterrupt (RunInterruptible).
 PyArchive Open(const std::string& path, const std::string& check, const py::object& cache_dir,
                const py::object& cache_limit) {
   format::OpenOptions options;
@@ -61,10 +62,10 @@ PyArchive Open(const std::string& path, const std::string& check, const py::obje
     throw py::value_error("index_check must be 'auto', 'full' or 'lazy'");
   }
   Result<std::shared_ptr<format::Archive>> opened = Status::Internal("unset");
-  {
-    py::gil_scoped_release release;  // a remote archive downloads its manifest (and more)
+  RunInterruptible([&](const CancelToken& cancel) {  // a remote archive downloads its shards
+    options.cancel = &cancel;
     opened = format::Archive::Open(path, options);
-  }
+  });
   PyArchive a;
   a.archive = Check(std::move(opened));
   a.pid = ::getpid();

@@ -83,26 +83,26 @@ py::object Verify(const std::string& path, bool decode, const py::dict& options,
   // refused here too (workers=5000 was taken).
   SetOptions(validate::VerifyOptionTable(), options, &o);
   Result<validate::VerifyReport> report = Status::Internal("unset");
-  {
-    py::gil_scoped_release release;
+  RunInterruptible([&](const CancelToken& cancel) {
+    o.cancel = &cancel;
     report = validate::VerifyPath(path, o);
-  }
+  });
   return FromJson(Check(std::move(report)).ToJson());
 }
 
 // stats: the dict `shardfeed stats --json` writes (validate/stats.h).
 // The archives a tool reads, fully checked, through the cache given (remote locations); the
-// GIL is released while a remote one downloads.
+// GIL is released while a remote one downloads, and Ctrl-C raises KeyboardInterrupt.
 std::shared_ptr<format::Archive> OpenFull(const std::string& path,
-                                          const storage::CacheOptions& cache) {
+                                          const storage::CacheOptions& cache = {}) {
   format::OpenOptions open;
   open.check = format::IndexCheck::kFull;
   open.cache = cache;
   Result<std::shared_ptr<format::Archive>> archive = Status::Internal("unset");
-  {
-    py::gil_scoped_release release;
+  RunInterruptible([&](const CancelToken& cancel) {
+    open.cancel = &cancel;
     archive = format::Archive::Open(path, open);
-  }
+  });
   return Check(std::move(archive));
 }
 
@@ -129,7 +129,7 @@ py::object Stats(const std::string& path, const std::vector<std::string>& agains
 
 uint64_t Convert(const std::string& path, const std::string& out, const std::string& backend,
                  const std::string& jpeg_layout, bool overwrite) {
-  auto archive = Check(format::Archive::Open(path, format::IndexCheck::kFull));
+  auto archive = OpenFull(path);
   const converter::ConvertTarget t =
       Check(converter::ResolveConvertTarget(*archive, backend, jpeg_layout));
   Result<uint64_t> n = Status::Internal("unset");

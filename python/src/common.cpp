@@ -1,5 +1,12 @@
 #include "common.h"
 
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <system_error>
+#include <thread>
+
 namespace shardfeed_py {
 namespace {
 
@@ -68,6 +75,50 @@ void Raise(const shardfeed::Status& s) {
       }
   }
   throw py::error_already_set();
+}
+
+void RunInterruptible(const std::function<void(const shardfeed::CancelToken& cancel)>& work) {
+  shardfeed::CancelToken cancel;
+  bool interrupted = false;
+  std::exception_ptr thrown;
+  {
+    py::gil_scoped_release release;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    auto run = [&] {
+      try {
+        work(cancel);
+      } catch (...) {
+        thrown = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+      cv.notify_all();
+    };
+    std::thread worker;
+    try {
+      worker = std::thread(run);
+    } catch (const std::system_error&) {
+      run();  // no thread to spare: uninterruptible, as before
+    }
+    std::unique_lock<std::mutex> lock(mu);
+    const auto poll = std::chrono::duration<double>(kSignalPollSeconds);
+    while (!cv.wait_for(lock, poll, [&] { return done; })) {
+      if (interrupted) continue;  // cancelled: waiting for `work` to stop
+      lock.unlock();
+      {
+        py::gil_scoped_acquire acquire;
+        interrupted = PyErr_CheckSignals() != 0;  // the handler's exception stays set
+      }
+      if (interrupted) cancel.Cancel();
+      lock.lock();
+    }
+    lock.unlock();
+    if (worker.joinable()) worker.join();
+  }
+  if (interrupted) throw py::error_already_set();
+  if (thrown) std::rethrow_exception(thrown);
 }
 
 shardfeed::storage::CacheOptions CacheFrom(const py::object& dir, const py::object& limit) {

@@ -6,10 +6,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>  // in every file: type casters must agree across them
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "shardfeed/base/cancel.h"
 #include "shardfeed/base/option_table.h"
 #include "shardfeed/base/status.h"
 #include "shardfeed/storage/remote.h"
@@ -42,6 +44,17 @@ T Check(shardfeed::Result<T> r) {
 inline void Check(const shardfeed::Status& s) {
   if (!s.ok()) Raise(s);
 }
+
+// Runs `work` with the GIL released and Python's signal handlers live: `work` runs on a thread
+// of its own while the calling thread takes the GIL every kSignalPollSeconds to run them
+// (PyErr_CheckSignals: only the main thread runs them, and it is blocked in this call). A handler
+// that raises (Ctrl-C: KeyboardInterrupt) cancels the token `work` was given; RunInterruptible
+// then waits for `work` to return (as soon as it honours the token: about a second for a
+// download, base/cancel.h) and raises that exception, whatever `work` returned. `work` must not
+// touch Python objects; an exception it throws is thrown here. For calls that block on the
+// network and honour a token: opening an archive (format::OpenOptions::cancel), verify.
+inline constexpr double kSignalPollSeconds = 0.1;
+void RunInterruptible(const std::function<void(const shardfeed::CancelToken& cancel)>& work);
 
 // A remote archive's cache_dir= and cache_limit= keyword values (None: the default) through
 // storage::CacheOptionTable, its checks and messages (ValueError).

@@ -41,13 +41,14 @@ struct Fd {
   }
 };
 
-// flock() with a bound: polls LOCK_NB (a lock is held for one download at most). false on time out.
-bool LockWithin(int fd, int op, double seconds) {
+// flock() with a bound: polls LOCK_NB (a lock is held for one download at most). false on time out
+// or once `cancel` (may be null) is cancelled.
+bool LockWithin(int fd, int op, double seconds, const CancelToken* cancel = nullptr) {
   const auto until = Clock::now() + std::chrono::duration<double>(seconds);
   auto pause = std::chrono::milliseconds(1);
   while (::flock(fd, op | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK && errno != EINTR) return false;
-    if (Clock::now() >= until) return false;
+    if (Clock::now() >= until || Cancelled(cancel)) return false;
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
   }
@@ -339,9 +340,11 @@ std::string Remote::UrlOf(const std::string& name) const {
   return location_ + (location_.back() == '/' ? "" : "/") + name;
 }
 
-Result<std::string> Remote::ReadText(const std::string& name, uint64_t max_bytes) const {
+Result<std::string> Remote::ReadText(const std::string& name, uint64_t max_bytes,
+                                     const CancelToken* cancel) const {
   std::string text;
-  SF_RETURN_IF_ERROR(internal::Get(impl_->endpoint, name, impl_->retry, -1, &text, max_bytes));
+  SF_RETURN_IF_ERROR(
+      internal::Get(impl_->endpoint, name, impl_->retry, -1, &text, max_bytes, cancel));
   return text;
 }
 
@@ -422,11 +425,11 @@ uint64_t PartBytes() {
 
 // The body of `name` into `fd` (reserved to `size` bytes): whole, or, above 2 parts, as ranged
 // GETs of PartBytes() each, kRangedConnections at a time, each retried on its own (a server
-// that ignores ranges: fetched whole instead).
+// that ignores ranges: fetched whole instead). `cancel` stops every GET (kCancelled).
 Status Download(const internal::Endpoint& endpoint, const FetchRetry& retry,
-                const std::string& name, uint64_t size, int fd) {
+                const std::string& name, uint64_t size, int fd, const CancelToken* cancel) {
   const uint64_t part = PartBytes();
-  if (size <= 2 * part) return internal::Get(endpoint, name, retry, fd, nullptr, 0);
+  if (size <= 2 * part) return internal::Get(endpoint, name, retry, fd, nullptr, 0, cancel);
   const uint64_t parts = (size + part - 1) / part;
   std::atomic<uint64_t> next{0};
   std::mutex mu;
@@ -434,8 +437,8 @@ Status Download(const internal::Endpoint& endpoint, const FetchRetry& retry,
   auto work = [&] {
     for (uint64_t p; (p = next.fetch_add(1)) < parts;) {
       const uint64_t offset = p * part;
-      Status s =
-          internal::GetRange(endpoint, name, retry, fd, offset, std::min(part, size - offset));
+      Status s = internal::GetRange(endpoint, name, retry, fd, offset,
+                                    std::min(part, size - offset), cancel);
       if (!s.ok()) {
         next.store(parts);  // the others stop after their current part
         std::lock_guard<std::mutex> lock(mu);
@@ -447,7 +450,7 @@ Status Download(const internal::Endpoint& endpoint, const FetchRetry& retry,
                                                "downloading " + endpoint.shown + "/" + name, work);
   SF_RETURN_IF_ERROR(thrown);
   if (first.code() == StatusCode::kUnsupported) {  // no ranges here: the whole object
-    return internal::Get(endpoint, name, retry, fd, nullptr, 0);
+    return internal::Get(endpoint, name, retry, fd, nullptr, 0, cancel);
   }
   return first;
 }
@@ -456,7 +459,8 @@ Status Download(const internal::Endpoint& endpoint, const FetchRetry& retry,
 
 Result<std::unique_ptr<CachedFile>> Remote::Fetch(const std::string& name, uint64_t size,
                                                   const std::string& version,
-                                                  const VerifyFn& verify) const {
+                                                  const VerifyFn& verify,
+                                                  const CancelToken* cancel) const {
   if (name.find('/') != std::string::npos || !IsCacheFileName(name + "." + version)) {
     return Status::InvalidArgument(
         UrlOf(name), ": version '", version,
@@ -480,7 +484,10 @@ Result<std::unique_ptr<CachedFile>> Remote::Fetch(const std::string& name, uint6
   Fd lock(::open((final_path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
   if (lock.fd < 0) return Status::IOError(final_path, ".lock: ", std::strerror(errno));
   const bool free_now = ::flock(lock.fd, LOCK_EX | LOCK_NB) == 0;
-  if (!free_now && !LockWithin(lock.fd, LOCK_EX, WaitBound())) {
+  if (!free_now && !LockWithin(lock.fd, LOCK_EX, WaitBound(), cancel)) {
+    if (Cancelled(cancel)) {
+      return Status::Cancelled(shown, ": cancelled while another process downloads it");
+    }
     return Status::Timeout(shown, ": another process has been downloading it for more than ",
                            WaitBound(), " s (SHARDFEED_FETCH_WAIT); its lock is ", final_path,
                            ".lock");
@@ -494,7 +501,7 @@ Result<std::unique_ptr<CachedFile>> Remote::Fetch(const std::string& name, uint6
   for (int attempt = 0;; ++attempt) {
     SF_ASSIGN_OR_RETURN(int raw, Reserve(cache_.dir, cache_.limit, part, size, shown));
     Fd fd(raw);
-    Status got = Download(impl_->endpoint, impl_->retry, name, size, fd.fd);
+    Status got = Download(impl_->endpoint, impl_->retry, name, size, fd.fd, cancel);
     struct stat st {};
     if (got.ok() && ::fstat(fd.fd, &st) == 0 && uint64_t(st.st_size) != size) {
       got = Status::ChecksumMismatch(shown, ": ", st.st_size, " bytes received, the manifest says ",

@@ -154,6 +154,21 @@ void CountStat(uint64_t FetchStats::*field, uint64_t amount) {
   g_stats[StatSlot(field)].fetch_add(amount, std::memory_order_relaxed);
 }
 
+namespace {
+
+int OnProgress(void* cancel, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return Cancelled(static_cast<const CancelToken*>(cancel)) ? 1 : 0;
+}
+
+}  // namespace
+
+void StopOnCancel(CURL* curl, const CancelToken* cancel) {
+  if (!cancel) return;
+  curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, OnProgress);
+  curl_easy_setopt(curl, CURLOPT_XFERINFODATA, const_cast<CancelToken*>(cancel));
+  curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+}
+
 std::string EncodeKey(const std::string& key) {
   static const char* kHex = "0123456789ABCDEF";
   std::string out;
@@ -299,7 +314,8 @@ namespace {
 // Get and GetRange: `range_at` >= 0 asks for bytes [range_at, range_at + max_bytes) into fd.
 // long: one request-and-retry loop, each outcome (body, range, HTTP code, curl error) beside it.
 Status Transfer(const Endpoint& endpoint, const std::string& name, const FetchRetry& retry, int fd,
-                std::string* text, uint64_t max_bytes, int64_t range_at) {
+                std::string* text, uint64_t max_bytes, int64_t range_at,
+                const CancelToken* cancel) {
   std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   const std::string url = endpoint.base + "/" + EncodeKey(name);  // plain names: safe for http
   const std::string shown = endpoint.shown + (endpoint.shown.back() == '/' ? "" : "/") + name;
@@ -321,7 +337,9 @@ Status Transfer(const Endpoint& endpoint, const std::string& name, const FetchRe
   std::mt19937_64 jitter(std::random_device{}());
   double delay = retry.first_delay_s;
   std::string last;
+  auto cancelled = [&] { return Status::Cancelled(shown, ": download cancelled"); };
   for (int attempt = 0;; ++attempt) {
+    if (Cancelled(cancel)) return cancelled();
     Sink sink;
     sink.location_received = endpoint.received.get();
     sink.fd = fd;
@@ -348,6 +366,7 @@ Status Transfer(const Endpoint& endpoint, const std::string& name, const FetchRe
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, retry.stall_timeout_s);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, OnBody);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
+    StopOnCancel(c, cancel);
     if (headers) curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
     if (endpoint.s3 && !endpoint.key_id.empty()) {
       curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4.c_str());
@@ -357,6 +376,7 @@ Status Transfer(const Endpoint& endpoint, const std::string& name, const FetchRe
     const CURLcode code = curl_easy_perform(c);
     long http = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
+    if (code == CURLE_ABORTED_BY_CALLBACK) return cancelled();
     if (sink.write_errno) {
       return Status::IOError("writing ", shown,
                              " into the cache: ", std::strerror(sink.write_errno));
@@ -415,7 +435,7 @@ Status Transfer(const Endpoint& endpoint, const std::string& name, const FetchRe
     CountStat(&FetchStats::retries, 1);
     // Full jitter: a uniform delay in [0, delay], so processes that failed together spread.
     std::uniform_real_distribution<double> pick(0, delay);
-    std::this_thread::sleep_for(std::chrono::duration<double>(pick(jitter)));
+    if (!SleepUnlessCancelled(pick(jitter), cancel)) return cancelled();
     delay = std::min(delay * 2, retry.max_delay_s);
   }
 }
@@ -437,14 +457,14 @@ std::string ErrorDetail(const std::string& body) {
 }
 
 Status Get(const Endpoint& endpoint, const std::string& name, const FetchRetry& retry, int fd,
-           std::string* text, uint64_t max_bytes) {
-  return Transfer(endpoint, name, retry, fd, text, max_bytes, -1);
+           std::string* text, uint64_t max_bytes, const CancelToken* cancel) {
+  return Transfer(endpoint, name, retry, fd, text, max_bytes, -1, cancel);
 }
 
 Status GetRange(const Endpoint& endpoint, const std::string& name, const FetchRetry& retry, int fd,
-                uint64_t offset, uint64_t length) {
+                uint64_t offset, uint64_t length, const CancelToken* cancel) {
   if (length == 0) return Status::OK();
-  return Transfer(endpoint, name, retry, fd, nullptr, length, static_cast<int64_t>(offset));
+  return Transfer(endpoint, name, retry, fd, nullptr, length, static_cast<int64_t>(offset), cancel);
 }
 
 Status RunOnThreads(size_t n, const std::string& what, const std::function<void()>& work) {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "shardfeed/base/cancel.h"
 #include "shardfeed/base/status.h"
 #include "shardfeed/storage/remote.h"
 
@@ -44,16 +45,24 @@ Result<FetchRetry> RetryFromEnv();
 // GETs base/name with retries (FetchRetry). The body goes to `fd` when >= 0 (written from offset
 // 0 on every attempt, the file cut to the body's length on success, so space reserved for it
 // stays reserved meanwhile), else to `text` (at most `max_bytes`). 403/404 fail at once, naming
-// the URL; a write error (a full disk) fails at once with the errno.
+// the URL; a write error (a full disk) fails at once with the errno. `cancel` (may be null)
+// abandons the request and ends a retry's wait (base/cancel.h): kCancelled, with `fd`'s or
+// `text`'s content partial (the caller discards it).
 Status Get(const Endpoint& endpoint, const std::string& name, const FetchRetry& retry, int fd,
-           std::string* text, uint64_t max_bytes);
+           std::string* text, uint64_t max_bytes, const CancelToken* cancel = nullptr);
 
 // GETs bytes [offset, offset + length) of base/name (an HTTP Range request) into `fd` at that
 // offset (pwrite: several ranges of one file may be fetched at once, each by its own call), with
-// Get's retries and failures. A body of another length, or a server that ignores the range
-// (200 with the whole object), is kUnsupported: the caller fetches the object whole instead.
+// Get's retries, failures and cancel. A body of another length, or a server that ignores the
+// range (200 with the whole object), is kUnsupported: the caller fetches the object whole instead.
 Status GetRange(const Endpoint& endpoint, const std::string& name, const FetchRetry& retry, int fd,
-                uint64_t offset, uint64_t length);
+                uint64_t offset, uint64_t length, const CancelToken* cancel = nullptr);
+
+// Makes `cancel` able to stop the requests of `curl` (GETs and uploads alike): libcurl's progress
+// callback, which it calls at least once a second, data or not, abandons the transfer
+// (CURLE_ABORTED_BY_CALLBACK) once `cancel` is cancelled. Set again after each curl_easy_reset. A
+// null `cancel` sets nothing: such a transfer runs exactly as without it.
+void StopOnCancel(CURL* curl, const CancelToken* cancel);
 
 // The text between <tag> and </tag> in an S3 XML reply, or "". With `at`: the search starts
 // there, and *at is moved past the field (npos when none is left).

@@ -12,13 +12,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "http.h"
@@ -32,13 +30,7 @@ constexpr uint64_t kMinPart = 5ull << 20;       // S3's smallest part (all but t
 constexpr uint64_t kDefaultPart = 64ull << 20;  // 16 parts for a 1 GB shard
 constexpr size_t kMaxReply = 1 << 20;           // S3 replies are small XML documents
 
-std::atomic<bool> g_cancelled{false};  // CancelUploads(): sticky for the process
-
-// libcurl's progress callback (at least once a second, data or not): non-zero abandons the
-// request (CURLE_ABORTED_BY_CALLBACK).
-int OnProgress(void*, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-  return g_cancelled.load(std::memory_order_relaxed) ? 1 : 0;
-}
+CancelToken g_cancel;  // CancelUploads(): sticky for the process
 
 struct Fd {
   int fd = -1;
@@ -157,8 +149,9 @@ class Client {
     auto interrupted = [&] {
       return Status::Cancelled(Shown(name), ": ", method, " interrupted (the upload was stopped)");
     };
+    const CancelToken* cancel = cancellable ? &g_cancel : nullptr;
     for (int attempt = 0;; ++attempt) {
-      if (cancellable && g_cancelled.load()) return interrupted();
+      if (Cancelled(cancel)) return interrupted();
       *reply = Reply();
       body->sent = 0;
       CURL* c = curl_.get();
@@ -177,10 +170,7 @@ class Client {
       curl_easy_setopt(c, CURLOPT_READDATA, body);
       curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, OnSeek);
       curl_easy_setopt(c, CURLOPT_SEEKDATA, body);
-      if (cancellable) {
-        curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, OnProgress);
-        curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-      }
+      internal::StopOnCancel(c, cancel);
       const curl_off_t length = static_cast<curl_off_t>(body->length);
       if (std::strcmp(method, "PUT") == 0) {
         curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
@@ -225,14 +215,7 @@ class Client {
                                " attempts (SHARDFEED_FETCH_RETRIES=", retry_.retries, ")");
       }
       std::uniform_real_distribution<double> pick(0, delay);
-      const auto until = std::chrono::steady_clock::now() +
-                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                             std::chrono::duration<double>(pick(jitter)));
-      while (std::chrono::steady_clock::now() < until) {  // in steps: a cancel ends the wait
-        if (cancellable && g_cancelled.load()) return interrupted();
-        std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
-            until - std::chrono::steady_clock::now(), std::chrono::milliseconds(100)));
-      }
+      if (!SleepUnlessCancelled(pick(jitter), cancel)) return interrupted();
       delay = std::min(delay * 2, retry_.max_delay_s);
     }
   }
@@ -516,7 +499,7 @@ Status RemoteDelete(const std::string& location, const std::string& name) {
   return client.Delete(name);
 }
 
-void CancelUploads() { g_cancelled.store(true); }
+void CancelUploads() { g_cancel.Cancel(); }
 
 Status UploadArchive(const std::string& dir, const std::string& location, const std::string& last,
                      const UploadOptions& options) {

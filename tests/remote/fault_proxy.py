@@ -4,15 +4,18 @@ GIL while it fetches, so nothing in the test's own process could answer it).
     python fault_proxy.py UPSTREAM_URL PORT_FILE
 
 Listens on a free port (written to PORT_FILE). Control, by the test, on the same port:
-  POST /__rules  JSON {"path fragment": ["reset"|"half"|"stall"|"corrupt"|"slow"|"ok", ...]}:
+  POST /__rules  JSON {"path fragment": ["reset"|"half"|"stall"|"corrupt"|"slow"|"trickle"|"ok",
+                 ...]}:
                  successive GETs whose path holds the fragment take the next action; then
                  they pass
   POST /__all_reset  body "1" or "0": answer every request with a reset (a server that is down)
-  POST /__release    ends every stall
+  POST /__release    ends every stall and trickle
   GET  /__state      JSON {"gets": {path: count}, "stalled": bool}
 Actions: "reset" closes before answering, "half" sends half the body then closes, "stall" sends
 half then sends nothing until released, "corrupt" flips one byte of the body, "slow" sends the
-body in 16 pieces 0.2 s apart (a slow store: bytes keep coming, for about 3 s).
+body in 16 pieces 0.2 s apart (a slow store: bytes keep coming, for about 3 s), "trickle" sends
+64 bytes every 0.25 s until the body is sent or released (a link far too slow to wait for: 2
+minutes for 30 KB; "stalled" is set once it begins).
 """
 import http.client
 import http.server
@@ -92,6 +95,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 release.wait(300)
             self.connection.shutdown(socket.SHUT_RDWR)
             self.close_connection = True
+            return
+        if action == "trickle":
+            with lock:
+                state["stalled"] = True
+            self.close_connection = True
+            try:
+                for at in range(0, len(body), 64):
+                    if release.wait(0.25):
+                        break
+                    self.wfile.write(body[at:at + 64])
+                    self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # the reader went away (cancelled)
             return
         if action == "slow":
             piece = max(1, (len(body) + 15) // 16)

@@ -1,12 +1,17 @@
-// storage/: locations, credentials, sizes and cache options (no server: tests/remote has those).
+// storage/: locations, credentials, sizes, cache options and cancels (no server: tests/remote has
+// those).
 #include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
+#include <thread>
 
 #include "../../storage/src/http.h"
 #include "shardfeed/converter/pack.h"
@@ -255,4 +260,108 @@ TEST_CASE("a held cached copy knows when its name no longer names it", "[storage
   CHECK_FALSE(held.named());
   std::ofstream(path) << "a fresh download";  // another file now has the name
   CHECK_FALSE(held.named());
+}
+
+namespace {
+
+// Cancels `token` after `ms` milliseconds, from a thread of its own (joined when it goes).
+class CancelLater {
+ public:
+  CancelLater(CancelToken* token, int ms)
+      : thread_([token, ms] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+          token->Cancel();
+        }) {}
+  ~CancelLater() { thread_.join(); }
+
+ private:
+  std::thread thread_;
+};
+
+std::vector<std::string> PartFiles(const std::string& root) {
+  std::vector<std::string> parts;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(root)) {
+    if (f.path().extension() == ".part") parts.push_back(f.path().string());
+  }
+  return parts;
+}
+
+}  // namespace
+
+// Each wait below would last an hour (retries up to an hour apart, another process's download
+// waited for up to 10 minutes) if the token did not end it: a failure is a hang, caught by
+// CTest's timeout, or another code than kCancelled.
+TEST_CASE("a cancel ends a request's back-off, a wait for another download and a download",
+          "[storage]") {
+  testing::TempDir dir;
+  Env env{{"AWS_ENDPOINT_URL", "http://127.0.0.1:1"},  // nothing listens: refused, retried
+          {"AWS_ACCESS_KEY_ID", "AKID"},
+          {"SHARDFEED_FETCH_RETRIES", "100"},
+          {"SHARDFEED_FETCH_MAX_DELAY", "3600"},
+          {"SHARDFEED_FETCH_WAIT", "600"},
+          {"SHARDFEED_CACHE_DIR", nullptr},
+          {"SHARDFEED_CACHE_LIMIT", nullptr}};
+  auto remote = Remote::Open("s3://bucket/prefix", CacheOptions{dir.path(), 0});
+  REQUIRE(remote.ok());
+  bool verified = false;
+  auto verify = [&](const std::string&) { return verified = true, Status::OK(); };
+  const std::string name = "shard-00000.mdb", version = "0123456789abcdef";
+
+  SECTION("a token cancelled before the call: nothing is sent, no file is left") {
+    CancelToken cancel;
+    cancel.Cancel();
+    const uint64_t requests = GetFetchStats().requests;
+    CHECK((*remote)->ReadText("manifest.json", 1000, &cancel).status().code() ==
+          StatusCode::kCancelled);
+    auto fetched = (*remote)->Fetch(name, 4096, version, verify, &cancel);
+    CHECK(fetched.status().code() == StatusCode::kCancelled);
+    CHECK(fetched.status().message().find("s3://bucket/prefix/" + name) != std::string::npos);
+    CHECK(GetFetchStats().requests == requests);
+    CHECK(PartFiles(dir.path()).empty());  // the reserved ".part" was removed
+    CHECK_FALSE(verified);
+  }
+  SECTION("a retry's back-off") {
+    CancelToken cancel;
+    CancelLater later(&cancel, 300);
+    auto fetched = (*remote)->Fetch(name, 4096, version, verify, &cancel);
+    CHECK(fetched.status().code() == StatusCode::kCancelled);
+    CHECK(PartFiles(dir.path()).empty());
+    CHECK_FALSE(verified);
+  }
+  SECTION("a wait for another process's download of the same shard") {
+    CancelToken now;
+    now.Cancel();  // a first call makes the shard's lock file, <cache>/remote/<key>/<file>.lock
+    REQUIRE((*remote)->Fetch(name, 4096, version, verify, &now).status().code() ==
+            StatusCode::kCancelled);
+    std::string shard_lock;
+    for (const auto& f : std::filesystem::recursive_directory_iterator(dir.path())) {
+      if (f.path().filename() == name + "." + version + ".lock") shard_lock = f.path().string();
+    }
+    REQUIRE_FALSE(shard_lock.empty());
+    // Held as another process's download holds it (the flock of another open file description
+    // conflicts within one process too).
+    const int held = ::open(shard_lock.c_str(), O_RDWR | O_CLOEXEC);
+    REQUIRE(held >= 0);
+    REQUIRE(::flock(held, LOCK_EX) == 0);
+    CancelToken cancel;
+    {
+      CancelLater later(&cancel, 300);
+      auto fetched = (*remote)->Fetch(name, 4096, version, verify, &cancel);
+      CHECK(fetched.status().code() == StatusCode::kCancelled);
+      CHECK(fetched.status().message().find("another process") != std::string::npos);
+    }
+    ::close(held);
+  }
+}
+
+TEST_CASE("a cancelled Archive::Open returns kCancelled (the manifest's retries)", "[storage]") {
+  Env env{{"AWS_ENDPOINT_URL", "http://127.0.0.1:1"},
+          {"SHARDFEED_FETCH_RETRIES", "100"},
+          {"SHARDFEED_FETCH_MAX_DELAY", "3600"}};
+  CancelToken cancel;
+  format::OpenOptions options;
+  options.cancel = &cancel;
+  CancelLater later(&cancel, 200);
+  auto opened = format::Archive::Open("s3://bucket/prefix", options);
+  CHECK(opened.status().code() == StatusCode::kCancelled);
 }

@@ -83,6 +83,18 @@ TEST_CASE("extract refuses a record above the pixel limit before decompressing i
   CHECK(!Verify(*small, vo).ok());
 }
 
+TEST_CASE("a cancelled verify stops: no sample checked, VerifyPath returns kCancelled") {
+  TempDir dir;
+  auto archive = ArchiveDeclaring(dir / "a", 40);
+  CancelToken cancel;
+  VerifyOptions vo;
+  vo.cancel = &cancel;
+  CHECK(Verify(*archive, vo).checked == 1);
+  cancel.Cancel();
+  CHECK(Verify(*archive, vo).checked == 0);
+  CHECK(VerifyPath(dir / "a", vo).status().code() == StatusCode::kCancelled);
+}
+
 TEST_CASE("a failed extract leaves nothing behind, a finished one everything") {
   TempDir dir;
   auto src = converter::ScanImageFolder(testing::SampleDir());

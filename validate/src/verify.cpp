@@ -86,7 +86,7 @@ VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options
   // the shards they describe (format/'s cross-check).
   if (Status d = archive.VerifyDerived(); !d.ok()) report.bad_manifest.push_back(d.message());
   const auto& shards = archive.manifest().shards;
-  for (size_t s = 0; s < shards.size(); ++s) {
+  for (size_t s = 0; s < shards.size() && !Cancelled(options.cancel); ++s) {
     Status st = archive.VerifyShard(s);
     if (!st.ok()) report.bad_shards.push_back(st.message());
   }
@@ -98,7 +98,7 @@ VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options
     codec::Context ctx;
     std::vector<BadSample> bad;
     for (;;) {
-      const uint64_t begin = next.fetch_add(block);
+      const uint64_t begin = Cancelled(options.cancel) ? n : next.fetch_add(block);
       if (begin >= n) break;
       const uint64_t end = std::min(n, begin + block);
       for (uint64_t i = begin; i < end; ++i) {
@@ -121,14 +121,14 @@ VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options
   for (int t = 0; t < workers; ++t) threads.emplace_back(work);
   if (progress) {
     // Polls for the display only; the joins below are what waits for the work.
-    while (done.load() < n) {
+    while (done.load() < n && !Cancelled(options.cancel)) {
       progress(done.load(), n);
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
   for (auto& t : threads) t.join();
-  if (progress) progress(n, n);
-  report.checked = n;
+  report.checked = done.load();
+  if (progress) progress(report.checked, n);
   std::sort(report.bad_samples.begin(), report.bad_samples.end(),
             [](const BadSample& a, const BadSample& b) { return a.index < b.index; });
   return report;
@@ -141,10 +141,12 @@ Result<VerifyReport> VerifyPath(const std::string& path, const VerifyOptions& op
     format::OpenOptions open;
     open.check = format::IndexCheck::kFull;
     open.cache = options.cache;
+    open.cancel = options.cancel;
     auto archive = format::Archive::Open(path, open);
     if (!archive.ok()) {
       // Not there, or not an archive at all: the caller asked for the wrong thing.
       const StatusCode code = archive.status().code();
+      if (code == StatusCode::kCancelled) return archive.status();
       if ((code == StatusCode::kNotFound || code == StatusCode::kInvalidArgument) &&
           !ManifestThere(path, options.cache)) {
         return archive.status();
@@ -168,6 +170,7 @@ Result<VerifyReport> VerifyPath(const std::string& path, const VerifyOptions& op
     // reads them as downloaded again.
     const size_t at_open = (*archive)->DiscardNotes().size();
     VerifyReport report = Verify(**archive, options, progress);
+    if (Cancelled(options.cancel)) return Status::Cancelled(path, ": verify cancelled");
     const std::vector<std::string> notes = (*archive)->DiscardNotes();
     repaired.insert(repaired.end(), notes.begin(), notes.end());
     if (notes.size() == at_open || pass >= 1) {

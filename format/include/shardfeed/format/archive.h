@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "shardfeed/base/cancel.h"
 #include "shardfeed/base/status.h"
 #include "shardfeed/format/layout.h"
 #include "shardfeed/format/manifest.h"
@@ -58,6 +59,14 @@ struct OpenOptions {
   // A remote location's cache (storage::CacheOptionTable: cache_dir, cache_limit); unset fields
   // come from storage::SetCacheOptions, then SHARDFEED_CACHE_DIR / SHARDFEED_CACHE_LIMIT.
   storage::CacheOptions cache;
+  // Stops Open (base/cancel.h; null: it cannot be). Read only while Open runs: the caller owns
+  // the token and keeps it alive until Open returns, and the archive keeps no pointer to it
+  // (open_options().cancel is null; accesses after Open are not cancelled by it). Once it is
+  // cancelled, Open stops within about a second: the manifest's and shards' downloads in flight
+  // are abandoned, no further shard is begun (each download's ".part" file is removed; shards
+  // that finished stay in the cache, verified, for the next open), the checks of a full open
+  // stop at the next shard, and Open returns kCancelled; nothing of the archive is kept.
+  const CancelToken* cancel = nullptr;
 };
 
 class Archive {
@@ -186,9 +195,11 @@ class Archive {
  private:
   struct Shard;  // a shard's slot: opened once, on first use when lazy
   Archive();
-  Status OpenShard(size_t s) const;
-  void FetchAll() const;  // remote: opens every shard, 4 downloads at a time
-  const Shard* Ready(size_t s, Status* error) const;
+  // `cancel`: OpenOptions::cancel, given only by Open (a shard's slot then keeps kCancelled
+  // as its error, and Open drops the archive).
+  Status OpenShard(size_t s, const CancelToken* cancel = nullptr) const;
+  void FetchAll(const CancelToken* cancel) const;  // remote: every shard, 4 downloads at a time
+  const Shard* Ready(size_t s, Status* error, const CancelToken* cancel = nullptr) const;
   RecordView Record(const Shard& shard, size_t s, uint64_t index) const;  // shard s is ready
   // A sample's var blob (version 4), its VarEntry checked; `file` names its shard.
   struct VarBlob {

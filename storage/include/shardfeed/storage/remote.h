@@ -27,6 +27,14 @@
 // 30 s counts as a timeout. HTTP 403 and 404 fail at once with the URL (never a secret). A body
 // that fails verification is discarded and fetched once more, then kChecksumMismatch.
 //
+// Cancel. ReadText and Fetch take a CancelToken (base/cancel.h; the caller owns it, null: not
+// cancellable). Once it is cancelled, a request in flight is abandoned at libcurl's next progress
+// callback (within about a second, even while the server sends nothing), a retry's back-off and a
+// wait for another process's download end, and the call returns kCancelled: a download's ".part"
+// file is removed and its reserved room given back, nothing is renamed into the cache, and copies
+// already in the cache stay as they are. Without a token a transfer runs as it always did (no
+// progress callback is set).
+//
 // Big shards. A shard above 2 parts of SHARDFEED_FETCH_PART_BYTES (default 32 MiB, so above
 // 64 MiB) is fetched as ranged GETs of one part each, kRangedConnections at a time, written into
 // the ".part" file at their offsets; each part is retried on its own, and the whole file is
@@ -39,6 +47,7 @@
 #include <memory>
 #include <string>
 
+#include "shardfeed/base/cancel.h"
 #include "shardfeed/base/option_table.h"
 #include "shardfeed/base/status.h"
 
@@ -158,8 +167,10 @@ class Remote {
   uint64_t BytesReceived() const;
   const std::string& cache_dir() const { return cache_.dir; }
 
-  // GETs a small object (the manifest) into memory, never cached. kNotFound for a 404.
-  Result<std::string> ReadText(const std::string& name, uint64_t max_bytes) const;
+  // GETs a small object (the manifest) into memory, never cached. kNotFound for a 404;
+  // kCancelled once `cancel` is (see Cancel above).
+  Result<std::string> ReadText(const std::string& name, uint64_t max_bytes,
+                               const CancelToken* cancel = nullptr) const;
   // kResourceExhausted, giving both figures, when the cache limit is below `need` bytes
   // (what a reader must hold at once).
   Status CheckLimit(uint64_t need, const std::string& why) const;
@@ -167,10 +178,11 @@ class Remote {
   // its content does: the content hash), downloading and verifying it first when absent. The
   // cache counts, evicts and removes only files it names so (<name>.<version>[.part] in
   // <cache_dir>/remote/<16 hex>/): anything else there is left alone. kInvalidArgument for
-  // another version or a name with a '/'.
+  // another version or a name with a '/'. kCancelled once `cancel` is, while it downloads or
+  // waits for another process's download (a copy already in the cache is still handed out).
   Result<std::unique_ptr<CachedFile>> Fetch(const std::string& name, uint64_t size,
-                                            const std::string& version,
-                                            const VerifyFn& verify) const;
+                                            const std::string& version, const VerifyFn& verify,
+                                            const CancelToken* cancel = nullptr) const;
   // Removes a cached copy found damaged after its download was verified (the disk, or someone,
   // changed it since): under its per-file lock, and only if its name still names the file
   // `held` holds (a copy another process downloaded meanwhile is left alone). Holders keep

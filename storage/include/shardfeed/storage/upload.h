@@ -49,11 +49,12 @@ Result<std::string> RemoteFirstObject(const std::string& location);
 // Deletes the object `name` of `location` (absent already: OK).
 Status RemoteDelete(const std::string& location, const std::string& name);
 
-// Stops every UploadArchive of this process: a request in flight is abandoned at libcurl's next
-// progress callback (within about a second, even while it waits for the store), a retry's wait
-// ends, no further file is begun, each multipart upload begun is aborted (AbortMultipartUpload,
-// so no orphaned parts stay), and UploadArchive returns kCancelled naming the file it was
-// sending; the manifest is then never written. Sticky for the rest of the process (a command
+// Stops every UploadArchive of this process (a process-wide base/cancel.h CancelToken that every
+// upload request is given): a request in flight is abandoned at libcurl's next progress callback
+// (within about a second, even while it waits for the store), a retry's wait ends, no further
+// file is begun, each multipart upload begun is aborted (AbortMultipartUpload, so no orphaned
+// parts stay), and UploadArchive returns kCancelled naming the file it was sending; the manifest
+// is then never written. Sticky for the rest of the process (a command
 // ends after it). Async-signal-safe (one atomic store): for a SIGINT/SIGTERM handler.
 void CancelUploads();
 

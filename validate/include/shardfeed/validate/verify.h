@@ -34,6 +34,10 @@ struct VerifyOptions {
   // VerifyPath: a remote archive's cache (unset fields: storage::SetCacheOptions, then the
   // environment).
   storage::CacheOptions cache;
+  // Stops the verify (base/cancel.h; null: it cannot be; the caller owns it and keeps it alive
+  // until the call returns): VerifyPath's open as format::OpenOptions::cancel says, then Verify's
+  // workers at their next block of samples. VerifyPath then returns kCancelled (never a report).
+  const CancelToken* cancel = nullptr;
 };
 
 // The options `shardfeed verify` and shardfeed.verify() take (workers, max_pixels), read by both
@@ -69,7 +73,8 @@ struct VerifyReport {
 
 // Checks every record checksum and every shard hash (and, with `decode`, every payload) of an
 // open archive. `progress` (may be null) is called from the calling thread with the samples
-// done so far, at most every 100 ms, and once at the end.
+// done so far, at most every 100 ms, and once at the end. Once options.cancel is cancelled the
+// rest is skipped: the report is then incomplete (`checked` counts the samples checked).
 VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options,
                     const std::function<void(uint64_t done, uint64_t total)>& progress = nullptr);
 
@@ -83,6 +88,7 @@ VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options
 // A remote archive whose cached copies were found damaged (and discarded) is opened and
 // verified once more, downloading those shards again: `repaired` says what was replaced, and
 // the rest of the report is the second pass (damage that is in the stored objects stays).
+// kCancelled once options.cancel is cancelled.
 Result<VerifyReport> VerifyPath(
     const std::string& path, const VerifyOptions& options,
     const std::function<void(uint64_t done, uint64_t total)>& progress = nullptr);
