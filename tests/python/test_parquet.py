@@ -293,3 +293,30 @@ def test_timestamps_read_one_way_in_every_batch(tmp_path):
     assert got == ["2023-11-14T22:13:20.000000000"] * 3 + ["2023-11-14T22:13:20.000000123",
                                                             "2023-11-14T22:13:20.000000000"]
     assert a.sample(0)["took"] == "1000000123ns"
+
+
+def test_a_label_column_of_strings_is_the_class_field(tmp_path):
+    # As the CSV importer: the class field, its sorted distinct strings the class names (it was
+    # a str field, and the archive had no class at all). Dictionary (pandas category) columns too.
+    names = ["dog", "cat", "zebra", "cat", "dog", "cat"]
+    for kind, column in (("plain", pa.array(names)),
+                         ("category", pa.array(names).dictionary_encode())):
+        src = tmp_path / ("%s.parquet" % kind)
+        pq.write_table(pa.table({"image": pa.array([jpeg(i) for i in range(6)], pa.binary()),
+                                 "label": column}), src)
+        importer.pack_parquet(src, tmp_path / kind)
+        a = shardfeed.Archive(tmp_path / kind)
+        assert a.schema == {"image": "image", "label": "int64"}
+        assert a.class_names == ["cat", "dog", "zebra"]
+        assert [a.class_names[a.sample(i)["label"]] for i in range(6)] == names
+    # class_names= sets the ids; a string it does not list is a bad row, named.
+    src = tmp_path / "plain.parquet"
+    importer.pack_parquet(src, tmp_path / "given", class_names=["zebra", "dog", "cat"])
+    given = shardfeed.Archive(tmp_path / "given")
+    assert [given.sample(i)["label"] for i in range(6)] == [1, 2, 0, 2, 1, 2]
+    with pytest.raises(ValueError, match=r"sample 2 \(.*plain.parquet, row 2\): .*label.*"
+                                         r"'zebra', which the class names do not list"):
+        importer.pack_parquet(src, tmp_path / "short", class_names=["dog", "cat"])
+    r = importer.pack_parquet(src, tmp_path / "skipped", class_names=["dog", "cat"],
+                              skip_bad=True)
+    assert r["packed"] == 5 and [s["sample"] for s in r["skipped"]] == [2]

@@ -12,7 +12,8 @@ webp, else the first binary column, else a string column named path/file/filenam
 (a path relative to SRC's directory unless absolute). A struct's `bytes` are used when present,
 else its `path`. Every other column becomes a field, its type inferred from the Arrow type:
 integers and bools int64 (a column named `label` is the class field; a ClassLabel feature's
-names become the class names), float16/float32 float32, float64 float64, strings str, binary
+names become the class names; a `label` column of strings is the class field too, its sorted
+distinct strings the class names, as in the CSV importer), float16/float32 float32, float64 float64, strings str, binary
 bytes, dates, times, timestamps and decimals str (ISO 8601, and the decimal's digits), lists
 of numbers arrays (`int64[*]`, `float32[*,4]` when the inner lists have a fixed size; a list of
 variable-length lists is json, as its rows may be ragged; a column named boxes, bbox or bboxes
@@ -106,14 +107,16 @@ class Source:
         except (pa.ArrowException, OSError) as e:
             raise SystemExit2("%s: %s" % (path, e)) from None
 
-    def batches(self):
-        """Every record batch, in order; self.starts gets (first row number, file) per file."""
+    def batches(self, columns=None):
+        """Every record batch, in order (of `columns` only where the file allows reading fewer);
+        self.starts gets (first row number, file) per file."""
         pa = _pyarrow()
         self.starts, first = [], 0
         for path in self.files:
             self.starts.append((first, path))
             reader = self._open(path)
-            batches = reader.iter_batches(batch_size=256) if self.kind == "parquet" else reader
+            batches = reader.iter_batches(batch_size=256, columns=columns) \
+                if self.kind == "parquet" else reader
             try:
                 for batch in batches:
                     first += batch.num_rows
@@ -252,6 +255,27 @@ def field_names(source, image_col):
     return out
 
 
+class _NotAClass(str):
+    """A label string class_names does not list, so the Writer's refusal says why."""
+
+    def __repr__(self):
+        return "%s, which the class names do not list" % str.__repr__(self)
+
+
+def _label_strings(source, column):
+    """The sorted distinct values of a string `label` column: its class names."""
+    seen = set()
+    for batch in source.batches(columns=[column]):
+        seen.update(v for v in batch.column(column).to_pylist() if v is not None)
+    return sorted(seen)
+
+
+def _is_text(t, pa):
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
 def infer(source, image_col):
     """(schema dict, class names or None) for the source's columns."""
     pa = _pyarrow()
@@ -260,6 +284,12 @@ def infer(source, image_col):
     for n, out_name in field_names(source, image_col).items():
         t = source.schema.field(n).type
         schema[out_name] = field_type(t, pa)
+        if n == "label" and _is_text(t, pa):
+            # As the CSV and JSONL importers: labels as text are the class field, the sorted
+            # distinct strings its class names (class_names= sets another order).
+            schema[out_name] = "int64"
+            class_names = _label_strings(source, n)
+            continue
         list_of_lists = (pa.types.is_list(t) or pa.types.is_large_list(t)) and _list_type(t, pa)
         if n.lower() in _BOX_NAMES and (re.fullmatch(r"\w+\[\*,4\]", schema[out_name]) or (
                 list_of_lists and re.fullmatch(r"\w+\[\*,\*\]", list_of_lists))):
@@ -299,10 +329,18 @@ def _image_value(v, root):
     return v
 
 
-def rows(source, schema, image_col, image_field):
+def rows(source, schema, image_col, image_field, class_names=None):
     columns = _columns_of(schema, image_field, image_col, source)
     pa = _pyarrow()
     texts = {c for c in columns.values() if _temporal(source.schema.field(c).type, pa)}
+    # A class field read from a column of strings: each string's id in class_names (a string
+    # not among them stays text, which the Writer refuses as that row's label).
+    label_col = columns.get("label")
+    ids = None
+    if (label_col and class_names and _is_text(source.schema.field(label_col).type, pa) and
+            (schema["label"].get("type") if isinstance(schema["label"], dict)
+             else schema["label"]) == "int64"):
+        ids = {name: i for i, name in enumerate(class_names)}
     # A null in a float field is NaN, as the JSONL and CSV importers keep it (pandas' NaN).
     floats = {c for name, c in columns.items()
               if (schema[name].get("type") if isinstance(schema[name], dict) else schema[name])
@@ -312,6 +350,9 @@ def rows(source, schema, image_col, image_field):
                 for c in set(columns.values()) | {image_col}}
         for c in floats:
             data[c] = [float("nan") if v is None else v for v in data[c]]
+        if ids is not None:
+            data[label_col] = [ids[v] if v in ids else _NotAClass(v) if isinstance(v, str)
+                               else v for v in data[label_col]]
         for r in range(batch.num_rows):
             sample = {name: data[col][r] for name, col in columns.items()}
             sample[image_field] = _image_value(data[image_col][r], source.root)
@@ -350,7 +391,7 @@ def pack_parquet(src, out, schema=None, image_column_name=None, class_names=None
     image_field = _image_field(schema)
     try:
         with Writer(out, schema=schema, class_names=class_names, **writer_options) as w:
-            w.write_many(rows(source, schema, image_col, image_field))
+            w.write_many(rows(source, schema, image_col, image_field, class_names))
     except ValueError as e:  # a bad row: say which file and row it is
         raise ValueError(_located(str(e), getattr(source, "starts", []))) from None
     report = w.report
