@@ -146,10 +146,11 @@ def test_size_takes_the_loaders_centre_crop(corpus):
 def test_leaks_against_a_val_archive(corpus):
     val = str(corpus / "val.sf")
     s = stats_json(corpus, "--against", val)
-    assert s["leaks"] == [
+    assert [{k: v for k, v in l.items() if k != "path"} for l in s["leaks"]] == [
         {"index": A + 6, "other": val, "other_index": 1, "kind": "exact"},
         {"index": A + 7, "other": val, "other_index": 2, "kind": "near"},
     ]
+    assert [l["path"] for l in s["leaks"]] == ["a/06_p6.jpg", "a/07_p7.jpg"], s["leaks"]
 
 
 def test_fail_on_exit_codes(corpus):
@@ -424,6 +425,13 @@ def test_stats_summarises_every_field_and_names_duplicates_by_path(tmp_path):
     assert run("pack", tmp_path / "src", tmp_path / "f.sf", "-q").returncode == 0
     s = json.loads(run("stats", tmp_path / "f.sf", "--json", "-", "-q").stdout)
     assert s["duplicate_paths"] == [["c/a.png", "c/b.png"]], s["duplicates"]
+    # So are the near groups, the flags, the errors and the leaks (they had indices only).
+    assert s["near_duplicate_paths"] == [] and s["cross_label_duplicate_paths"] == []
+    assert s["flag_paths"]["uniform"] == ["c/a.png", "c/b.png", "c/c.png"], s["flags"]
+    assert s["flag_paths"]["dark"] == ["c/a.png", "c/b.png"], s["flags"]
+    s = json.loads(run("stats", tmp_path / "f.sf", "--json", "-", "-q", "--against",
+                       tmp_path / "f.sf").stdout)
+    assert sorted(l["path"] for l in s["leaks"]) == ["c/a.png", "c/b.png", "c/c.png"], s["leaks"]
 
 
 def test_exact_duplicates_are_equal_pixels_not_equal_sums(tmp_path):

@@ -576,14 +576,29 @@ std::string StatsReport::ToJson() const {
   }
   j["leaks"] = leak_list;
   j["fields"] = json::parse(fields_json, nullptr, false);
-  if (!paths.empty()) {  // the duplicate groups again, by source path
-    json named = json::array();
-    for (const auto& g : duplicates) {
-      json group = json::array();
-      for (uint64_t i : g) group.push_back(i < paths.size() ? paths[i] : "");
-      named.push_back(std::move(group));
+  if (!paths.empty()) {  // what names samples by index, again by source path
+    auto path_of = [&](uint64_t i) { return i < paths.size() ? paths[i] : std::string(); };
+    auto named = [&](const auto& groups) {
+      json out = json::array();
+      for (const auto& g : groups) {
+        json group = json::array();
+        for (uint64_t i : g) group.push_back(path_of(i));
+        out.push_back(std::move(group));
+      }
+      return out;
+    };
+    j["duplicate_paths"] = named(duplicates);
+    j["near_duplicate_paths"] = named(near_duplicates);
+    j["cross_label_duplicate_paths"] = named(cross_label_duplicates);
+    json flagged = json::object();
+    for (const auto& [name, list] : j["flags"].items()) {
+      json names = json::array();
+      for (const auto& i : list) names.push_back(path_of(i.get<uint64_t>()));
+      flagged[name] = std::move(names);
     }
-    j["duplicate_paths"] = std::move(named);
+    j["flag_paths"] = std::move(flagged);
+    for (auto& e : j["errors"]) e["path"] = path_of(e["index"].get<uint64_t>());
+    for (auto& l : j["leaks"]) l["path"] = path_of(l["index"].get<uint64_t>());
   }
   return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
