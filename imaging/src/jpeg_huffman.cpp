@@ -87,7 +87,10 @@ bool FastHuffman::Build(const JHUFF_TBL* htbl, bool dc, Table* t) {
           t->look[index] = static_cast<uint16_t>((l << 8) | sym);
           int32_t e = 0;
           if (s == 0) {
-            e = dc ? l : ((run == 15 ? 15 : 64) << 8) | l;  // DC 0; ZRL; end of block
+            // DC 0; ZRL; end of block. The decode loop writes their value 0 at k + run: a
+            // place still 0 (the coefficient controller zeroes each block before decode_mcu,
+            // and no later k lands there), or past 63, which lands on 63, written only at k 63.
+            e = dc ? l : ((run == 15 ? 15 : 64) << 8) | l;
           } else if (l + s <= kFastBits) {
             const int value = Extend((index >> (shift - s)) & ((1u << s) - 1), s);
             e = static_cast<int32_t>(static_cast<uint32_t>(value) << 16) | (run << 8) | (l + s);
@@ -104,7 +107,30 @@ bool FastHuffman::Build(const JHUFF_TBL* htbl, bool dc, Table* t) {
   return true;
 }
 
+namespace {
+
+// The fill_input_buffer of libjpeg's memory source (jpeg_mem_src): how Install tells one.
+decltype(jpeg_source_mgr::fill_input_buffer) MemorySourceFill() {
+  static const auto fill = [] {
+    jpeg_decompress_struct c;
+    jpeg_error_mgr e;
+    c.err = jpeg_std_error(&e);
+    jpeg_create_decompress(&c);
+    static const unsigned char kSoi[2] = {0xFF, 0xD8};
+    jpeg_mem_src(&c, kSoi, sizeof(kSoi));
+    const auto f = c.src->fill_input_buffer;
+    jpeg_destroy_decompress(&c);
+    return f;
+  }();
+  return fill;
+}
+
+}  // namespace
+
 bool FastHuffman::Install(j_decompress_ptr cinfo) {
+  if (cinfo->src == nullptr || cinfo->src->fill_input_buffer != MemorySourceFill()) {
+    return false;  // a source that may suspend: libjpeg's decoder handles suspension
+  }
   if (cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8 ||
       cinfo->inputctl == nullptr || cinfo->inputctl->has_multiple_scans || cinfo->Ss != 0 ||
       cinfo->Se != DCTSIZE2 - 1 || cinfo->Ah != 0 || cinfo->Al != 0 || cinfo->entropy == nullptr ||
@@ -153,13 +179,7 @@ boolean FastHuffman::DecodeMcuThunk(j_decompress_ptr cinfo, JBLOCKROW* blocks) {
   }
   if (!cinfo->entropy->insufficient_data) self->DecodeMcu(blocks);
   if (cinfo->restart_interval != 0) --self->restarts_to_go_;
-  if (--self->mcus_left_ == 0) {
-    // The scan's last MCU: whole bytes of data left unread are extraneous, which the marker
-    // reader reports with the bytes it skips before the next marker (libjpeg reads less ahead
-    // and leaves them to it).
-    const int data_bits = self->nbits_ > self->pad_ ? self->nbits_ - self->pad_ : 0;
-    cinfo->marker->discarded_bytes += static_cast<unsigned>(data_bits / 8);
-  }
+  if (--self->mcus_left_ == 0) self->FinishScan();
   self->SyncSource();
   return TRUE;
 }
@@ -183,6 +203,28 @@ bool FastHuffman::Restart() {
   return true;
 }
 
+// After the scan's last MCU: a marker within kPaddingBytes data bytes of where the reading
+// stopped is read into unread_marker, as libjpeg's read-ahead (up to 8 bytes) would have read
+// it, so a few bytes of padding before EOI pass silently, as they do in libjpeg; further away,
+// the marker reader reports the bytes it skips. The bits left in the buffer are dropped, as
+// libjpeg drops its own.
+void FastHuffman::FinishScan() {
+  constexpr int kPaddingBytes = 8;
+  const uint8_t* p = pos_;
+  for (int n = 0; n < kPaddingBytes && !at_marker_ && p < end_; ++n) {
+    if (*p++ != 0xFF) continue;
+    while (p < end_ && *p == 0xFF) ++p;  // fill bytes
+    if (p >= end_) return;
+    if (*p == 0) {
+      ++p;  // a stuffed 0xFF
+      continue;
+    }
+    cinfo_->unread_marker = *p;
+    pos_ = p + 1;
+    at_marker_ = true;
+  }
+}
+
 void FastHuffman::RefillSlow() {
   while (nbits_ <= 56) {
     uint32_t c = 0;
@@ -203,11 +245,19 @@ void FastHuffman::RefillSlow() {
     } else {
       const uint8_t* p = pos_ + 1;
       while (p < end_ && *p == 0xFF) ++p;  // fill bytes
-      if (p < end_ && *p == 0) {
+      if (p >= end_) {
+        pos_ = p;  // the marker's code is past the data: ask the source, as libjpeg does
+        continue;
+      }
+      if (*p == 0) {
         c = 0xFF;  // a stuffed 0xFF
         pos_ = p + 1;
       } else {
-        at_marker_ = true;  // left for the marker reader
+        // A marker: read, and left for the marker reader as libjpeg leaves it (unread_marker),
+        // so what the read-ahead passed over is never reported as skipped, as in libjpeg.
+        cinfo_->unread_marker = *p;
+        pos_ = p + 1;
+        at_marker_ = true;
         pad_ += 8;
       }
     }
@@ -267,8 +317,8 @@ struct FastHuffman::Reader {
         return t.huffval[(code + t.valoffset[l]) & 0xFF];
       }
     }
-    WARNMS(self.cinfo_, JWRN_HUFF_BAD_CODE);  // no code of any length: a zero, as libjpeg gives
-    Consume(17);  // libjpeg reads one bit past the longest code before it gives up
+    self.bad_code_ = true;  // no code of any length: a zero, as libjpeg gives (DecodeMcu warns)
+    Consume(17);            // libjpeg reads one bit past the longest code before it gives up
     return 0;
   }
   // A value of s > 0 bits (F.2.2.1); at least s bits are in the buffer.
@@ -280,6 +330,13 @@ struct FastHuffman::Reader {
 };
 
 void FastHuffman::DecodeMcu(JBLOCKROW* blocks) {
+  // Where libjpeg-turbo would decode this MCU on its fast path (no restart interval, 512 bytes a
+  // block ahead, no marker reached), it takes a code no table has as 0 without a warning; its
+  // slow path warns. Ours does the same, so strict decodes refuse what they refused before.
+  const bool libjpeg_fast =
+      cinfo_->restart_interval == 0 && !at_marker_ &&
+      static_cast<size_t>(end_ - pos_) >= size_t{512} * static_cast<size_t>(cinfo_->blocks_in_MCU);
+  bad_code_ = false;
   Reader r(*this);
   for (int b = 0; b < cinfo_->blocks_in_MCU; ++b) {
     JCOEF* block = blocks ? blocks[b][0] : nullptr;
@@ -329,6 +386,7 @@ void FastHuffman::DecodeMcu(JBLOCKROW* blocks) {
     }
   }
   r.Save();
+  if (bad_code_ && (!libjpeg_fast || at_marker_)) WARNMS(cinfo_, JWRN_HUFF_BAD_CODE);
   if (nbits_ < pad_) {
     // The MCU needed bits past the data's end: the rest of this segment stays zero.
     pad_ = nbits_;

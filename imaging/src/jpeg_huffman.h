@@ -8,11 +8,19 @@
 // run and value together for codes of up to kFastBits bits with their value bits, and refills
 // its 64-bit bit buffer eight bytes at a time where no 0xFF is among them.
 //
-// Contract: on valid data the coefficients are exactly libjpeg's (tests compare every pixel with
-// a TurboJPEG decode). On damaged data it never reads outside the source buffer or writes outside
-// a block, and it raises libjpeg's warnings where libjpeg would (data running into a marker, a
-// code no table has, extraneous bytes before a restart marker), so strict decodes still fail.
-// One FastHuffman serves one decompressor at a time (it sets the decompressor's client_data);
+// Contract: on valid data the coefficients are exactly libjpeg's, and neither warns
+// (tests/imaging/jpeg_huffman_test.cpp decodes with both in one decompressor and compares every
+// pixel). On damaged data it never reads outside the source buffer or writes outside a block;
+// it warns where libjpeg-turbo warns and stays silent where it is silent (data running into a
+// marker; a code no table has, which libjpeg's fast path takes as 0 silently; a marker reached
+// by the read-ahead, consumed into unread_marker as libjpeg does; up to 8 bytes of padding
+// before EOI), so a strict decode accepts and refuses what it did before. The one difference:
+// "N extraneous bytes before marker" after a desynchronised segment, or after 5-8 bytes of
+// padding, depends on how far each had read ahead (ours up to 63 bits; libjpeg's about as
+// far, by another schedule, so that libjpeg warns of some 6-byte paddings ours takes). Two
+// outputs differ: `FF FF 00` in damaged data (see the test). It takes a scan only when the
+// source is jpeg_mem_src (one that may suspend stays libjpeg's). One FastHuffman serves one
+// decompressor at a time (it sets the decompressor's client_data, which must be unused);
 // not thread-safe, as the decompressor it serves is not.
 #pragma once
 
@@ -60,6 +68,7 @@ class FastHuffman {
   void DecodeMcu(JBLOCKROW* blocks);
   bool Restart();
   void RefillSlow();  // to at least 57 bits, byte by byte: stuffing, markers, the data's end
+  void FinishScan();  // after the last MCU: a marker among the next few bytes is read
   void SyncSource() {
     cinfo_->src->next_input_byte = pos_;
     cinfo_->src->bytes_in_buffer = static_cast<size_t>(end_ - pos_);
@@ -71,11 +80,12 @@ class FastHuffman {
   uint64_t buf_ = 0;
   int nbits_ = 0;
   int pad_ = 0;
-  bool at_marker_ = false;  // pos_ is at a marker (not consumed): only zeros follow
+  bool at_marker_ = false;  // the data reached a marker (read into unread_marker): zeros follow
   const uint8_t* pos_ = nullptr;
   const uint8_t* end_ = nullptr;
 
   unsigned restarts_to_go_ = 0;
+  bool bad_code_ = false;   // the MCU being decoded had a code no table holds
   uint64_t mcus_left_ = 0;  // in the scan
   unsigned last_dc_[MAX_COMPS_IN_SCAN] = {};
   // Per block of an MCU: its tables, component, and whether its DC / AC values are kept.
