@@ -262,10 +262,16 @@ Result<pid_t> Spawn(const std::string& program, int sock, int ring,
 // made with fork() (multiprocessing's "fork", os.fork) inherits that mapping MAP_SHARED, so a
 // batch it holds would change when the parent's loader reuses the slot, and the child's writes
 // to it would reach the parent. In the child, each slot leased at the fork becomes a private
-// copy, as a private ring (threads mode) is by copy-on-write; the parent's fork() returns once
-// the child has them (a pipe; at most kForkCopyWaitMs). Registered by StartProcesses,
-// removed first thing by ~Impl; the registry's lock is held across fork() (prepare/parent/child)
-// so the child never finds it held by a thread it does not have.
+// copy, as a private ring (threads mode) is by copy-on-write. Its cost: a fork() of a process
+// holding batches of a processes-mode loader copies them (their memory again, and about
+// 100 ms per 100 MB, measured), once per child; the child's own forks copy nothing more (its
+// registry is emptied).
+//
+// Locks: the registry's lock, then every registered loader's `mu` (nothing takes them in the
+// other order), are held from prepare until the child has its copies: no thread of the parent
+// can release a leased slot, and so no worker can write into it, while the child copies it.
+// The parent's fork() returns when the child says so through a pipe, or after kForkCopyWaitMs
+// (a note on stderr). Registered by StartProcesses, removed first thing by ~Impl.
 std::mutex& SharedRingsMutex() {
   static auto* mu = new std::mutex;  // leaked: atfork handlers may run during exit
   return *mu;
@@ -275,28 +281,42 @@ std::vector<Loader::Impl*>& SharedRings() {
   return *rings;
 }
 
-// Replaces [p, p + bytes) (page-aligned, part of a shared mapping) with a private copy of its
-// present contents. On failure (no memory) the range stays shared: the child still runs.
-void MakePrivate(uint8_t* p, size_t bytes) {
-  void* copy = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (copy == MAP_FAILED) return;
-  std::memcpy(copy, p, bytes);
-  if (::mremap(copy, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, p) == MAP_FAILED) {
-    ::munmap(copy, bytes);
-  }
+void Note(const char* text) {  // async-signal-safe: the child handler's one way to speak
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, text, std::strlen(text));
 }
 
-// The child tells the parent through this pipe that it has its copies: until then the parent
-// must not reuse a slot the child holds (its workers would write into what the child copies).
+// Replaces [p, p + bytes) (page-aligned, part of a shared mapping) with a private copy of its
+// present contents. On failure (no memory) the range stays shared, said on stderr.
+void MakePrivate(uint8_t* p, size_t bytes) {
+  void* copy = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (copy != MAP_FAILED) {
+    std::memcpy(copy, p, bytes);
+    if (::mremap(copy, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, p) != MAP_FAILED) return;
+    ::munmap(copy, bytes);
+  }
+  Note(
+      "shardfeed: warning: a forked child could not copy a batch it holds (no memory): it "
+      "shares it with the parent's loader, which will reuse it\n");
+}
+
+// The child tells the parent through this pipe that it has its copies.
 int g_fork_pipe[2] = {-1, -1};
 constexpr int kForkCopyWaitMs = 10000;  // the bound on that wait (a copy takes milliseconds)
 
 void ForkPrepare() {
   SharedRingsMutex().lock();
+  for (Loader::Impl* impl : SharedRings()) impl->mu.lock();
   g_fork_pipe[0] = g_fork_pipe[1] = -1;
   if (!SharedRings().empty() && ::pipe2(g_fork_pipe, O_CLOEXEC) != 0) {
     g_fork_pipe[0] = g_fork_pipe[1] = -1;
+    Note(
+        "shardfeed: warning: fork() without waiting for the child to copy the batches it "
+        "holds (no pipe: too many open files?)\n");
   }
+}
+void Unlock() {
+  for (Loader::Impl* impl : SharedRings()) impl->mu.unlock();
+  SharedRingsMutex().unlock();
 }
 void ForkParent() {
   if (g_fork_pipe[0] >= 0) {
@@ -309,16 +329,21 @@ void ForkParent() {
                             deadline - std::chrono::steady_clock::now())
                             .count();
       pollfd p{g_fork_pipe[0], POLLIN, 0};
-      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) >= 0 || errno != EINTR) break;
+      const int r = left > 0 ? ::poll(&p, 1, static_cast<int>(left)) : 0;
+      if (r == 0) {
+        Note(
+            "shardfeed: warning: a forked child did not copy the batches it holds within 10 s "
+            "(stopped?): the loader goes on, and may reuse them under it\n");
+      }
+      if (r >= 0 || errno != EINTR) break;
     }
     ::close(g_fork_pipe[0]);
   }
-  SharedRingsMutex().unlock();
+  Unlock();
 }
 void ForkChild() {
-  // One thread now. The slot states are read as the fork left them, unlocked (the lock may be
-  // held by a thread the child does not have): a lease another thread was taking or dropping at
-  // that instant is for a batch object this child cannot reach.
+  // One thread now, every loader's lock held (prepare): the slot states are as the fork found
+  // them, none half changed.
   for (Loader::Impl* impl : SharedRings()) {
     for (size_t s = 0; s < impl->slots.size(); ++s) {
       if (impl->slots[s].state == SlotState::kLeased && impl->ring.committed(s)) {
@@ -332,7 +357,10 @@ void ForkChild() {
     [[maybe_unused]] const ssize_t n = ::write(g_fork_pipe[1], &done, 1);
     ::close(g_fork_pipe[1]);
   }
-  SharedRingsMutex().unlock();
+  Unlock();
+  // The copies are the child's own memory now, which its own forks copy on write; the forked
+  // copies of the loaders are inert (they never lease again).
+  SharedRings().clear();
 }
 
 void RegisterSharedRing(Loader::Impl* impl) {
