@@ -179,19 +179,50 @@ boolean FastHuffman::DecodeMcuThunk(j_decompress_ptr cinfo, JBLOCKROW* blocks) {
   }
   if (!cinfo->entropy->insufficient_data) self->DecodeMcu(blocks);
   if (cinfo->restart_interval != 0) --self->restarts_to_go_;
-  if (--self->mcus_left_ == 0) self->FinishScan();
+  if (--self->mcus_left_ == 0) self->EndOfSegment();
   self->SyncSource();
   return TRUE;
 }
 
-// What libjpeg's process_restart does: drop the segment's remaining bits (whole bytes of them
-// count as discarded), read the RSTn marker through libjpeg's marker reader (which warns about
-// and resynchronises on a missing or wrong one), reset the DC predictions.
-bool FastHuffman::Restart() {
-  const int data_bits = nbits_ > pad_ ? nbits_ - pad_ : 0;
-  cinfo_->marker->discarded_bytes += static_cast<unsigned>(data_bits / 8);
+// The end of a segment's coded data (before a restart marker, or after the scan's last MCU):
+// whole bytes of data left before the marker are extraneous. libjpeg-turbo reports them only
+// past what its read-ahead had buffered (0 to 8 bytes, by its schedule: a byte or two of padding
+// before EOI passes, six rarely do); ours buffers on another schedule, so the rule is fixed
+// instead: kExtraneousBytes or more are reported, with libjpeg's warning and count, fewer pass.
+// Either way the marker ends up read into unread_marker, where libjpeg's marker reader takes it.
+// Past the end of the data (no marker) nothing is done: reading on reports the data's end.
+void FastHuffman::EndOfSegment() {
+  constexpr unsigned kExtraneousBytes = 4;
+  unsigned count = static_cast<unsigned>((nbits_ > pad_ ? nbits_ - pad_ : 0) / 8);
   buf_ = 0;
   nbits_ = pad_ = 0;
+  if (!at_marker_) {
+    const uint8_t* p = pos_;
+    for (;;) {
+      while (p < end_ && *p != 0xFF) ++p, ++count;
+      const uint8_t* q = p;
+      while (q < end_ && *q == 0xFF) ++q;  // fill bytes
+      if (q >= end_) return;
+      if (*q != 0) {
+        cinfo_->unread_marker = *q;
+        pos_ = q + 1;
+        at_marker_ = true;
+        break;
+      }
+      count += 2;  // FF 00: a stuffed 0xFF, two bytes to the marker reader
+      p = q + 1;
+    }
+  }
+  if (count >= kExtraneousBytes) {
+    WARNMS2(cinfo_, JWRN_EXTRANEOUS_DATA, count, cinfo_->unread_marker);
+  }
+}
+
+// What libjpeg's process_restart does after the segment's end: read the RSTn marker through
+// libjpeg's marker reader (which warns about and resynchronises on a missing or wrong one),
+// reset the DC predictions.
+bool FastHuffman::Restart() {
+  EndOfSegment();
   SyncSource();
   if (!(*cinfo_->marker->read_restart_marker)(cinfo_)) return false;
   for (int ci = 0; ci < cinfo_->comps_in_scan; ++ci) last_dc_[ci] = 0;
@@ -201,28 +232,6 @@ bool FastHuffman::Restart() {
   at_marker_ = cinfo_->unread_marker != 0;
   if (!at_marker_) cinfo_->entropy->insufficient_data = FALSE;
   return true;
-}
-
-// After the scan's last MCU: a marker within kPaddingBytes data bytes of where the reading
-// stopped is read into unread_marker, as libjpeg's read-ahead (up to 8 bytes) would have read
-// it, so a few bytes of padding before EOI pass silently, as they do in libjpeg; further away,
-// the marker reader reports the bytes it skips. The bits left in the buffer are dropped, as
-// libjpeg drops its own.
-void FastHuffman::FinishScan() {
-  constexpr int kPaddingBytes = 8;
-  const uint8_t* p = pos_;
-  for (int n = 0; n < kPaddingBytes && !at_marker_ && p < end_; ++n) {
-    if (*p++ != 0xFF) continue;
-    while (p < end_ && *p == 0xFF) ++p;  // fill bytes
-    if (p >= end_) return;
-    if (*p == 0) {
-      ++p;  // a stuffed 0xFF
-      continue;
-    }
-    cinfo_->unread_marker = *p;
-    pos_ = p + 1;
-    at_marker_ = true;
-  }
 }
 
 void FastHuffman::RefillSlow() {

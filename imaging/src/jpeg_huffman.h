@@ -12,12 +12,11 @@
 // (tests/imaging/jpeg_huffman_test.cpp decodes with both in one decompressor and compares every
 // pixel). On damaged data it never reads outside the source buffer or writes outside a block;
 // it warns where libjpeg-turbo warns and stays silent where it is silent (data running into a
-// marker; a code no table has, which libjpeg's fast path takes as 0 silently; a marker reached
-// by the read-ahead, consumed into unread_marker as libjpeg does; up to 8 bytes of padding
-// before EOI), so a strict decode accepts and refuses what it did before. The one difference:
-// "N extraneous bytes before marker" after a desynchronised segment, or after 5-8 bytes of
-// padding, depends on how far each had read ahead (ours up to 63 bits; libjpeg's about as
-// far, by another schedule, so that libjpeg warns of some 6-byte paddings ours takes). Two
+// marker; a code no table has, which libjpeg's fast path takes as 0 silently), so a strict
+// decode accepts and refuses what it did before. The one difference: libjpeg reports data left
+// between a segment's end and its marker ("N extraneous bytes before marker": padding before
+// EOI, a desynchronised segment) only past what its read-ahead had buffered, 0-8 bytes by its
+// schedule; ours reports 4 bytes or more (EndOfSegment), so for 1-8 bytes the two can differ. Two
 // outputs differ: `FF FF 00` in damaged data (see the test). It takes a scan only when the
 // source is jpeg_mem_src (one that may suspend stays libjpeg's). One FastHuffman serves one
 // decompressor at a time (it sets the decompressor's client_data, which must be unused);
@@ -67,8 +66,8 @@ class FastHuffman {
 
   void DecodeMcu(JBLOCKROW* blocks);
   bool Restart();
-  void RefillSlow();  // to at least 57 bits, byte by byte: stuffing, markers, the data's end
-  void FinishScan();  // after the last MCU: a marker among the next few bytes is read
+  void RefillSlow();    // to at least 57 bits, byte by byte: stuffing, markers, the data's end
+  void EndOfSegment();  // after a segment's or the scan's last MCU: extraneous data, marker
   void SyncSource() {
     cinfo_->src->next_input_byte = pos_;
     cinfo_->src->bytes_in_buffer = static_cast<size_t>(end_ - pos_);
