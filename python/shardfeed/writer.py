@@ -245,11 +245,13 @@ class _Converter:
             if isinstance(v, (str, bytes)) or v is None:
                 raise _Bad("a %s field takes a number, not %r" % (kind, v))
             if not isinstance(v, numbers.Number) and hasattr(v, "dtype"):
-                # A 0-d (or one-element) array or tensor of integers: checked as the int it
-                # holds (float() rounded 2**24 + 1 without a word).
+                # A 0-d (or one-element) array or tensor of integers, or of objects holding
+                # one: checked as the int it holds (float() rounded 2**24 + 1 without a word).
                 arr, _ = _to_numpy(v)
-                if arr.size == 1 and arr.dtype.kind in "biu":
-                    v = int(arr.reshape(-1)[0])
+                held = arr.reshape(-1)[0] if arr.size == 1 else None
+                if arr.size == 1 and (arr.dtype.kind in "biu" or (
+                        arr.dtype == object and isinstance(held, numbers.Integral))):
+                    v = int(held)
             try:
                 x = float(v)
             except (TypeError, ValueError):

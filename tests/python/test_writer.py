@@ -592,6 +592,8 @@ def test_integer_arrays_and_tensors_and_json_big_ints_are_checked_as_ints(tmp_pa
     for x, j, says in ((torch.tensor(2 ** 24 + 1), 0, "integer 16777217 is not exact"),
                        (np.array(2 ** 24 + 1), 0, "integer 16777217 is not exact"),
                        (np.array([2 ** 24 + 1]), 0, "integer 16777217 is not exact"),
+                       (np.array(2 ** 64 + 1, dtype=object), 0, "is not exact as float32"),
+                       (np.array([2 ** 24 + 1], dtype=object), 0, "16777217 is not exact"),
                        (1.5, {"id": 2 ** 64 + 1}, "does not fit 64 bits"),
                        (1.5, [-2 ** 63 - 1], "does not fit 64 bits")):
         with pytest.raises(ValueError, match="sample 0: field '.': .*" + says):
