@@ -373,19 +373,8 @@ Status Decoder::DecodeJpegRegion(const uint8_t* data, size_t size, const JpegReg
   // across block edges (none where libjpeg scaled the chroma up in its IDCT instead): the
   // triangle filter reads the chroma sample next to a pixel's own, which covers that pixel's
   // neighbour, and libjpeg widens the crop to whole iMCUs around it.
-  bool across_x = false, across_y = false, croppable = true;
-  for (int c = 0; c < cinfo.num_components; ++c) {
-    const jpeg_component_info& k = cinfo.comp_info[c];
-    const bool x =
-        k.h_samp_factor * k.DCT_scaled_size != cinfo.max_h_samp_factor * cinfo.min_DCT_scaled_size;
-    const bool y =
-        k.v_samp_factor * k.DCT_scaled_size != cinfo.max_v_samp_factor * cinfo.min_DCT_scaled_size;
-    across_x |= x, across_y |= y;
-    // libjpeg-turbo 2.1's jpeg_crop_scanline sizes a component as if its IDCT were not scaled
-    // up: one that is, and still upsampled, is upsampled over half its width (luma 4x2 or 2x4
-    // over 1x1 chroma at 4/8 and below). Such rare files decode whole rows.
-    if ((x || y) && k.DCT_scaled_size != cinfo.min_DCT_scaled_size) croppable = false;
-  }
+  bool across_x = false, across_y = false;
+  const bool croppable = internal::CropUpsampling(cinfo, &across_x, &across_y);
   const uint32_t pad_x = region.exact && across_x ? 1 : 0;
   const uint32_t pad_y = region.exact && across_y ? 1 : 0;
   uint32_t cx = sx > pad_x ? sx - pad_x : 0;

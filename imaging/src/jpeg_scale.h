@@ -4,6 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+// clang-format off
+#include <jpeglib.h>
+// clang-format on
 
 #include "shardfeed/imaging/image.h"
 
@@ -46,6 +50,27 @@ inline void UpsamplesAcross(const int* h, const int* v, int components, int n, b
     if (h[i] * size != hmax * n) *across_x = true;
     if (v[i] * size != vmax * n) *across_y = true;
   }
+}
+
+// After jpeg_start_decompress: whether any component is upsampled across block edges
+// horizontally (`*across_x`) or vertically (`*across_y`) at the chosen scale, and whether
+// jpeg_crop_scanline crops this image correctly (the return value). libjpeg-turbo 2.1's
+// jpeg_crop_scanline sizes a component as if its IDCT were not scaled up: one that is, and still
+// upsampled, is upsampled over half its width (luma 4x2 or 2x4 over 1x1 chroma at 4/8 and below,
+// or 3/8 and 7/8), leaving columns unwritten. Such rare files decode whole rows.
+inline bool CropUpsampling(const jpeg_decompress_struct& cinfo, bool* across_x, bool* across_y) {
+  bool croppable = true;
+  *across_x = *across_y = false;
+  for (int c = 0; c < cinfo.num_components; ++c) {
+    const jpeg_component_info& k = cinfo.comp_info[c];
+    const bool x =
+        k.h_samp_factor * k.DCT_scaled_size != cinfo.max_h_samp_factor * cinfo.min_DCT_scaled_size;
+    const bool y =
+        k.v_samp_factor * k.DCT_scaled_size != cinfo.max_v_samp_factor * cinfo.min_DCT_scaled_size;
+    *across_x |= x, *across_y |= y;
+    if ((x || y) && k.DCT_scaled_size != cinfo.min_DCT_scaled_size) croppable = false;
+  }
+  return croppable;
 }
 
 }  // namespace shardfeed::imaging::internal

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <random>
 
+#include "jpeg_test_util.h"
 #include "shardfeed/codec/codec.h"
 #include "test_util.h"
 
@@ -53,30 +54,9 @@ std::vector<uint8_t> Encode(const imaging::Image& img, int subsamp, bool progres
 // A baseline JPEG with luma sampled h x v and both chroma components 1 x 1 (sampling TurboJPEG
 // does not offer, e.g. 4x2), through the libjpeg API.
 std::vector<uint8_t> EncodeSampled(const imaging::Image& img, int h, int v) {
-  jpeg_compress_struct c;
-  jpeg_error_mgr err;
-  c.err = jpeg_std_error(&err);
-  jpeg_create_compress(&c);
-  unsigned char* buf = nullptr;
-  unsigned long len = 0;
-  jpeg_mem_dest(&c, &buf, &len);
-  c.image_width = img.width, c.image_height = img.height;
-  c.input_components = 3, c.in_color_space = JCS_RGB;
-  jpeg_set_defaults(&c);
-  jpeg_set_quality(&c, 88, TRUE);
-  c.comp_info[0].h_samp_factor = h, c.comp_info[0].v_samp_factor = v;
-  for (int i = 1; i < 3; ++i) c.comp_info[i].h_samp_factor = c.comp_info[i].v_samp_factor = 1;
-  jpeg_start_compress(&c, TRUE);
-  while (c.next_scanline < c.image_height) {
-    JSAMPROW row =
-        const_cast<uint8_t*>(img.pixels.data()) + size_t{c.next_scanline} * img.width * 3;
-    jpeg_write_scanlines(&c, &row, 1);
-  }
-  jpeg_finish_compress(&c);
-  jpeg_destroy_compress(&c);
-  std::vector<uint8_t> out(buf, buf + len);
-  std::free(buf);
-  return out;
+  testing::LibjpegOptions o;
+  o.h0 = h, o.v0 = v;
+  return testing::EncodeLibjpeg(img.pixels.data(), img.width, img.height, 3, o);
 }
 
 // The JPEG with an EXIF APP1 holding `orientation`, right after SOI.

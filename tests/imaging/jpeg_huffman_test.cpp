@@ -14,6 +14,8 @@
 
 #include "jpeg_errors.h"
 #include "jpeg_huffman.h"
+#include "jpeg_scale.h"
+#include "jpeg_test_util.h"
 #include "test_util.h"
 
 namespace shardfeed::imaging {
@@ -61,19 +63,10 @@ void Run(const std::vector<uint8_t>& jpeg, Way way, bool fast, Decoded* out) {
   out->fast = fast && huffman->Install(&cinfo);
   uint32_t skip = 0;
   if (way.crop && cinfo.output_width >= 3) {
-    // As DecodeJpegRegion: libjpeg-turbo 2.1's jpeg_crop_scanline leaves columns unwritten
-    // for a component scaled up in its IDCT and still upsampled (4x2 luma at 3/8, 7/8): such
-    // files skip rows only.
-    bool croppable = true;
-    for (int c = 0; c < cinfo.num_components; ++c) {
-      const jpeg_component_info& k = cinfo.comp_info[c];
-      const bool up = k.h_samp_factor * k.DCT_scaled_size !=
-                          cinfo.max_h_samp_factor * cinfo.min_DCT_scaled_size ||
-                      k.v_samp_factor * k.DCT_scaled_size !=
-                          cinfo.max_v_samp_factor * cinfo.min_DCT_scaled_size;
-      if (up && k.DCT_scaled_size != cinfo.min_DCT_scaled_size) croppable = false;
-    }
-    if (croppable) {
+    // As DecodeJpegRegion: files libjpeg-turbo 2.1 crops wrongly (4x2 luma at 3/8, 7/8) skip
+    // rows only.
+    bool across_x, across_y;
+    if (internal::CropUpsampling(cinfo, &across_x, &across_y)) {
       JDIMENSION x = cinfo.output_width / 3, w = cinfo.output_width / 3;
       jpeg_crop_scanline(&cinfo, &x, &w);
     }
@@ -128,36 +121,9 @@ struct Kind {
 };
 
 std::vector<uint8_t> Encode(const Kind& k, uint32_t seed) {
-  jpeg_compress_struct c;
-  jpeg_error_mgr err;
-  c.err = jpeg_std_error(&err);
-  jpeg_create_compress(&c);
-  unsigned char* buf = nullptr;
-  unsigned long len = 0;
-  jpeg_mem_dest(&c, &buf, &len);
-  c.image_width = k.w, c.image_height = k.h;
-  c.input_components = k.comps;
-  c.in_color_space = k.comps == 1 ? JCS_GRAYSCALE : k.comps == 3 ? JCS_RGB : JCS_CMYK;
-  jpeg_set_defaults(&c);
-  jpeg_set_quality(&c, k.quality, TRUE);
-  c.optimize_coding = k.optimal;
-  c.comp_info[0].h_samp_factor = k.h0, c.comp_info[0].v_samp_factor = k.v0;
-  for (int i = 1; i < c.num_components; ++i) {
-    c.comp_info[i].h_samp_factor = c.comp_info[i].v_samp_factor = 1;
-  }
-  if (k.restart > 0) c.restart_interval = static_cast<unsigned>(k.restart);
-  if (k.restart < 0) c.restart_in_rows = 1;
-  jpeg_start_compress(&c, TRUE);
-  const std::vector<uint8_t> px = Pattern(k.w, k.h, k.comps, seed);
-  while (c.next_scanline < c.image_height) {
-    JSAMPROW row = const_cast<uint8_t*>(px.data()) + size_t{c.next_scanline} * k.w * k.comps;
-    jpeg_write_scanlines(&c, &row, 1);
-  }
-  jpeg_finish_compress(&c);
-  jpeg_destroy_compress(&c);
-  std::vector<uint8_t> out(buf, buf + len);
-  std::free(buf);
-  return out;
+  testing::LibjpegOptions o;
+  o.quality = k.quality, o.h0 = k.h0, o.v0 = k.v0, o.optimal = k.optimal, o.restart = k.restart;
+  return testing::EncodeLibjpeg(Pattern(k.w, k.h, k.comps, seed).data(), k.w, k.h, k.comps, o);
 }
 
 // Both decoders on `jpeg` in `way`: the same outcome, the same pixels (unless `pixels` is
