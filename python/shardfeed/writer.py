@@ -182,6 +182,9 @@ class _Converter:
         self.label = next((i for i, f in enumerate(fields)
                            if f["name"] == "label" and f["type"] == "int64"), -1)
         self.classes = len(class_names) if class_names is not None else None
+        # A label given as a class name: its index in class_names.
+        self.ids = ({name: i for i, name in enumerate(class_names)}
+                    if class_names is not None else None)
         self.known = frozenset(self.names)
 
     def __call__(self, sample):
@@ -217,11 +220,21 @@ class _Converter:
         label = values[self.label] if self.label >= 0 else 0
         return values[self.image], label, values
 
+    def _class_id(self, name):
+        if self.ids is None:
+            raise _Bad("label %r is a class name, and the Writer has no class_names to look it "
+                       "up in" % name)
+        if name not in self.ids:
+            raise _Bad("label %r is not one of the %d class_names" % (name, self.classes))
+        return self.ids[name]
+
     def _value(self, i, v):
         kind, dtype, dims = self.kinds[i]
         if kind == "image":
             return self._image(v)
         if kind == "int64":
+            if i == self.label and isinstance(v, str):
+                return self._class_id(v)
             if isinstance(v, (float, str, bytes)) or v is None:
                 raise _Bad("an int64 field takes a whole number, not %r" % (v,))
             try:
@@ -350,7 +363,8 @@ class Writer:
     boxes, int64, float32, float64, str, bytes, json, "<dtype>[<dims>]"; a per-box field as
     {"type": "int64[*]", "per": "boxes"}), or the path of such a JSON file. Default: image and
     label. A field named "label" of type int64 is the class field (0 <= label <= 4194303, and below
-    len(class_names) when given; without class_names they are "0".."max label").
+    len(class_names) when given; without class_names they are "0".."max label"). With
+    class_names, a label may also be given as a class name (a str): its index in class_names.
 
     Values: the image as encoded bytes (JPEG, PNG, WebP...), a file path (str or pathlib; read
     by a worker thread), a PIL image, or a uint8 (H, W, 3) array / tensor; arrays, boxes and

@@ -126,6 +126,25 @@ def test_every_field_type_round_trips(tmp_path, backend):
     assert shardfeed.verify(out, decode=True)["ok"]
 
 
+def test_a_label_may_be_a_class_name(tmp_path):
+    # A label given as one of class_names is its index (the Parquet importer's string labels
+    # used to be looked up there alone); a name it does not list, or one without class_names,
+    # is that sample's error.
+    img = np.zeros((8, 8, 3), np.uint8)
+    with shardfeed.Writer(tmp_path / "a", class_names=["cat", "dog"]) as w:
+        w.write_many([{"image": img, "label": "dog"}, (img, "cat"), (img, 1)])
+    assert [shardfeed.Archive(tmp_path / "a").sample(i)["label"] for i in range(3)] == [1, 0, 1]
+    with pytest.raises(ValueError, match=r"sample 1: field 'label': label 'eel' is not one of "
+                                         r"the 2 class_names"):
+        with shardfeed.Writer(tmp_path / "b", class_names=["cat", "dog"]) as w:
+            w.write_many([(img, "cat"), (img, "eel")])
+    assert not (tmp_path / "b").exists()
+    with pytest.raises(ValueError, match=r"label 'cat' is a class name, and the Writer has no "
+                                         r"class_names"):
+        with shardfeed.Writer(tmp_path / "c") as w:
+            w.write((img, "cat"))
+
+
 def test_arrays_are_read_only_views_that_keep_the_archive(tmp_path):
     # A chunk larger than an LMDB page is stored on pages of its own (aligned): the var blob in
     # it is 8-byte aligned, so its arrays are views. (Values inside a leaf page may not be

@@ -255,13 +255,6 @@ def field_names(source, image_col):
     return out
 
 
-class _NotAClass(str):
-    """A label string class_names does not list, so the Writer's refusal says why."""
-
-    def __repr__(self):
-        return "%s, which the class names do not list" % str.__repr__(self)
-
-
 def _label_strings(source, column):
     """The sorted distinct values of a string `label` column: its class names."""
     seen = set()
@@ -329,18 +322,12 @@ def _image_value(v, root):
     return v
 
 
-def rows(source, schema, image_col, image_field, class_names=None):
+def rows(source, schema, image_col, image_field):
+    """The source's samples as Writer dicts (a label given as text is looked up in the
+    Writer's class_names, as any Writer label can be)."""
     columns = _columns_of(schema, image_field, image_col, source)
     pa = _pyarrow()
     texts = {c for c in columns.values() if _temporal(source.schema.field(c).type, pa)}
-    # A class field read from a column of strings: each string's id in class_names (a string
-    # not among them stays text, which the Writer refuses as that row's label).
-    label_col = columns.get("label")
-    ids = None
-    if (label_col and class_names and _is_text(source.schema.field(label_col).type, pa) and
-            (schema["label"].get("type") if isinstance(schema["label"], dict)
-             else schema["label"]) == "int64"):
-        ids = {name: i for i, name in enumerate(class_names)}
     # A null in a float field is NaN, as the JSONL and CSV importers keep it (pandas' NaN).
     floats = {c for name, c in columns.items()
               if (schema[name].get("type") if isinstance(schema[name], dict) else schema[name])
@@ -350,9 +337,6 @@ def rows(source, schema, image_col, image_field, class_names=None):
                 for c in set(columns.values()) | {image_col}}
         for c in floats:
             data[c] = [float("nan") if v is None else v for v in data[c]]
-        if ids is not None:
-            data[label_col] = [ids[v] if v in ids else _NotAClass(v) if isinstance(v, str)
-                               else v for v in data[label_col]]
         for r in range(batch.num_rows):
             sample = {name: data[col][r] for name, col in columns.items()}
             sample[image_field] = _image_value(data[image_col][r], source.root)
@@ -391,7 +375,7 @@ def pack_parquet(src, out, schema=None, image_column_name=None, class_names=None
     image_field = _image_field(schema)
     try:
         with Writer(out, schema=schema, class_names=class_names, **writer_options) as w:
-            w.write_many(rows(source, schema, image_col, image_field, class_names))
+            w.write_many(rows(source, schema, image_col, image_field))
     except ValueError as e:  # a bad row: say which file and row it is
         raise ValueError(_located(str(e), getattr(source, "starts", []))) from None
     report = w.report
