@@ -29,6 +29,8 @@ const char* StatusCodeName(StatusCode code) {
       return "internal error";
     case StatusCode::kTimeout:
       return "timed out";
+    case StatusCode::kChanged:
+      return "changed since opened";
   }
   return "unknown";
 }

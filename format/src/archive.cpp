@@ -608,7 +608,7 @@ Status Archive::CheckUnchanged(uint64_t index) const {
   const char* what = seen && uint64_t(st.st_size) >= shard.store->file_bytes
                          ? ": could not be read through its mapping (an I/O error?"
                          : ": changed on disk while in use (";
-  return Status::Corrupt(named, what, shard.store->file_bytes, " bytes when opened, ", now,
+  return Status::Changed(named, what, shard.store->file_bytes, " bytes when opened, ", now,
                          "); sample ", index, kReadSinceUnreliable);
 }
 

@@ -351,7 +351,8 @@ class Loader:
     with a CUDA kernel on the GPU; the host images stay uint8 NHWC),
     rank=0, world_size=1, mode='threads'|'processes', device='cpu'|'cuda'|'cuda:N',
     skip_errors=False (True: a sample that cannot be decoded becomes a zero image labelled -1,
-    so train with F.cross_entropy(..., ignore_index=-1)), verify_checksums=True (False skips the
+    so train with F.cross_entropy(..., ignore_index=-1); a shard changed on disk while read
+    still raises DataError), verify_checksums=True (False skips the
     records' XXH3 check: unsafe), timeout=120
     (seconds with no sample completed, nor for a remote archive read by threads any byte
     arriving from its location, before shardfeed.Timeout is raised; 0 or None waits

@@ -169,12 +169,11 @@ Result<reader::Batch> WaitForBatch(reader::Loader& loader) {
     });
   }
   if (interrupted) throw py::error_already_set();
-  // Not where the error says the archive changed since it was opened (a shard replaced in the
-  // store, a file changed on disk): every sample after is suspect, and training on would not
-  // help. Told by the two messages' own texts, never by a word a path may hold.
-  const std::string& message = r.status().message();
-  const bool changed = message.find(storage::kNotTheListedObject) != std::string::npos ||
-                       message.find(format::kReadSinceUnreliable) != std::string::npos;
+  // Not where a remote shard's download is not the object the manifest lists (the archive may
+  // have been packed again since it was opened): training on would not help. Told by that
+  // message's own text, never by a word a path may hold. (A file changed on disk is kChanged,
+  // which skip_errors does not skip, and gets no hint.)
+  const bool changed = r.status().message().find(storage::kNotTheListedObject) != std::string::npos;
   if (!r.ok() && !changed &&
       (r.status().code() == StatusCode::kCorrupt ||
        r.status().code() == StatusCode::kChecksumMismatch)) {

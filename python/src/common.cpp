@@ -56,6 +56,7 @@ void Raise(const shardfeed::Status& s) {
       break;
     case StatusCode::kCorrupt:
     case StatusCode::kChecksumMismatch:
+    case StatusCode::kChanged:
       PyErr_SetString(g_data_error, s.ToString().c_str());
       break;
     case StatusCode::kTimeout:

@@ -41,6 +41,9 @@ void Loader::Impl::SampleDone(const Task& t, const Status& status, const StageTi
   tally->total.decode += times.decode;
   tally->total.resize += times.resize;
   if (!status.ok() && tally->failures++ == 0) tally->first_error = status;
+  if (status.code() == StatusCode::kChanged && tally->unskippable.ok()) {
+    tally->unskippable = status;
+  }
   int64_t* labels = SlotLabels(t.slot);
   uint64_t* indices = SlotIndices(t.slot);
   indices[t.position] = t.index;
@@ -86,10 +89,11 @@ void Loader::Impl::FinishRun(size_t worker, const Task& run, const RunTally& tal
     stats.read += times.read;
     if (!Live(slot.generation)) return end_abandoned();
     if (failures) {
-      if (options.skip_errors) {
+      const bool skip = options.skip_errors && tally.unskippable.ok();
+      if (skip) {
         slot.skipped += failures;
       } else if (slot.error.ok()) {
-        slot.error = tally.first_error;
+        slot.error = options.skip_errors ? tally.unskippable : tally.first_error;
       }
     }
     slot.remaining -= run.count;

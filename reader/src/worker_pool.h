@@ -22,11 +22,13 @@ struct WorkerProgress {
   uint64_t generation = 0;  // of the claim's epoch: the one in progress, or the one run ahead
 };
 
-// What a run's samples came to: stage times, failures, the first error.
+// What a run's samples came to: stage times, failures, the first error, and the first error
+// skip_errors does not skip (kChanged: the archive changed under the reader).
 struct RunTally {
   StageTimes total;
   uint32_t failures = 0;
   Status first_error;
+  Status unskippable;
 };
 
 // The body of the `shardfeed-worker` program (reader/src/worker_main.cpp): serves one loader's

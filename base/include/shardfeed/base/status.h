@@ -25,6 +25,9 @@ enum class StatusCode : int {
   kCancelled = 8,
   kInternal = 9,
   kTimeout = 10,  // a bounded wait ran out (a stuck worker, a batch that never came)
+  // Data changed under a reader since it was opened (a mapped shard cut short or rewritten by
+  // another process): every read of it since is suspect, and no sample-level skip helps. Reopen.
+  kChanged = 11,
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -70,6 +73,10 @@ class [[nodiscard]] Status {
   template <typename... Args>
   static Status Timeout(Args&&... args) {
     return Make(StatusCode::kTimeout, std::forward<Args>(args)...);
+  }
+  template <typename... Args>
+  static Status Changed(Args&&... args) {
+    return Make(StatusCode::kChanged, std::forward<Args>(args)...);
   }
   template <typename... Args>
   static Status Internal(Args&&... args) {

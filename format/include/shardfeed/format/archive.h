@@ -23,8 +23,7 @@
 
 namespace shardfeed::format {
 
-// How CheckUnchanged's error ends (after "sample N"): the Python loader tells it by this text
-// from damage that training on with skip_errors would get past.
+// How CheckUnchanged's error (kChanged) ends, after "sample N".
 inline constexpr const char* kReadSinceUnreliable =
     " and any read from it since are unreliable: reopen the archive";
 
@@ -116,10 +115,11 @@ class Archive {
     return r.ok() ? r->entry->label : -1;
   }
 
-  // kCorrupt, naming the shard file and its size then and now, when the shard holding `index`
-  // was truncated on disk after it was mapped. Reads past the new end would raise SIGBUS; the
-  // archive answers them with zeros instead (format/src/fault_guard.h), so readers call this
-  // after reading a record's bytes and drop what they read. OK otherwise. Thread-safe, O(1).
+  // kChanged, naming the shard file and its size then and now, when the shard holding `index`
+  // was truncated on disk after it was mapped (or a page of it could not be read back). Reads past
+  // the new end would raise SIGBUS; the archive answers them with zeros instead
+  // (format/src/fault_guard.h), so readers call this after reading a record's bytes and drop what
+  // they read. OK otherwise. Thread-safe, O(1).
   Status CheckUnchanged(uint64_t index) const;
   // Recomputes a record's XXH3 and compares it with the index and, with `fields` (version 4,
   // a schema with variable fields), its var blob's with its VarEntry, and the blob's layout

@@ -130,7 +130,9 @@ struct LoaderOptions {
   // delivered. Costs at most one ring of decoding that is thrown away, after the last epoch.
   bool run_ahead = true;
   TransformOptions transform;
-  bool skip_errors = false;  // a sample that fails to decode becomes zeros with label -1
+  // A sample that cannot be read or decoded becomes zeros with label -1 (counted in the batch's
+  // skipped). Not kChanged (a shard changed on disk while mapped): that fails the batch.
+  bool skip_errors = false;
   WorkerMode mode = WorkerMode::kThreads;
   bool device = false;    // copy each batch to the CUDA device (needs CudaAvailable())
   int device_index = -1;  // that device; -1: the creating thread's current device
