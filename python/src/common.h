@@ -30,9 +30,9 @@ namespace py = pybind11;
 void BindErrors(py::module_& m);
 
 // Raises the Python exception for a failed Status: kInvalidArgument -> ValueError, kNotFound ->
-// FileNotFoundError, kCorrupt/kChecksumMismatch -> DataError, kTimeout -> Timeout, kIOError ->
-// StorageError, a dead worker process -> WorkerError, anything else -> Error. Call with the GIL
-// held.
+// FileNotFoundError, kCorrupt/kChecksumMismatch/kChanged -> DataError, kTimeout -> Timeout,
+// kIOError -> StorageError, a dead worker process -> WorkerError, anything else -> Error. Call with
+// the GIL held.
 [[noreturn]] void Raise(const shardfeed::Status& s);
 [[noreturn]] void RaiseError(const std::string& message);  // shardfeed.Error(message)
 
