@@ -98,7 +98,8 @@ class Archive:
 
     def __getitem__(self, index):
         """(image, label): the sample decoded to an upright HWC uint8 RGB array, and its class id
-        (None when the samples have no class field, as a COCO pack's per-box labels)."""
+        (None when the samples have no class field, as a COCO pack's per-box labels). Reads
+        the image record alone: damage in other fields is sample()'s error, not this one's."""
         return self._handle()[self._index(index)]
 
     @property

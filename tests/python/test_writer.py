@@ -145,6 +145,24 @@ def test_a_label_may_be_a_class_name(tmp_path):
             w.write((img, "cat"))
 
 
+def test_a_damaged_caption_fails_sample_not_the_image(tmp_path):
+    # archive[i] reads the image record alone (as Loader(fields=[]) does); it used to check the
+    # var blob too and refuse the image for a damaged caption it does not return.
+    img = np.zeros((8, 8, 3), np.uint8)
+    with shardfeed.Writer(tmp_path / "a", schema={"image": "image", "cap": "str"}) as w:
+        w.write_many([(img, "caption number %d" % k) for k in range(3)])
+    shard = next(p for p in (tmp_path / "a").iterdir() if p.name.startswith("shard-"))
+    data = bytearray(shard.read_bytes())
+    at = data.find(b"caption number 1")
+    data[at:at + 7] = b"CAPTION"
+    shard.write_bytes(bytes(data))
+    a = shardfeed.Archive(tmp_path / "a")
+    image, label = a[1]
+    assert np.array_equal(image, img) and label is None
+    with pytest.raises(shardfeed.DataError, match=r"sample 1.*cap"):
+        a.sample(1)
+
+
 def test_arrays_are_read_only_views_that_keep_the_archive(tmp_path):
     # A chunk larger than an LMDB page is stored on pages of its own (aligned): the var blob in
     # it is 8-byte aligned, so its arrays are views. (Values inside a leaf page may not be

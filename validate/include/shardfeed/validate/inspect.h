@@ -26,8 +26,8 @@ std::string InspectJson(const format::Archive& archive);
 std::string Printable(const std::string& text);
 
 // Decodes sample `index` to an upright RGB image as a reader sees it (JPEG orientation applied),
-// after checking its checksum and its declared size against `max_pixels`. Errors name the
-// archive and the sample.
+// after checking its record's checksum (not its typed fields', which it does not read) and its
+// declared size against `max_pixels`. Errors name the archive and the sample.
 Status DecodeSample(const format::Archive& archive, uint64_t index, imaging::Image* out,
                     uint64_t max_pixels = imaging::Limits().max_pixels);
 
