@@ -107,6 +107,10 @@ Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
   if (wo.chunk_bytes == 0) wo.chunk_bytes = 1 << 20;
   // As pack refuses it with raw or zstd: it would change nothing.
   SF_RETURN_IF_ERROR(CheckJpegLayout(jpeg_indexed, m.encoding, archive.path()));
+  // What verify checks beyond each record (the index against the shards, var blobs where the
+  // writer puts them, the manifest's derived counts): a crafted index that verify refuses is
+  // never copied into an archive whose fresh checksums would pass it.
+  SF_RETURN_IF_ERROR(archive.VerifyDerived());
   SF_ASSIGN_OR_RETURN(auto writer, format::ArchiveWriter::Create(out, wo));
   // --jpeg-layout indexed: the JPEG codec's own pack-time re-layout, on the stored bytes.
   // An auto archive's JPEG records are re-laid too; its pixel records are copied as they are.
@@ -142,12 +146,18 @@ Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
     SF_RETURN_IF_ERROR(fields.Append(*writer, i, *r.entry, r.data, r.size));
   }
   format::Manifest copy = format::SameRecordsAs(m);
-  if (relayout) {
-    json j = json::parse(m.options_json, nullptr, false);
-    if (!j.is_object()) j = json::object();
-    j["jpeg_layout"] = "indexed";
+  // The recorded options say what the archive now is: its backend, and its layout when re-laid.
+  if (json j = json::parse(m.options_json, nullptr, false); j.is_object()) {
+    if (j.contains("backend")) j["backend"] = format::BackendName(backend);
+    if (relayout) j["jpeg_layout"] = "indexed";
     copy.options_json = j.dump();
+  } else if (relayout) {
+    copy.options_json = json{{"jpeg_layout", "indexed"}}.dump();
   }
+  // A part of a split pack stays one: the same samples, so merge joins converted parts (it
+  // refuses parts whose recorded options now differ).
+  copy.is_part = m.is_part;
+  copy.part = m.part;
   copy.source_bytes = m.source_bytes;
   copy.created_by = "shardfeed " SHARDFEED_VERSION " (converted from " +
                     std::string(format::BackendName(m.backend)) + ")";

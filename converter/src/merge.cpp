@@ -5,12 +5,15 @@
 #include <filesystem>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/format/archive.h"
 
 namespace shardfeed::converter {
 
 namespace fs = std::filesystem;
+using nlohmann::json;
 
 std::string DefaultPartPath(const std::string& out, uint32_t part, uint32_t parts) {
   std::string base = out;
@@ -44,6 +47,28 @@ Result<std::vector<std::string>> ListParts(const std::vector<std::string>& args)
   return args;
 }
 
+// " (KEY: VALUE here, VALUE in FIRST; ...)" for the keys whose values differ between two
+// parts' recorded pack options, or "" when they are the same (or not both JSON objects).
+std::string OptionsDifference(const std::string& mine, const std::string& theirs,
+                              const std::string& first_path) {
+  const json a = json::parse(mine, nullptr, false), b = json::parse(theirs, nullptr, false);
+  if (!a.is_object() || !b.is_object()) return "";
+  std::string out;
+  auto value = [](const json& o, const std::string& key) {
+    auto it = o.find(key);
+    return it == o.end() ? std::string("(none)") : it->dump();
+  };
+  json keys = a;
+  keys.update(b);
+  for (const auto& [key, unused] : keys.items()) {
+    const std::string here = value(a, key), there = value(b, key);
+    if (here == there) continue;
+    out +=
+        (out.empty() ? " (" : "; ") + key + ": " + here + " here, " + there + " in " + first_path;
+  }
+  return out.empty() ? out : out + ")";
+}
+
 }  // namespace
 
 Status Merge(const std::vector<std::string>& args, const std::string& out, bool overwrite,
@@ -61,24 +86,27 @@ Status Merge(const std::vector<std::string>& args, const std::string& out, bool 
     }
     const format::Manifest& first = parts.empty() ? m : parts[0]->manifest();
     const std::string& first_path = parts.empty() ? path : paths[0];
-    auto differs = [&](const char* what) {
-      return Status::InvalidArgument(path, ": ", what, " differs from ", first_path,
-                                     "'s: not a part of the same pack");
+    auto differs = [&](const std::string& what) {
+      return Status::InvalidArgument(path, ": not a part of the same pack as ", first_path, ": ",
+                                     what, " differ");
     };
-    if (m.part.count != first.part.count) return differs("the number of parts");
+    if (m.part.count != first.part.count) return differs("the numbers of parts");
     if (m.part.source_fingerprint != first.part.source_fingerprint) {
-      return differs("the source list (another folder, list file or --shuffle/--seed)");
+      return differs("the source lists (another folder, list file or --shuffle/--seed)");
     }
-    if (m.part.options_fingerprint != first.part.options_fingerprint) {
-      return differs("the pack options");
+    // The options as recorded, too: a part converted since (convert keeps "part") may have
+    // another JPEG layout under the same fingerprint.
+    const std::string options = OptionsDifference(m.options_json, first.options_json, first_path);
+    if (m.part.options_fingerprint != first.part.options_fingerprint || !options.empty()) {
+      return differs("the pack options" + options);
     }
-    if (m.part.total_items != first.part.total_items) return differs("the number of items");
-    if (m.backend != first.backend) return differs("the backend");
-    if (m.encoding != first.encoding) return differs("the encoding");
-    if (m.class_names != first.class_names) return differs("the class list");
-    if (m.schema != first.schema) return differs("the fields (schema)");
+    if (m.part.total_items != first.part.total_items) return differs("the numbers of items");
+    if (m.backend != first.backend) return differs("the backends");
+    if (m.encoding != first.encoding) return differs("the encodings");
+    if (m.class_names != first.class_names) return differs("the class lists");
+    if (m.schema != first.schema) return differs("the fields (schemas)");
     const uint64_t want_first = m.part.total_items * m.part.index / m.part.count;
-    if (m.part.first_item != want_first) return differs("the split of the source list");
+    if (m.part.first_item != want_first) return differs("the splits of the source list");
     if (auto [it, fresh] = by_index.emplace(m.part.index, parts.size()); !fresh) {
       return Status::InvalidArgument("part ", m.part.index, " of ", m.part.count,
                                      " is given twice: ", paths[it->second], " and ", path);

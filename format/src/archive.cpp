@@ -814,6 +814,10 @@ Status Archive::VerifyDerived() const {
                              ", the shard holds ", actual);
     };
     SF_RETURN_IF_ERROR(CheckFieldsChecksum(shard, slot->file));
+    if (manifest_.backend == Backend::kHdf5) {  // what h5py users read instead of the index
+      SF_RETURN_IF_ERROR(CheckHdf5Mirrors(slot->lease ? slot->lease->path() : slot->file, shard,
+                                          shard_starts_[s], CopyName(*slot)));
+    }
     uint64_t blobs = 0, padding = 0;
     SF_RETURN_IF_ERROR(
         VarLayout(shard, manifest_.schema, shard_starts_[s], slot->file, &blobs, &padding));

@@ -406,6 +406,113 @@ Status AnnotateHdf5Shard(const std::string& file, const std::string& manifest_js
   return CloseAndSync(f, file);
 }
 
+namespace {
+
+// A dataset of exactly `dims` (rank 1 or 2) read into `out` as `mem_type`; the shape is checked
+// before anything is allocated.
+template <typename T>
+Status ReadShaped(hid_t file, const char* name, hid_t mem_type, std::vector<hsize_t> dims,
+                  std::vector<T>* out, const std::string& where) {
+  if (H5Lexists(file, name, H5P_DEFAULT) <= 0) return Status::Corrupt(where, ": missing /", name);
+  Handle dset(H5Dopen2(file, name, H5P_DEFAULT));
+  Handle space(H5Dget_space(dset.get()));
+  const int rank = space.ok() ? H5Sget_simple_extent_ndims(space.get()) : -1;
+  std::vector<hsize_t> got(dims.size());
+  if (!dset.ok() || rank != static_cast<int>(dims.size()) ||
+      H5Sget_simple_extent_dims(space.get(), got.data(), nullptr) < 0 || got != dims) {
+    std::string want;
+    for (hsize_t d : dims) want += (want.empty() ? "" : ", ") + std::to_string(d);
+    return Status::Corrupt(where, ": /", name, " is not a [", want, "] dataset");
+  }
+  size_t n = 1;
+  for (hsize_t d : dims) n *= d;
+  out->resize(n);
+  if (n > 0 && H5Dread(dset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out->data()) < 0) {
+    return Status::Corrupt(where, ": cannot read /", name);
+  }
+  return Status::OK();
+}
+
+// The root attribute `format`, which must be the string "shardfeed".
+Status CheckFormatAttr(hid_t f, const std::string& where) {
+  if (H5Aexists(f, "format") <= 0) return Status::Corrupt(where, ": missing attribute format");
+  Handle attr(H5Aopen(f, "format", H5P_DEFAULT));
+  Handle type(attr.ok() ? H5Aget_type(attr.get()) : H5I_INVALID_HID);
+  Handle space(attr.ok() ? H5Aget_space(attr.get()) : H5I_INVALID_HID);
+  std::string value;
+  if (type.ok() && space.ok() && H5Tget_class(type.get()) == H5T_STRING &&
+      H5Sget_simple_extent_type(space.get()) == H5S_SCALAR) {
+    if (H5Tis_variable_str(type.get()) > 0) {
+      Handle mem(H5Tcopy(H5T_C_S1));
+      H5Tset_size(mem.get(), H5T_VARIABLE);
+      char* text = nullptr;
+      if (H5Aread(attr.get(), mem.get(), &text) >= 0 && text) value = text;
+      if (text) H5free_memory(text);
+    } else if (const size_t size = H5Tget_size(type.get()); size > 0 && size <= 64) {
+      value.resize(size);
+      if (H5Aread(attr.get(), type.get(), value.data()) < 0) value.clear();
+      value.resize(std::strlen(value.c_str()));  // a fixed-size string may be NUL-padded
+    }
+  }
+  if (value != "shardfeed") {
+    return Status::Corrupt(where, ": attribute format is not \"shardfeed\"");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status CheckHdf5Mirrors(const std::string& file, const ShardStore& shard, uint64_t first_sample,
+                        const std::string& where) {
+  std::lock_guard<std::mutex> lock(Hdf5Lock());
+  QuietHdf5();
+  Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!f.ok()) return Status::Corrupt(where, ": HDF5 cannot open it");
+  SF_RETURN_IF_ERROR(CheckFormatAttr(f.get(), where));
+  SF_ASSIGN_OR_RETURN(const uint64_t version, ReadU64Attr(f.get(), "format_version", where));
+  if (version != shard.header.format_version) {
+    return Status::Corrupt(where, ": attribute format_version is ", version, ", the header's ",
+                           shard.header.format_version);
+  }
+  SF_ASSIGN_OR_RETURN(const uint64_t chunk_bytes, ReadU64Attr(f.get(), "chunk_bytes", where));
+  const uint64_t n = shard.header.sample_count;
+  std::vector<int64_t> labels;
+  std::vector<uint16_t> shapes;
+  SF_RETURN_IF_ERROR(ReadShaped(f.get(), "labels", H5T_NATIVE_INT64, {n}, &labels, where));
+  SF_RETURN_IF_ERROR(ReadShaped(f.get(), "shapes", H5T_NATIVE_UINT16, {n, 3}, &shapes, where));
+  std::vector<uint64_t> offsets, first_piece;
+  std::vector<uint32_t> sizes;
+  if (chunk_bytes > 0) {  // /records: where each record lies in the padded stream
+    SF_RETURN_IF_ERROR(
+        ReadShaped(f.get(), "record_offsets", H5T_NATIVE_UINT64, {n}, &offsets, where));
+    SF_RETURN_IF_ERROR(ReadShaped(f.get(), "record_sizes", H5T_NATIVE_UINT32, {n}, &sizes, where));
+    uint64_t next = 0;
+    for (uint64_t size : shard.chunk_size) {
+      first_piece.push_back(next);
+      next += (size + chunk_bytes - 1) / chunk_bytes;
+    }
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    const IndexEntry& e = shard.index[i];
+    const uint16_t channels = e.encoding == uint8_t(Encoding::kJpeg) ? e.channels : 3;
+    const char* differs =
+        labels[i] != e.label ? "/labels"
+        : shapes[3 * i] != e.height || shapes[3 * i + 1] != e.width || shapes[3 * i + 2] != channels
+            ? "/shapes"
+        : chunk_bytes == 0 ? nullptr
+        : e.chunk >= first_piece.size() ||
+                offsets[i] != first_piece[e.chunk] * chunk_bytes + e.offset
+            ? "/record_offsets"
+        : sizes[i] != e.size ? "/record_sizes"
+                             : nullptr;
+    if (differs) {
+      return Status::Corrupt(where, ": ", differs, " disagrees with the index at sample ",
+                             first_sample + i, " (h5py readers would read another value)");
+    }
+  }
+  return Status::OK();
+}
+
 // long: phase 1 (HDF5, under its lock) hands phase 2 (the map) a dozen addresses and sizes.
 Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file, const ShardInfo& info,
                                                   size_t number) {

@@ -112,6 +112,13 @@ Result<std::unique_ptr<ShardStore>> OpenHdf5Shard(const std::string& file, const
                                                   size_t number);
 Result<std::unique_ptr<ArchiveWriter::ShardSink>> CreateHdf5Sink(const std::string& file,
                                                                  const WriterOptions& options);
+// verify's check of what an HDF5 shard holds for h5py users beside the index (VerifyDerived):
+// the root attributes `format` and `format_version` (the header's), and /labels, /shapes,
+// /record_offsets and /record_sizes against the index, as the writer derives them. `file` is the
+// local file (a remote shard's cached copy); errors name `where` and the first sample that
+// differs. Takes the HDF5 lock; reads the datasets through HDF5 (O(samples)).
+Status CheckHdf5Mirrors(const std::string& file, const ShardStore& shard, uint64_t first_sample,
+                        const std::string& where);
 // Adds the final manifest (JSON) as an attribute of a finished HDF5 shard.
 Status AnnotateHdf5Shard(const std::string& file, const std::string& manifest_json);
 

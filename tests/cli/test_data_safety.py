@@ -256,6 +256,21 @@ def test_verify_checks_every_field_against_the_shards(archive, field):
     assert p.returncode == 1, (p.returncode, p.stderr)
 
 
+@pytest.mark.parametrize("command", ["convert", "extract"])
+def test_convert_and_extract_refuse_what_verify_refuses(archive, tmp_path, command):
+    # REGRESSION (found by a stranger's test): a crafted archive that verify refuses (here class
+    # counts edited, the manifest checksum recomputed; theirs: an index entry copied over
+    # another) was converted with fresh checksums that verify then passed.
+    def change(m):
+        m["class_counts"][0] += 1
+        m["class_counts"][1] -= 1
+    edit_manifest(archive, change, keep_checksum=False)
+    assert run("verify", archive).returncode == 1
+    p = run(command, archive, tmp_path / "out")
+    assert p.returncode == 3 and "manifest.json: class 0 has" in p.stderr, (p.returncode, p.stderr)
+    assert not (tmp_path / "out").exists()
+
+
 def test_verify_checks_the_var_blobs_against_the_manifests_fields(archive):
     # REGRESSION (found by a stranger's test): a field added to the manifest (checksum
     # recomputed) passed plain verify, and extract, convert and bench then failed on it.

@@ -423,6 +423,9 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
   bool exists = false;
   struct stat existing {};
   SF_ASSIGN_OR_RETURN(const std::string target, ExtractTarget(dir, &exists, &existing));
+  // As convert: what verify checks beyond each record first, so a crafted index verify refuses
+  // (two entries for one record) is not written out as files a pack would check afresh.
+  SF_RETURN_IF_ERROR(archive.VerifyDerived());
   const format::Schema& schema = archive.schema();
   const int path_field = [&] {
     const int f = schema.Find("path");

@@ -23,9 +23,12 @@ Result<ConvertTarget> ResolveConvertTarget(const format::Archive& archive,
 // Rewrites an archive into another backend without decoding anything: the same records, labels,
 // shards (sample ranges) and checksums. Writes as format::ArchiveWriter does (atomically, never
 // replacing what is not an archive; `overwrite` to replace one). Returns the number of records
-// written. A record whose checksum does not match is an error (damage is never copied into a
-// fresh checksum). With `jpeg_indexed`, the JPEG records not yet indexed are re-laid as
-// `pack --jpeg-layout indexed` does (losslessly, from the stored bytes; their checksums are new).
+// written. First runs verify's checks beyond the records (Archive::VerifyDerived: the index,
+// var blob placement, the manifest's derived counts), then each record's checksum as it is
+// copied: a failure is an error (damage is never copied into a fresh checksum). A part of a
+// split pack stays one (its "part"); the recorded options name the new backend. With
+// `jpeg_indexed`, the JPEG records not yet indexed are re-laid as `pack --jpeg-layout indexed` does
+// (losslessly, from the stored bytes; their checksums are new).
 Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
                          format::Backend backend, bool overwrite = false,
                          bool jpeg_indexed = false);

@@ -36,7 +36,9 @@ struct ExtractOptions {
 // error that folder is removed and DIR is as it was. One left by an extract that was killed
 // (Ctrl-C, kill -9) is removed by the next extract to the same DIR: only with our marker and
 // no live owner, so a rerun starts afresh.
-// Returns the number of files written. Errors name the archive and the sample.
+// Checks first what verify checks beyond the records (Archive::VerifyDerived), then each
+// record's checksum as it is written. Returns the number of files written. Errors name the
+// archive and the sample.
 Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
                          const ExtractOptions& options = {});
 
