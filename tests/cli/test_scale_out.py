@@ -128,6 +128,32 @@ def test_merge_refuses_a_part_with_other_options(tmp_path, three_parts):
     assert "part-00002-of-00003" in p.stderr and "pack options" in p.stderr
 
 
+def test_merge_names_the_option_that_differs(tmp_path, three_parts):
+    shutil.rmtree(three_parts / "part-00002-of-00003")
+    run("pack", GOOD, tmp_path / "m", "--part", "2/3", "--chunk-size", "64K", "-q", check=0)
+    p = run("merge", three_parts, tmp_path / "out", check=2)
+    assert "chunk_size: 65536 here, 1048576 in" in p.stderr, p.stderr
+
+
+def test_converted_parts_stay_parts(tmp_path, three_parts):
+    # REGRESSION (found by a stranger's test): convert dropped "part", so parts converted to
+    # the other backend could no longer be merged. A part re-laid since (another jpeg_layout
+    # under the same fingerprint) is told apart by the recorded options.
+    h5 = tmp_path / "h5"
+    h5.mkdir()
+    for part in sorted(three_parts.iterdir()):
+        run("convert", part, h5 / part.name, "--backend", "hdf5", check=0)
+    run("merge", h5, tmp_path / "merged", "-q", check=0)
+    run("pack", GOOD, tmp_path / "single", "-q", check=0)
+    assert same_samples(tmp_path / "single", tmp_path / "merged") == 36
+    assert run("verify", tmp_path / "merged").returncode == 0
+    shutil.rmtree(h5 / "part-00001-of-00003")
+    run("convert", three_parts / "part-00001-of-00003", h5 / "part-00001-of-00003",
+        "--backend", "hdf5", "--jpeg-layout", "indexed", check=0)
+    p = run("merge", h5, tmp_path / "mixed", check=2)
+    assert 'jpeg_layout: "indexed" here, "original" in' in p.stderr, p.stderr
+
+
 def test_merge_refuses_an_archive_that_is_not_a_part(tmp_path, three_parts):
     run("pack", GOOD, tmp_path / "whole", "-q", check=0)
     p = run("merge", three_parts / "part-00000-of-00003", tmp_path / "whole", tmp_path / "o",
