@@ -84,6 +84,7 @@ Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
   wo.backend = backend;
   wo.overwrite = overwrite;
   wo.protect.push_back(archive.path());
+  wo.sealed.push_back(archive.path());
   wo.encoding = m.encoding;
   wo.height = m.height;
   wo.width = m.width;

@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "shardfeed/converter/pack.h"
@@ -131,6 +130,7 @@ Status Merge(const std::vector<std::string>& args, const std::string& out, bool 
   wo.schema = m0.schema;  // every part's (checked above): the fields tables travel in the files
   wo.overwrite = overwrite;
   wo.protect = paths;
+  wo.sealed = paths;
   SF_ASSIGN_OR_RETURN(auto writer, format::ArchiveWriter::Create(out, wo));
   format::Manifest merged = format::SameRecordsAs(m0);
   merged.height = merged.width = merged.channels = 0;  // the writer records the common shape

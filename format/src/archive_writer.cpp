@@ -299,6 +299,13 @@ Result<std::unique_ptr<ArchiveWriter>> ArchiveWriter::Create(const std::string& 
                                      "); choose an output outside it");
     }
   }
+  for (const std::string& p : options.sealed) {
+    if (Within(resolved, Resolved(p))) {
+      return Status::InvalidArgument(clean, ": lies inside the archive ", p,
+                                     ", whose folder holds only what shardfeed writes there; "
+                                     "choose an output outside it");
+    }
+  }
   // The lock first: a writer that does not get it has touched nothing (but folders it made for
   // the output, removed again), and its destructor touches nothing either (lock_fd_ and
   // partial_path_ stay unset).

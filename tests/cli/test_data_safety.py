@@ -271,6 +271,17 @@ def test_convert_and_extract_refuse_what_verify_refuses(archive, tmp_path, comma
     assert not (tmp_path / "out").exists()
 
 
+def test_nothing_is_written_inside_the_archive_read(archive, tmp_path):
+    # REGRESSION (found by a stranger's test): convert A A/x and extract A A/x wrote into the
+    # archive's own folder; a later --overwrite of A then refused ("holds inner.sf").
+    before = sorted(os.listdir(archive))
+    for command in ("convert", "extract"):
+        p = run(command, archive, archive / "inner")
+        assert p.returncode == 2 and "lies inside the archive" in p.stderr, (command, p.stderr)
+    assert sorted(os.listdir(archive)) == before
+    assert run("verify", archive).returncode == 0
+
+
 def test_verify_checks_the_var_blobs_against_the_manifests_fields(archive):
     # REGRESSION (found by a stranger's test): a field added to the manifest (checksum
     # recomputed) passed plain verify, and extract, convert and bench then failed on it.

@@ -423,6 +423,17 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
   bool exists = false;
   struct stat existing {};
   SF_ASSIGN_OR_RETURN(const std::string target, ExtractTarget(dir, &exists, &existing));
+  {  // Not into the archive's own folder, which holds only what shardfeed writes there.
+    const fs::path inner = fs::weakly_canonical(fs::absolute(target, ec), ec);
+    const fs::path outer = fs::weakly_canonical(fs::absolute(archive.path(), ec), ec);
+    auto o = outer.begin(), i = inner.begin();
+    for (; o != outer.end() && i != inner.end() && *o == *i; ++o, ++i) {
+    }
+    if (!ec && o == outer.end()) {
+      return Status::InvalidArgument(dir, ": lies inside the archive ", archive.path(),
+                                     "; choose a folder outside it");
+    }
+  }
   // As convert: what verify checks beyond each record first, so a crafted index verify refuses
   // (two entries for one record) is not written out as files a pack would check afresh.
   SF_RETURN_IF_ERROR(archive.VerifyDerived());

@@ -239,6 +239,9 @@ struct WriterOptions {
   // Create() refuses an output equal to one of them or containing one, and --overwrite of an
   // output inside one.
   std::vector<std::string> protect;
+  // Archives being read (convert's, merge's parts): Create() also refuses an output inside one,
+  // whose folder holds only what shardfeed wrote there (a later --overwrite of it would refuse).
+  std::vector<std::string> sealed;
   // What the records hold. HDF5 stores fixed-shape (height > 0) raw/zstd records as an
   // N x height x width x 3 data set, one HDF5 chunk per record (zstd through filter 32015).
   Encoding encoding = Encoding::kJpeg;
