@@ -48,9 +48,12 @@ Status ValidateVarEntries(const ShardStore& shard, const Schema& schema, uint64_
                             : v.chunk < shard.header.chunk_count &&
                                   uint64_t{v.offset} + v.size <= shard.chunk_size[v.chunk];
     if (!inside || v.offset % 8 != 0 || v.reserved != 0) {
+      const std::string what = !inside ? std::string("points outside ") +
+                                             (shard.var_stream ? "/shardfeed/var" : "its chunk")
+                               : v.offset % 8 != 0 ? std::string("is not 8-byte aligned")
+                                                   : std::string("has a non-zero reserved field");
       return Status::Corrupt(where, ": var entry of sample ", first_sample + i, " (chunk ", v.chunk,
-                             ", offset ", v.offset, ", size ", v.size, ") points outside ",
-                             shard.var_stream ? "/shardfeed/var" : "its chunk");
+                             ", offset ", v.offset, ", size ", v.size, ") ", what);
     }
   }
   return Status::OK();

@@ -126,6 +126,26 @@ TEST_CASE("a var entry pointing outside its chunk is an error naming the sample"
   CHECK(Says(full.status(), {d.shard, "fields table"}));
 }
 
+TEST_CASE("a var entry inside its chunk but not 8-byte aligned says so", "[fields]") {
+  // REGRESSION (found by a stranger's test): it was reported as "points outside its chunk".
+  const Backend backend = GENERATE(Backend::kLmdb, Backend::kHdf5);
+  INFO(BackendName(backend));
+  Damaged d(backend);
+  const auto table = d.Table();
+  auto crafted = table;
+  VarEntry v;
+  const size_t at = d.schema.VarColumnOffset(8) + 3 * sizeof(VarEntry);
+  std::memcpy(&v, crafted.data() + at, sizeof v);
+  v.offset += 1;
+  v.size -= 1;
+  std::memcpy(crafted.data() + at, &v, sizeof v);
+  d.Replace(table, crafted);
+  auto bad = d.Lazy()->Field(3, d.schema.Find("caption"));
+  INFO(bad.status().ToString());
+  REQUIRE(!bad.ok());
+  CHECK(Says(bad.status(), {d.shard, "sample 3", "is not 8-byte aligned"}));
+}
+
 TEST_CASE("a slot outside its blob or impossible dims are errors naming sample and field",
           "[fields]") {
   const Backend backend = GENERATE(Backend::kLmdb, Backend::kHdf5);
