@@ -87,6 +87,8 @@ class Archive:
         """A sample index as an int in [0, len): negative ones count from the end; anything but
         an integer is a TypeError, out of range an IndexError (never pybind's raw message)."""
         try:
+            if isinstance(index, bool):  # an int subclass: archive[True] read sample 1
+                raise TypeError
             i = operator.index(index)
         except TypeError:
             raise TypeError("archive indices must be integers, not %s" %
@@ -193,6 +195,30 @@ class Batch(tuple):
                                "them)" % (key, ", ".join(self.keys()))) from None
         return self._cache[key]
 
+    def __reduce__(self):
+        # Pickled (an mp.Queue, a spawn child, copy.deepcopy, torch.save): the arrays as copies
+        # and every field carried as its value; the copy holds no ring slot.
+        fields = None
+        if self._fields is not None:
+            fields = _FieldValues({n: self._fields.get(n) for n in self._fields.names()},
+                                  self._fields.has_label)
+        return (Batch, (self.images, self.labels, self.indices, self.epoch, self.number, fields))
+
+
+class _FieldValues:
+    """A batch's fields as plain values: what an unpickled Batch carries (no ring slot)."""
+
+    def __init__(self, values, has_label):
+        self._values, self.has_label = values, has_label
+
+    def names(self):
+        return list(self._values)
+
+    def get(self, name):
+        if name not in self._values:
+            raise KeyError(name)
+        return self._values[name]
+
 
 _STATE_KEYS = ("epoch", "position", "seed", "plan_start", "consumed", "world_size", "batch_size")
 
@@ -294,6 +320,12 @@ class _Pass:
         self._loader, self._native, self._epoch = loader, native, epoch
         self._number, self._stream = number, stream
         self.done = False
+        # Whether __next__ marks each batch handed out; a layer that converts batches further
+        # (shardfeed.torch) sets it False and marks them itself (`native.held = None`).
+        self.marks_handed_out = True
+        # Whether the next native call may take a batch held back by an interrupted pass (the
+        # pass's first call): later, a held batch is another thread's.
+        self._again = True
 
     def __iter__(self):
         return self
@@ -304,20 +336,32 @@ class _Pass:
         try:
             if self._loader._closed:
                 raise Error("this Loader is closed")
-            out = self._native.next(self._stream)
+            out = self._native.next(self._stream, self._again)
         except BaseException:
             self.done = True  # as a generator that raised: a new iter() continues the epoch
             raise
+        self._again = False
         if out is None:
             self.done = True
             self._loader._finished(self._native, self._epoch)
             raise StopIteration
-        fields = out[-1]
-        images, labels = (out[3], out[4]) if self._native.on_device else (out[0], out[1])
-        if fields is not None and not fields.has_label:
-            labels = None
-        batch = Batch(images, labels, out[2], self._epoch, self._number, fields)
+        try:
+            fields = out[-1]
+            images, labels = (out[3], out[4]) if self._native.on_device else (out[0], out[1])
+            if fields is not None and not fields.has_label:
+                labels = None
+            batch = Batch(images, labels, out[2], self._epoch, self._number, fields)
+        except BaseException:
+            # The native side still holds the batch: the next pass (a new iter()) delivers it
+            # first. Done, as a generator that raised.
+            self.done = True
+            raise
         self._number += 1
+        # Handed out: until here (Ctrl-C raised after the native call returned) the native side
+        # kept the batch and delivers it again first. An attribute store, not a call: Python
+        # runs a pending signal handler after calls, never between this store and the return.
+        if self.marks_handed_out:
+            self._native.held = None
         return batch
 
 
@@ -367,9 +411,12 @@ class Loader:
     has 'bytes_fetched', 'cache_hits', 'cache_misses' and 'fetch_wait_seconds'.
 
     Lifecycle: leaving an iteration early (break, an exception) and starting another is always
-    safe: the next pass continues that epoch (README, "The training loop"); Ctrl-C while waiting raises KeyboardInterrupt; `close()` stops the workers (bounded
-    time) and any later use raises shardfeed.Error; after os.fork() the child's copy builds its
-    own workers on first use and never touches the parent's.
+    safe: the next pass continues that epoch (README, "The training loop"); Ctrl-C while
+    waiting raises KeyboardInterrupt (a batch made but not yet handed out comes first in the
+    next pass); `close()` stops the workers (bounded time; a next() waiting in another thread
+    raises shardfeed.Error) and any later use raises shardfeed.Error; one thread iterates (a
+    second thread's next() meanwhile raises RuntimeError); after os.fork() the child's copy
+    builds its own workers on first use and never touches the parent's.
 
     Iterating yields Batch objects ((images, labels) numpy arrays): images are views into the
     loader's ring, and each image array kept alive holds a slot (labels and indices are copies).

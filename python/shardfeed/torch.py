@@ -68,6 +68,11 @@ class Batch(tuple):
             self._cache[key] = _tensors(self._source[key])
         return self._cache[key]
 
+    def __reduce__(self):
+        # Pickled: tensors as torch pickles them, the fields through the source batch's values.
+        return (Batch, (self.images, self.labels, self.indices, self.epoch, self.number,
+                        self._source))
+
 
 # DataLoader's keywords that have no counterpart: why, and what to do instead.
 _UNSUPPORTED = {
@@ -93,6 +98,8 @@ def _dataloader_options(options):
     o.pop("pin_memory", None)          # the ring is page-locked whenever the system allows
     o.pop("persistent_workers", None)  # workers always live as long as the loader
     o.pop("pin_memory_device", None)
+    if "shuffle" in o and o["shuffle"] is None:  # DataLoader's own default: no shuffle
+        o["shuffle"] = False
     if not o.pop("in_order", True):
         raise TypeError("shardfeed.torch.Loader does not take in_order=False: batches always "
                         "come in the epoch's order (that is what makes a resume exact)")
@@ -221,9 +228,12 @@ class Loader:
         self.close()
 
     def __iter__(self):
-        return self._batches(iter(self._loader))  # a second live pass raises here, not later
+        passes = iter(self._loader)  # a second live pass raises here, not later
+        passes.marks_handed_out = False  # _batches does, once a batch is converted
+        return self._batches(passes)
 
     def _batches(self, passes):
+        native = passes._native
         for batch in passes:
             indices = torch.from_numpy(batch.indices.astype("int64"))
             if self.device == "cpu":
@@ -239,8 +249,10 @@ class Loader:
                 images = torch.utils.dlpack.from_dlpack(batch.images)
                 labels = (torch.utils.dlpack.from_dlpack(batch.labels).clone()
                           if batch.labels is not None else None)
-            yield Batch(images, labels, indices, batch.epoch, batch.number, batch)
-            del batch, images, labels
+            out = Batch(images, labels, indices, batch.epoch, batch.number, batch)
+            native.held = None  # handed out (see shardfeed._Pass.__next__): a store, not a call
+            yield out
+            del batch, images, labels, out
 
 
 class Dataset(torch.utils.data.Dataset):

@@ -9,6 +9,10 @@
 // lease like the images; str and json as Python lists.
 #include <unistd.h>
 
+#include <atomic>
+#include <memory>
+#include <optional>
+
 #include "common.h"
 #include "dlpack_export.h"
 #include "shardfeed/format/archive.h"
@@ -126,10 +130,40 @@ struct PyBatchFields {
   }
 };
 
+// Ownership: the Python object owns the native loader through `loader`; a next() in flight
+// holds a reference of its own, so close() from another thread never frees what a waiting
+// next() uses: it sets `closing`, which ends that wait within kWaitPollSeconds (the waiting
+// thread then frees the loader, without the GIL). One consumer: a second thread calling next()
+// while one is inside raises RuntimeError (the native Next() has one consumer: two would wait
+// for the same batch). Fields other than `closing` are touched with the GIL held.
 struct PyLoader {
-  std::unique_ptr<reader::Loader> loader;
+  std::shared_ptr<reader::Loader> loader;
+  std::shared_ptr<std::atomic<bool>> closing = std::make_shared<std::atomic<bool>>(false);
   pid_t pid = 0;
   bool has_label = true;
+  bool in_next = false;
+  // The last batch next() returned until Python marks it handed out (`held = None`): a
+  // KeyboardInterrupt raised after next() returned, before the batch reached the loop, leaves it
+  // here, and the next next() returns it again, made afresh (state() counts it as not
+  // delivered).
+  std::optional<reader::Batch> held;
+  PyLoader() = default;
+  PyLoader(PyLoader&&) = default;
+  PyLoader& operator=(PyLoader&&) = default;
+  // Dropped without close() (del loader, garbage collection): the workers stop without the GIL,
+  // so other Python threads run meanwhile (a worker stuck in a decode takes its grace period).
+  ~PyLoader() {
+#if PY_VERSION_HEX >= 0x030D0000
+    const bool finalizing = Py_IsFinalizing();
+#else
+    const bool finalizing = _Py_IsFinalizing();
+#endif
+    if (loader && Py_IsInitialized() && !finalizing && PyGILState_Check()) {
+      std::shared_ptr<reader::Loader> doomed = std::move(loader);
+      py::gil_scoped_release release;
+      doomed.reset();
+    }
+  }
   // The native loader, or a clear error once close() ran.
   reader::Loader& get() const {
     if (!loader) RaiseError("this Loader is closed");
@@ -154,12 +188,15 @@ PyLoader Create(const py::handle& archive, const py::kwargs& kw) {
 
 // The loader's next batch, waiting with Python's signal handlers live (Ctrl-C raises
 // KeyboardInterrupt within kWaitPollSeconds). None at the end of the epoch.
-Result<reader::Batch> WaitForBatch(reader::Loader& loader) {
+Result<reader::Batch> WaitForBatch(reader::Loader& loader, const std::atomic<bool>& closing) {
   Result<reader::Batch> r = Status::Internal("unset");
   bool interrupted = false;
   {
     py::gil_scoped_release release;
-    r = loader.Next([&interrupted]() -> Status {
+    r = loader.Next([&interrupted, &closing]() -> Status {
+      if (closing.load(std::memory_order_acquire)) {
+        return Status::Cancelled("this Loader was closed while next() waited");
+      }
       py::gil_scoped_acquire acquire;
       if (PyErr_CheckSignals() != 0) {
         interrupted = true;
@@ -184,14 +221,59 @@ Result<reader::Batch> WaitForBatch(reader::Loader& loader) {
 
 // (images, labels, indices), plus (device images, device labels) as DLPack capsules with
 // `device`, ordered after the batch's copy on `consumer_stream`; None at the end of the epoch.
-py::object Next(PyLoader& l, uintptr_t consumer_stream) {
+py::object BatchTuple(const PyLoader& l, const reader::Loader& loader, const reader::Batch& b,
+                      uintptr_t consumer_stream);
+
+// `again`: the caller may take the held batch (a pass's first call, or one after its previous
+// call raised); otherwise a held batch is another thread's, not yet handed out.
+py::object Next(PyLoader& l, uintptr_t consumer_stream, bool again) {
   if (::getpid() != l.pid) {
     throw py::value_error("this Loader's workers live in process " + std::to_string(l.pid) +
                           "; create the loader in the process that iterates it");
   }
-  reader::Loader& loader = l.get();
-  reader::Batch b = Check(WaitForBatch(loader));
+  l.get();  // a closed loader raises
+  if (l.held && again) return BatchTuple(l, l.get(), *l.held, consumer_stream);  // first
+  if (l.in_next || l.held) {
+    throw std::runtime_error(
+        "another thread is inside next() of this Loader: one thread iterates a Loader (give "
+        "each thread a Loader of its own, or hand batches over with a queue)");
+  }
+  std::shared_ptr<reader::Loader> keep = l.loader;  // close() meanwhile frees nothing we use
+  const std::shared_ptr<std::atomic<bool>> closing = l.closing;
+  l.in_next = true;
+  reader::Batch b;
+  try {
+    Result<reader::Batch> got = WaitForBatch(*keep, *closing);
+    if (!got.ok() && closing->load()) RaiseError("this Loader was closed while next() waited");
+    b = Check(std::move(got));
+  } catch (...) {
+    l.in_next = false;
+    if (closing->load()) {  // closed by another thread: the last reference may be ours
+      py::gil_scoped_release release;
+      keep.reset();
+    }
+    throw;
+  }
+  l.in_next = false;
+  if (closing->load()) {
+    py::gil_scoped_release release;
+    keep.reset();
+  }
   if (!b) return py::none();
+  if (!l.loader) RaiseError("this Loader was closed while next() waited");
+  l.held = b;
+  try {
+    return BatchTuple(l, *l.loader, b, consumer_stream);
+  } catch (...) {
+    l.held.reset();  // a batch that cannot be handed out is not offered again
+    throw;
+  }
+}
+
+// (images, labels, indices, fields), or with `device` (images, labels, indices, device images,
+// device labels, fields), for a batch the loader delivered.
+py::object BatchTuple(const PyLoader& l, const reader::Loader& loader, const reader::Batch& b,
+                      uintptr_t consumer_stream) {
   const std::vector<int64_t> batch_shape = b.shape();
   auto images = ViewOf(NumpyDType(b.dtype()), b.images(),
                        std::vector<ssize_t>(batch_shape.begin(), batch_shape.end()), b.lease());
@@ -219,6 +301,7 @@ py::object Next(PyLoader& l, uintptr_t consumer_stream) {
 }
 
 void Resume(PyLoader& l, const py::dict& d) {
+  l.held.reset();  // another position: the held batch is not the next one
   reader::LoaderState s;
   s.epoch = d["epoch"].cast<uint64_t>();
   s.position = d["position"].cast<uint64_t>();
@@ -231,7 +314,7 @@ void Resume(PyLoader& l, const py::dict& d) {
 }
 
 py::dict StateDict(const PyLoader& l) {
-  reader::LoaderState s = l.get().State();
+  reader::LoaderState s = l.get().State(l.held ? 1 : 0);
   py::dict d;
   d["epoch"] = s.epoch;
   d["position"] = s.position;
@@ -290,11 +373,12 @@ void BindLoader(py::module_& m) {
       .def(
           "start_epoch",
           [](PyLoader& l, uint64_t epoch, uint64_t position, uint64_t plan_start) {
+            l.held.reset();
             Check(l.get().StartEpoch(epoch, position, plan_start));
           },
           py::arg("epoch"), py::arg("position") = 0, py::arg("plan_start") = 0)
       .def("resume", &Resume, py::arg("state"))
-      .def("next", &Next, py::arg("consumer_stream") = 0)
+      .def("next", &Next, py::arg("consumer_stream") = 0, py::arg("again") = false)
       .def("state", &StateDict)
       .def("stats", &StatsDict)
       .def("__len__", [](const PyLoader& l) { return l.get().batches_per_epoch(); })
@@ -313,8 +397,17 @@ void BindLoader(py::module_& m) {
       .def_property_readonly("on_device", [](const PyLoader& l) { return l.get().on_device(); })
       .def_property_readonly("worker_pids", [](const PyLoader& l) { return l.get().worker_pids(); })
       .def_property_readonly("closed", [](const PyLoader& l) { return !l.loader; })
+      .def_property(
+          "held", [](const PyLoader& l) { return l.held.has_value(); },
+          [](PyLoader& l, const py::object& v) {
+            if (!v.is_none()) throw py::value_error("held is only ever set to None (handed out)");
+            l.held.reset();
+          })
       .def("close", [](PyLoader& l) {
-        std::unique_ptr<reader::Loader> doomed = std::move(l.loader);
+        // A next() in flight in another thread holds its own reference and sees `closing`.
+        l.closing->store(true, std::memory_order_release);
+        l.held.reset();
+        std::shared_ptr<reader::Loader> doomed = std::move(l.loader);
         py::gil_scoped_release release;
         doomed.reset();
       });

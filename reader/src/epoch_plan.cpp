@@ -204,15 +204,15 @@ Status Loader::StartEpoch(uint64_t epoch, uint64_t start_batch, uint64_t start_p
   return Status::OK();
 }
 
-LoaderState Loader::State() const {
+LoaderState Loader::State(uint64_t undelivered) const {
   const Impl& p = *impl_;
   std::lock_guard<std::mutex> lock(p.mu);
   LoaderState s;
   s.epoch = p.epoch;
-  s.position = p.next_deliver;
+  s.position = p.next_deliver - std::min(undelivered, p.next_deliver);
   s.seed = p.options.seed;
   s.plan_start = p.current.plan.start;
-  s.consumed = p.sampler->Consumed(p.current.plan, p.next_deliver);
+  s.consumed = p.sampler->Consumed(p.current.plan, s.position);
   s.world_size = p.options.world_size;
   s.batch_size = p.options.batch_size;
   return s;

@@ -272,3 +272,12 @@ def test_misuse_raises_a_clear_error(archive_path):
     loader.close()
     with pytest.raises(shardfeed.Error, match="closed"):
         loader.set_epoch(1)
+
+
+def test_dataloader_defaults_and_bool_indices(archive_path):
+    # Found by a stranger's test: shuffle=None (DataLoader's own default, as code forwarding
+    # DataLoader's keywords passes it) was refused; archive[True] read sample 1.
+    with sft.Loader(archive_path, batch_size=4, shuffle=None) as l:
+        assert len(l) > 0
+    with pytest.raises(TypeError, match="integers, not bool"):
+        shardfeed.Archive(archive_path)[True]

@@ -333,8 +333,11 @@ class Loader {
   //   skipped instead, as any sample that cannot be read.
   Result<Batch> Next(const WaitHook& hook = {});
 
-  LoaderState State() const;  // to resume: Resume(state)
-  EpochStats Stats() const;   // of the current (or just finished) epoch
+  // To resume: Resume(state). `undelivered`: the last batches Next() returned that the caller
+  // did not hand on (a Python iterator interrupted after Next() returned, which delivers them
+  // again first): the state as if they had not been returned.
+  LoaderState State(uint64_t undelivered = 0) const;
+  EpochStats Stats() const;  // of the current (or just finished) epoch
   uint64_t batches_per_epoch() const;
   uint64_t samples_per_epoch() const;  // on this rank
   // The options as the loader runs them, resolved: `workers` (auto or 0) is the number of
