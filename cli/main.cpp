@@ -542,6 +542,19 @@ int CmdExtract(int argc, char** argv) {
   auto n = validate::Extract(**archive, dir, opt);
   if (!n.ok()) return Fail(n.status());
   std::printf("extracted %llu samples to %s\n", static_cast<unsigned long long>(*n), dir.c_str());
+  // Labels or fields that the folder layout cannot carry went to DIR/samples.jsonl: say how to
+  // pack them again (a plain `pack DIR` would renumber or drop them).
+  const std::filesystem::path d(dir);
+  std::error_code ec;
+  if (std::filesystem::exists(d / "samples.jsonl", ec)) {
+    std::string again = "shardfeed pack " + (d / "samples.jsonl").string() + " OUT --schema " +
+                        (d / "schema.json").string();
+    if (std::filesystem::exists(d / "class_names.json", ec)) {
+      again += " --class-names " + (d / "class_names.json").string();
+    }
+    std::printf("labels and fields are in %s; to pack them again: %s\n",
+                (d / "samples.jsonl").string().c_str(), again.c_str());
+  }
   return 0;
 }
 

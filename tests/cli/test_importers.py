@@ -992,6 +992,23 @@ def test_extract_keeps_the_labels_of_images_outside_their_class_folders(tmp_path
     run("pack", GOOD, tmp_path / "f", "-q", check=0)
     run("extract", tmp_path / "f", tmp_path / "y", "-q", check=0)
     assert not (tmp_path / "y" / "samples.jsonl").exists()
+    # Found by a stranger's test: a folder pack with an empty class folder came back without
+    # it, so `pack DIR` renumbered the classes after it (c: 2 -> 1) without a word. Its empty
+    # folder is written now; where samples.jsonl is needed, extract says how to pack it again.
+    for name in ("a", "b", "c"):
+        (tmp_path / "e" / name).mkdir(parents=True)
+    jpeg(tmp_path / "e" / "a" / "1.jpg")
+    jpeg(tmp_path / "e" / "c" / "2.jpg")
+    run("pack", tmp_path / "e", tmp_path / "ea", "-q", check=0)
+    p = run("extract", tmp_path / "ea", tmp_path / "ex", check=0)
+    assert sorted(os.listdir(tmp_path / "ex")) == ["a", "b", "c"] and "pack them" not in p.stdout
+    run("pack", tmp_path / "ex", tmp_path / "eb", "-q", check=0)
+    assert manifest(tmp_path / "eb")["class_names"] == ["a", "b", "c"]
+    assert [s["label"] for s in samples(tmp_path / "eb", tmp_path)] == [0, 2]
+    p = run("extract", tmp_path / "o", tmp_path / "z2", check=0)
+    assert "to pack them again: shardfeed pack %s OUT --schema %s --class-names %s" % (
+        tmp_path / "z2" / "samples.jsonl", tmp_path / "z2" / "schema.json",
+        tmp_path / "z2" / "class_names.json") in p.stdout, p.stdout
 
 
 def test_inverted_boxes_are_refused_naming_the_sample_and_field(tmp_path):

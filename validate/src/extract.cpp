@@ -251,13 +251,14 @@ std::string SourceName(const format::Archive& archive, uint64_t i, const std::st
 bool LabelsOutsideClassFolders(const format::Archive& archive, int path_field) {
   const auto& classes = archive.manifest().class_names;
   if (archive.schema().label_field() < 0 || classes.empty()) return false;
-  // A folder re-pack numbers its folders in sorted order, each with a sample: other class names
-  // (an order of --class-names, a class without samples, a name no folder can have) would be
-  // renumbered.
+  // A folder re-pack numbers its folders in sorted order: other class names (an order of
+  // --class-names, a name no folder can have) would be renumbered. A class without samples gets
+  // its empty folder (EmptyClassFolders), which a folder pack counts as a class, unless hidden
+  // (a pack ignores hidden folders).
   const auto& counts = archive.manifest().class_counts;
   for (size_t c = 0; c < classes.size(); ++c) {
     if (SafeComponent(classes[c]) != classes[c] || (c > 0 && !(classes[c - 1] < classes[c])) ||
-        (c < counts.size() && counts[c] == 0)) {
+        (c < counts.size() && counts[c] == 0 && classes[c].front() == '.')) {
       return true;
     }
   }
@@ -504,6 +505,16 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
       return Status::OK();
     };
     SF_RETURN_IF_ERROR(ForSample(archive.path(), i, extract_one()));
+  }
+  if (!jsonl) {  // the class folders carry the labels: a class without samples too
+    const auto& classes = archive.manifest().class_names;
+    const auto& counts = archive.manifest().class_counts;
+    for (size_t c = 0; c < classes.size() && c < counts.size(); ++c) {
+      const fs::path folder = fs::path(tmp.path()) / classes[c];
+      if (counts[c] == 0 && !fs::exists(folder, ec) && ::mkdir(folder.c_str(), 0777) != 0) {
+        return Status::IOError(folder.string(), ": ", std::strerror(errno));
+      }
+    }
   }
   if (jsonl) {
     const std::string text = UserSchema(schema);
