@@ -373,6 +373,23 @@ def _lmdb_meta_magic(shard):
     return [16, 4096 + 16]
 
 
+def test_verify_names_every_shard_too_damaged_to_open(tmp_path):
+    # Reported only the first shard the full open met (a remote verify downloads every shard
+    # to get there): the rest are now opened one by one and named too, their samples skipped.
+    assert run("pack", GOOD, tmp_path / "a", "--shard-size", "200K", "-q").returncode == 0
+    shards = sorted(p for p in (tmp_path / "a").iterdir() if p.name.startswith("shard-"))
+    assert len(shards) >= 4
+    os.remove(shards[1])
+    with open(shards[3], "r+b") as f:
+        f.truncate(4096)
+    v = json.loads(run("verify", tmp_path / "a", "--json").stdout)
+    assert v["ok"] is False and shards[1].name in v["error"], v
+    assert len(v["bad_shards"]) == 1 and shards[3].name in v["bad_shards"][0], v
+    m = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    lost = sum(m["shards"][k]["sample_count"] for k in (1, 3))
+    assert v["checked"] == v["samples"] - lost and v["bad_samples"] == [], v
+
+
 @pytest.mark.parametrize("damage", ["missing-shard", "lmdb-meta", "truncated-shard"])
 def test_verify_reports_an_archive_too_damaged_to_open_with_exit_1(archive, damage):
     shard = archive / "shard-00000.mdb"

@@ -416,6 +416,37 @@ Result<std::string> ExtractTarget(const std::string& dir, bool* exists_out,
   return target;
 }
 
+// Not into the archive's own folder, which holds only what shardfeed writes there.
+Status CheckOutsideArchive(const format::Archive& archive, const std::string& target,
+                           const std::string& dir) {
+  std::error_code ec;
+  const fs::path inner = fs::weakly_canonical(fs::absolute(target, ec), ec);
+  const fs::path outer = fs::weakly_canonical(fs::absolute(archive.path(), ec), ec);
+  auto o = outer.begin(), i = inner.begin();
+  for (; o != outer.end() && i != inner.end() && *o == *i; ++o, ++i) {
+  }
+  if (!ec && o == outer.end()) {
+    return Status::InvalidArgument(dir, ": lies inside the archive ", archive.path(),
+                                   "; choose a folder outside it");
+  }
+  return Status::OK();
+}
+
+// Where the class folders carry the labels: a class without samples gets its empty folder, so a
+// folder pack of DIR numbers the classes as the archive did.
+Status EmptyClassFolders(const format::Archive& archive, const std::string& root) {
+  std::error_code ec;
+  const auto& classes = archive.manifest().class_names;
+  const auto& counts = archive.manifest().class_counts;
+  for (size_t c = 0; c < classes.size() && c < counts.size(); ++c) {
+    const fs::path folder = fs::path(root) / classes[c];
+    if (counts[c] == 0 && !fs::exists(folder, ec) && ::mkdir(folder.c_str(), 0777) != 0) {
+      return Status::IOError(folder.string(), ": ", std::strerror(errno));
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
@@ -424,17 +455,7 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
   bool exists = false;
   struct stat existing {};
   SF_ASSIGN_OR_RETURN(const std::string target, ExtractTarget(dir, &exists, &existing));
-  {  // Not into the archive's own folder, which holds only what shardfeed writes there.
-    const fs::path inner = fs::weakly_canonical(fs::absolute(target, ec), ec);
-    const fs::path outer = fs::weakly_canonical(fs::absolute(archive.path(), ec), ec);
-    auto o = outer.begin(), i = inner.begin();
-    for (; o != outer.end() && i != inner.end() && *o == *i; ++o, ++i) {
-    }
-    if (!ec && o == outer.end()) {
-      return Status::InvalidArgument(dir, ": lies inside the archive ", archive.path(),
-                                     "; choose a folder outside it");
-    }
-  }
+  SF_RETURN_IF_ERROR(CheckOutsideArchive(archive, target, dir));
   // As convert: what verify checks beyond each record first, so a crafted index verify refuses
   // (two entries for one record) is not written out as files a pack would check afresh.
   SF_RETURN_IF_ERROR(archive.VerifyDerived());
@@ -506,16 +527,7 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
     };
     SF_RETURN_IF_ERROR(ForSample(archive.path(), i, extract_one()));
   }
-  if (!jsonl) {  // the class folders carry the labels: a class without samples too
-    const auto& classes = archive.manifest().class_names;
-    const auto& counts = archive.manifest().class_counts;
-    for (size_t c = 0; c < classes.size() && c < counts.size(); ++c) {
-      const fs::path folder = fs::path(tmp.path()) / classes[c];
-      if (counts[c] == 0 && !fs::exists(folder, ec) && ::mkdir(folder.c_str(), 0777) != 0) {
-        return Status::IOError(folder.string(), ": ", std::strerror(errno));
-      }
-    }
-  }
+  if (!jsonl) SF_RETURN_IF_ERROR(EmptyClassFolders(archive, tmp.path()));
   if (jsonl) {
     const std::string text = UserSchema(schema);
     SF_RETURN_IF_ERROR(WriteNewFile((fs::path(tmp.path()) / "schema.json").string(),

@@ -82,17 +82,23 @@ VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options
   report.archive = archive.path();
   report.samples = archive.size();
   archive.Advise(format::Archive::Access::kSequential);
-  // Derived manifest fields (payload bytes, file bytes, chunk bytes, class counts) against
-  // the shards they describe (format/'s cross-check).
-  if (Status d = archive.VerifyDerived(); !d.ok()) report.bad_manifest.push_back(d.message());
   const auto& shards = archive.manifest().shards;
+  // Shards that do not open (a lazily opened archive whose full open failed): reported once
+  // here, their samples not checked one by one (each would say the same).
+  std::vector<char> unopened(shards.size(), 0);
   for (size_t s = 0; s < shards.size() && !Cancelled(options.cancel); ++s) {
     Status st = archive.VerifyShard(s);
     if (!st.ok()) report.bad_shards.push_back(st.message());
+    unopened[s] = !st.ok() && st.code() != StatusCode::kChecksumMismatch;
+  }
+  // Derived manifest fields (payload bytes, file bytes, chunk bytes, class counts) against
+  // the shards they describe (format/'s cross-check): every shard must open for it.
+  if (std::find(unopened.begin(), unopened.end(), 1) == unopened.end()) {
+    if (Status d = archive.VerifyDerived(); !d.ok()) report.bad_manifest.push_back(d.message());
   }
   const uint64_t n = archive.size();
   const uint64_t block = 256;
-  std::atomic<uint64_t> next{0}, done{0};
+  std::atomic<uint64_t> next{0}, done{0}, skipped{0};
   std::mutex mu;
   auto work = [&]() {
     codec::Context ctx;
@@ -102,6 +108,10 @@ VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options
       if (begin >= n) break;
       const uint64_t end = std::min(n, begin + block);
       for (uint64_t i = begin; i < end; ++i) {
+        if (unopened[archive.ShardOf(i)]) {
+          skipped.fetch_add(1, std::memory_order_relaxed);
+          continue;
+        }
         Status st = archive.VerifyRecord(i);
         if (st.ok() && options.decode) {
           auto r = archive.At(i);
@@ -127,7 +137,7 @@ VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options
     }
   }
   for (auto& t : threads) t.join();
-  report.checked = done.load();
+  report.checked = done.load() - skipped.load();
   if (progress) progress(report.checked, n);
   std::sort(report.bad_samples.begin(), report.bad_samples.end(),
             [](const BadSample& a, const BadSample& b) { return a.index < b.index; });
@@ -159,9 +169,20 @@ Result<VerifyReport> VerifyPath(const std::string& path, const VerifyOptions& op
            code == StatusCode::kResourceExhausted)) {
         return archive.status();
       }
+      // Damage that stops a full open (a shard's index, a shard missing): opened lazily, so
+      // the report names every bad shard, not only the first the open met.
+      format::OpenOptions lazy = open;
+      lazy.check = format::IndexCheck::kLazy;
+      auto partial = format::Archive::Open(path, lazy);
       VerifyReport report;
+      if (partial.ok()) report = Verify(**partial, options, progress);
+      if (Cancelled(options.cancel)) return Status::Cancelled(path, ": verify cancelled");
       report.archive = path;
       report.error = archive.status().ToString();
+      // The damage the full open met is `error`; the lazy pass adds the rest.
+      const std::string& first = archive.status().message();
+      auto& shards = report.bad_shards;
+      shards.erase(std::remove(shards.begin(), shards.end(), first), shards.end());
       report.repaired = repaired;
       return report;
     }

@@ -52,8 +52,10 @@ struct BadSample {
 struct VerifyReport {
   std::string archive;
   uint64_t samples = 0, checked = 0;
-  // Set when the archive could not be opened although it is one (a damaged manifest or shard
-  // header, a shard file missing): nothing else could be checked.
+  // Set when the archive could not be opened whole although it is one (a damaged manifest or
+  // shard header, a shard file missing): the first damage the open met. The fields below then
+  // come from opening it shard by shard: every other bad shard, and the samples of the shards
+  // that open (none when the manifest itself is damaged).
   std::string error;
   std::vector<BadSample> bad_samples;
   std::vector<std::string> bad_shards;  // one message per shard whose hash does not match
