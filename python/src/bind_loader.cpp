@@ -175,7 +175,12 @@ PyLoader Create(const py::handle& archive, const py::kwargs& kw) {
   reader::LoaderOptions o = ParseLoaderOptions(kw);
   std::shared_ptr<format::Archive> a = ArchiveOf(archive);
   Result<std::unique_ptr<reader::Loader>> r = Status::Internal("unset");
-  {
+  if (a->remote() && !o.device) {
+    // A remote archive's start-up reads (its manifest again, for the loader's own copy): Ctrl-C
+    // raises KeyboardInterrupt. (With device copies Create stays on this thread, whose current
+    // CUDA device it takes.)
+    RunInterruptible([&](const CancelToken& cancel) { r = reader::Loader::Create(a, o, &cancel); });
+  } else {
     py::gil_scoped_release release;
     r = reader::Loader::Create(a, o);
   }

@@ -146,7 +146,8 @@ std::unique_ptr<DeviceNormalize> MakeDeviceNormalize(const LoaderOptions& o, uin
 }  // namespace
 
 Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Archive> archive,
-                                               const LoaderOptions& given) {
+                                               const LoaderOptions& given,
+                                               const CancelToken* cancel) {
   if (!archive) return Status::InvalidArgument("no archive");
   LoaderOptions options = given;
   if (options.transform.stats_from_archive) {  // mean="archive": the saved statistics
@@ -186,7 +187,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
   if (impl->archive->remote()) {  // the cache it needs; shuffle="block": the shard keeper
     std::shared_ptr<format::Archive> own;
     uint32_t downloads = 0;
-    SF_RETURN_IF_ERROR(impl->PlanCache(&impl->options, &own, &downloads));
+    SF_RETURN_IF_ERROR(impl->PlanCache(&impl->options, &own, &downloads, cancel));
     impl->sampler = MakeSampler(*impl->archive, impl->options);
     if (own) {
       impl->keeper = std::make_unique<ShardKeeper>(own, impl->sampler.get(), options.world_size,

@@ -117,8 +117,9 @@ struct Loader::Impl {
   // keeper releases, shuffle_window "auto" fitted to the cache, and the fetcher threads.
   // `own_copy` gets that copy (the keeper's archive), else stays null.
   // *downloads: the shards to fetch ahead that fit the cache (kShardDownloadsAhead at most).
+  // `cancel` (may be null): ends the copy's open.
   Status PlanCache(LoaderOptions* options, std::shared_ptr<format::Archive>* own_copy,
-                   uint32_t* downloads);
+                   uint32_t* downloads, const CancelToken* cancel);
   void FetchAhead();  // a fetcher thread: opens the next shards of the plan (keeper->downloads())
   void KeeperFinished(const Task& run);  // mu held: FinishRun's part
   void KeeperUnholdSlot(int slot);       // mu held: a batch's gather is done (or never comes)

@@ -13,7 +13,7 @@ std::string Shards(uint64_t n) { return std::to_string(n) + (n == 1 ? " shard" :
 }  // namespace
 
 Status Loader::Impl::PlanCache(LoaderOptions* o, std::shared_ptr<format::Archive>* own_copy,
-                               uint32_t* downloads) {
+                               uint32_t* downloads, const CancelToken* cancel) {
   const storage::Remote& remote = *archive->remote();
   const uint64_t limit = remote.cache_limit();  // 0: unlimited
   uint64_t whole = 0;
@@ -99,6 +99,7 @@ Status Loader::Impl::PlanCache(LoaderOptions* o, std::shared_ptr<format::Archive
   open.check = format::IndexCheck::kLazy;
   open.cache.dir = remote.cache_dir();
   open.cache.limit = limit;
+  open.cancel = cancel;
   SF_ASSIGN_OR_RETURN(std::shared_ptr<format::Archive> own,
                       format::Archive::Open(archive->path(), open));
   const auto& a = archive->manifest().shards;

@@ -115,3 +115,42 @@ def test_the_cli_still_dies_by_sigint_while_it_downloads(proxy, s3_archive, loca
     assert code == -signal.SIGINT, (code, err)  # the default action: no handler, no cleanup run
     proxy.release()
     reads_as_stored(s3_archive, local_archive)
+
+
+LOADER_AFTER_OPEN = """
+import signal, sys, shardfeed
+signal.signal(signal.SIGINT, signal.default_int_handler)
+a = shardfeed.Archive(sys.argv[1])  # opened while the server is up
+print("opened", flush=True)
+sys.stdin.readline()  # the test takes the server down
+try:
+    shardfeed.Loader(a, batch_size=4, shuffle="block")
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", flush=True)
+    sys.exit(3)
+print("made", flush=True)
+"""
+
+
+def test_ctrl_c_while_a_loader_re_reads_a_remote_manifest(proxy, s3_archive, local_archive):
+    # The loader's own copy of a remote archive (shuffle="block") reads the manifest again:
+    # against a server that is down, that was minutes of back-off Ctrl-C could not end.
+    child = subprocess.Popen([sys.executable, "-c", LOADER_AFTER_OPEN, s3_archive],
+                             env={**os.environ, "SHARDFEED_FETCH_RETRIES": "60",
+                                  "SHARDFEED_FETCH_MAX_DELAY": "60"},
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline() == "opened\n", child.communicate(timeout=60)
+    manifest = "/data/good/manifest.json"
+    before = proxy.state()["gets"].get(manifest, 0)
+    proxy.all_reset(True)
+    child.stdin.write("\n")
+    child.stdin.flush()
+    deadline = time.monotonic() + 60
+    while proxy.state()["gets"].get(manifest, 0) < before + 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert proxy.state()["gets"].get(manifest, 0) >= before + 3, child.communicate(timeout=60)
+    code, out, err, _ = interrupt(child)
+    assert code == 3 and out == "KeyboardInterrupt\n", (code, out, err)
+    proxy.all_reset(False)
+    reads_as_stored(s3_archive, local_archive)

@@ -295,8 +295,11 @@ class Batch {
 
 class Loader {
  public:
+  // `cancel` (may be null; used only during Create): ends a remote archive's start-up reads
+  // (the loader's own lazily opened copy of it, shuffle="block") with kCancelled.
   static Result<std::unique_ptr<Loader>> Create(std::shared_ptr<const format::Archive> archive,
-                                                const LoaderOptions& options);
+                                                const LoaderOptions& options,
+                                                const CancelToken* cancel = nullptr);
   ~Loader();
 
   // Begins `epoch` at batch `start_batch` (a resume) of the plan that starts at global position
