@@ -23,11 +23,11 @@ import weakref
 
 from . import _native
 from .writer import Writer, pack_iterable
-from ._native import (DataError, Error, StorageError, Timeout, WorkerError, cuda_available,
-                      cuda_kernels_built, cuda_unavailable_reason, fetch_stats)
+from ._native import (DataError, Error, LoaderBusy, StorageError, Timeout, WorkerError,
+                      cuda_available, cuda_kernels_built, cuda_unavailable_reason, fetch_stats)
 
 __all__ = ["Archive", "Loader", "Batch", "Writer", "pack_iterable", "pack", "merge", "convert", "verify", "inspect", "stats", "Error",
-           "DataError", "StorageError",
+           "DataError", "StorageError", "LoaderBusy",
            "WorkerError", "Timeout", "cuda_available", "cuda_unavailable_reason",
            "cuda_kernels_built", "fetch_stats"]
 
@@ -337,6 +337,8 @@ class _Pass:
             if self._loader._closed:
                 raise Error("this Loader is closed")
             out = self._native.next(self._stream, self._again)
+        except LoaderBusy:
+            raise  # another thread's next(): that thread's pass goes on
         except BaseException:
             self.done = True  # as a generator that raised: a new iter() continues the epoch
             raise
@@ -351,10 +353,14 @@ class _Pass:
             if fields is not None and not fields.has_label:
                 labels = None
             batch = Batch(images, labels, out[2], self._epoch, self._number, fields)
-        except BaseException:
+        except KeyboardInterrupt:
             # The native side still holds the batch: the next pass (a new iter()) delivers it
             # first. Done, as a generator that raised.
             self.done = True
+            raise
+        except BaseException:
+            self.done = True
+            self._native.held = None  # a batch that cannot be made is not offered again
             raise
         self._number += 1
         # Handed out: until here (Ctrl-C raised after the native call returned) the native side
@@ -415,8 +421,9 @@ class Loader:
     waiting raises KeyboardInterrupt (a batch made but not yet handed out comes first in the
     next pass); `close()` stops the workers (bounded time; a next() waiting in another thread
     raises shardfeed.Error) and any later use raises shardfeed.Error; one thread iterates (a
-    second thread's next() meanwhile raises RuntimeError); after os.fork() the child's copy
-    builds its own workers on first use and never touches the parent's.
+    second thread's next() meanwhile raises shardfeed.LoaderBusy, a RuntimeError); after
+    os.fork() the child's copy builds its own workers on first use and never touches the
+    parent's.
 
     Iterating yields Batch objects ((images, labels) numpy arrays): images are views into the
     loader's ring, and each image array kept alive holds a slot (labels and indices are copies).

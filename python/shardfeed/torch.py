@@ -228,31 +228,53 @@ class Loader:
         self.close()
 
     def __iter__(self):
-        passes = iter(self._loader)  # a second live pass raises here, not later
-        passes.marks_handed_out = False  # _batches does, once a batch is converted
-        return self._batches(passes)
+        return _TorchPass(self, iter(self._loader))  # a second live pass raises here, not later
 
-    def _batches(self, passes):
-        native = passes._native
-        for batch in passes:
-            indices = torch.from_numpy(batch.indices.astype("int64"))
-            if self.device == "cpu":
-                images = batch.images
-                if self._bfloat16:  # numpy has no bfloat16: reinterpret its bits (no copy)
-                    images = torch.from_numpy(images.view("int16")).view(torch.bfloat16)
-                else:
-                    images = torch.from_numpy(images)
-                labels = torch.from_numpy(batch.labels) if batch.labels is not None else None
+    def _convert(self, batch):
+        indices = torch.from_numpy(batch.indices.astype("int64"))
+        if self.device == "cpu":
+            images = batch.images
+            if self._bfloat16:  # numpy has no bfloat16: reinterpret its bits (no copy)
+                images = torch.from_numpy(images.view("int16")).view(torch.bfloat16)
             else:
-                # Labels are the caller's own (a few bytes, cloned on the current stream, after
-                # the batch's copy): keeping them holds no ring slot.
-                images = torch.utils.dlpack.from_dlpack(batch.images)
-                labels = (torch.utils.dlpack.from_dlpack(batch.labels).clone()
-                          if batch.labels is not None else None)
-            out = Batch(images, labels, indices, batch.epoch, batch.number, batch)
-            native.held = None  # handed out (see shardfeed._Pass.__next__): a store, not a call
-            yield out
-            del batch, images, labels, out
+                images = torch.from_numpy(images)
+            labels = torch.from_numpy(batch.labels) if batch.labels is not None else None
+        else:
+            # Labels are the caller's own (a few bytes, cloned on the current stream, after the
+            # batch's copy): keeping them holds no ring slot.
+            images = torch.utils.dlpack.from_dlpack(batch.images)
+            labels = (torch.utils.dlpack.from_dlpack(batch.labels).clone()
+                      if batch.labels is not None else None)
+        return Batch(images, labels, indices, batch.epoch, batch.number, batch)
+
+
+class _TorchPass:
+    """One pass of a shardfeed.torch.Loader: shardfeed's pass, its batches as tensors. Marks a
+    batch handed out once converted (see shardfeed._Pass), unless a wrapper that hands it on
+    later (WaitMeter) sets marks_handed_out to False and marks it itself."""
+
+    def __init__(self, loader, passes):
+        self._loader, self._passes, self._native = loader, passes, passes._native
+        passes.marks_handed_out = False
+        self.marks_handed_out = True
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        batch = next(self._passes)  # an interrupt after it: the batch is still held
+        try:
+            out = self._loader._convert(batch)
+        except KeyboardInterrupt:
+            self._passes.done = True  # as a generator that raised; held: the next pass has it
+            raise
+        except BaseException:
+            self._passes.done = True
+            self._native.held = None  # a batch that cannot be converted is not offered again
+            raise
+        if self.marks_handed_out:
+            self._native.held = None  # handed out: a store, not a call (no signal check)
+        return out
 
 
 class Dataset(torch.utils.data.Dataset):
@@ -329,6 +351,12 @@ class WaitMeter:
 
     def __iter__(self):
         it = iter(self.iterable)
+        # A shardfeed pass marks each batch handed out as it returns it; here that is at the
+        # yield below, so a Ctrl-C in this meter's own bookkeeping leaves the batch to the next
+        # pass (_Pass.__next__).
+        native = getattr(it, "_native", None) if hasattr(it, "marks_handed_out") else None
+        if native is not None:
+            it.marks_handed_out = False
         window_wait = window_step = 0.0
         first = self.steps + 1
         returned = None
@@ -356,4 +384,6 @@ class WaitMeter:
                          window_wait, window_step)
                 first, window_wait, window_step = self.steps + 1, 0.0, 0.0
             returned = self.clock()
+            if native is not None:
+                native.held = None  # a store, not a call: nothing runs before the yield
             yield batch

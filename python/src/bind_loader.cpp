@@ -229,6 +229,10 @@ Result<reader::Batch> WaitForBatch(reader::Loader& loader, const std::atomic<boo
 py::object BatchTuple(const PyLoader& l, const reader::Loader& loader, const reader::Batch& b,
                       uintptr_t consumer_stream);
 
+// LoaderBusy (a RuntimeError): next() from a second thread while another is inside it. Python's
+// pass leaves the first thread's iteration as it was (it ends a pass on any other error).
+PyObject* g_busy = nullptr;
+
 // `again`: the caller may take the held batch (a pass's first call, or one after its previous
 // call raised); otherwise a held batch is another thread's, not yet handed out.
 py::object Next(PyLoader& l, uintptr_t consumer_stream, bool again) {
@@ -239,9 +243,10 @@ py::object Next(PyLoader& l, uintptr_t consumer_stream, bool again) {
   l.get();  // a closed loader raises
   if (l.held && again) return BatchTuple(l, l.get(), *l.held, consumer_stream);  // first
   if (l.in_next || l.held) {
-    throw std::runtime_error(
-        "another thread is inside next() of this Loader: one thread iterates a Loader (give "
-        "each thread a Loader of its own, or hand batches over with a queue)");
+    PyErr_SetString(g_busy,
+                    "another thread is inside next() of this Loader: one thread iterates a Loader "
+                    "(give each thread a Loader of its own, or hand batches over with a queue)");
+    throw py::error_already_set();
   }
   std::shared_ptr<reader::Loader> keep = l.loader;  // close() meanwhile frees nothing we use
   const std::shared_ptr<std::atomic<bool>> closing = l.closing;
@@ -368,6 +373,8 @@ py::dict StatsDict(const PyLoader& l) {
 }  // namespace
 
 void BindLoader(py::module_& m) {
+  static py::exception<std::runtime_error> busy(m, "LoaderBusy", PyExc_RuntimeError);
+  g_busy = busy.ptr();
   py::class_<PyBatchFields>(m, "BatchFields")
       .def("names", &PyBatchFields::Names)
       .def("get", &PyBatchFields::Get, py::arg("name"))
