@@ -546,11 +546,22 @@ int CmdExtract(int argc, char** argv) {
   // pack them again (a plain `pack DIR` would renumber or drop them).
   const std::filesystem::path d(dir);
   std::error_code ec;
+  auto quoted = [](const std::filesystem::path& p) {  // as a POSIX shell reads it back
+    const std::string s = p.string();
+    if (s.find_first_not_of(
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./-+=:,@") ==
+        std::string::npos) {
+      return s;
+    }
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+  };
   if (std::filesystem::exists(d / "samples.jsonl", ec)) {
-    std::string again = "shardfeed pack " + (d / "samples.jsonl").string() + " OUT --schema " +
-                        (d / "schema.json").string();
+    std::string again = "shardfeed pack " + quoted(d / "samples.jsonl") + " OUT --schema " +
+                        quoted(d / "schema.json");
     if (std::filesystem::exists(d / "class_names.json", ec)) {
-      again += " --class-names " + (d / "class_names.json").string();
+      again += " --class-names " + quoted(d / "class_names.json");
     }
     std::printf("labels and fields are in %s; to pack them again: %s\n",
                 (d / "samples.jsonl").string().c_str(), again.c_str());

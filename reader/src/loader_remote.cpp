@@ -12,6 +12,7 @@ std::string Shards(uint64_t n) { return std::to_string(n) + (n == 1 ? " shard" :
 
 }  // namespace
 
+// long: the cache plan and the refusals that spell out what each choice needs, in one place.
 Status Loader::Impl::PlanCache(LoaderOptions* o, std::shared_ptr<format::Archive>* own_copy,
                                uint32_t* downloads, const CancelToken* cancel) {
   const storage::Remote& remote = *archive->remote();

@@ -93,7 +93,8 @@ void Loader::Impl::FinishRun(size_t worker, const Task& run, const RunTally& tal
       if (skip) {
         slot.skipped += failures;
       } else if (slot.error.ok()) {
-        slot.error = options.skip_errors ? tally.unskippable : tally.first_error;
+        // The changed shard first: it is the reason, and skip_errors would not get past it.
+        slot.error = tally.unskippable.ok() ? tally.first_error : tally.unskippable;
       }
     }
     slot.remaining -= run.count;

@@ -887,3 +887,16 @@ def test_overwrite_keeps_an_archive_that_holds_a_users_file(tmp_path, archive):
     (archive / ".shardfeed-partial").write_text("a shardfeed archive being written")
     assert run("pack", GOOD, archive, "--overwrite").returncode == 0
     assert run("verify", archive).returncode == 0
+
+
+def test_extract_of_an_archive_without_class_counts_keeps_empty_classes(tmp_path):
+    # Archives written before class_counts: the empty class's folder is found from the labels.
+    src = tmp_path / "src"
+    for name in ("a", "b", "c"):
+        (src / name).mkdir(parents=True)
+    shutil.copy(os.path.join(GOOD, "cat", "cat_000.jpg"), src / "a" / "1.jpg")
+    shutil.copy(os.path.join(GOOD, "cat", "cat_001.jpg"), src / "c" / "2.jpg")
+    assert run("pack", src, tmp_path / "x", "-q").returncode == 0
+    edit_manifest(tmp_path / "x", lambda m: m.pop("class_counts"), keep_checksum=False)
+    assert run("extract", tmp_path / "x", tmp_path / "out").returncode == 0
+    assert sorted(os.listdir(tmp_path / "out")) == ["a", "b", "c"]

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "../../validate/src/pixel_measures.h"
+#include "../reader/constant_archive.h"
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/format/stats_record.h"
@@ -374,6 +375,23 @@ TEST_CASE("--fail-on flags counts samples, not flags") {
   auto f = ParseFailOn("flags");
   REQUIRE(f.ok());
   CHECK(FailureSummary(r, *f) == "2 flagged samples");
+}
+
+TEST_CASE("stats over a shard cut short while mapped fails: its figures cannot be trusted") {
+  // (Review) It listed every later sample as a broken image and reported figures.
+  TempDir dir;
+  auto archive = testing::MakeConstantArchive(dir / "a", 600, 32);
+  std::string shard;
+  for (const auto& f : std::filesystem::directory_iterator(dir / "a")) {
+    if (f.path().filename().string().rfind("shard-", 0) == 0) shard = f.path().string();
+  }
+  REQUIRE(::truncate(shard.c_str(), 64 << 10) == 0);
+  StatsOptions o;
+  o.workers = 2;
+  auto r = Stats(*archive, o, {}, {});
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == StatusCode::kChanged);
+  CHECK(r.status().message().find("changed on disk while in use") != std::string::npos);
 }
 
 }  // namespace

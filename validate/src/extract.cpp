@@ -248,6 +248,20 @@ std::string SourceName(const format::Archive& archive, uint64_t i, const std::st
 // Whether a sample of a class field's archive has a source path outside its class's folder
 // (a list, JSONL or CSV pack: imgs/0.png): its image alone, at that path, would lose its label
 // (a folder pack's paths are <class>/<file>, which a re-pack reads the labels from).
+// Samples per class: the manifest's class_counts, or (archives written before them) counted
+// from the labels.
+std::vector<uint64_t> ClassCounts(const format::Archive& archive) {
+  const auto& classes = archive.manifest().class_names;
+  std::vector<uint64_t> counts = archive.manifest().class_counts;
+  if (counts.size() == classes.size() || archive.schema().label_field() < 0) return counts;
+  counts.assign(classes.size(), 0);
+  for (uint64_t i = 0; i < archive.size(); ++i) {
+    const int32_t label = archive.Label(i);
+    if (label >= 0 && static_cast<size_t>(label) < counts.size()) ++counts[label];
+  }
+  return counts;
+}
+
 bool LabelsOutsideClassFolders(const format::Archive& archive, int path_field) {
   const auto& classes = archive.manifest().class_names;
   if (archive.schema().label_field() < 0 || classes.empty()) return false;
@@ -255,7 +269,7 @@ bool LabelsOutsideClassFolders(const format::Archive& archive, int path_field) {
   // --class-names, a name no folder can have) would be renumbered. A class without samples gets
   // its empty folder (EmptyClassFolders), which a folder pack counts as a class, unless hidden
   // (a pack ignores hidden folders).
-  const auto& counts = archive.manifest().class_counts;
+  const std::vector<uint64_t> counts = ClassCounts(archive);
   for (size_t c = 0; c < classes.size(); ++c) {
     if (SafeComponent(classes[c]) != classes[c] || (c > 0 && !(classes[c - 1] < classes[c])) ||
         (c < counts.size() && counts[c] == 0 && classes[c].front() == '.')) {
@@ -419,13 +433,13 @@ Result<std::string> ExtractTarget(const std::string& dir, bool* exists_out,
 // Not into the archive's own folder, which holds only what shardfeed writes there.
 Status CheckOutsideArchive(const format::Archive& archive, const std::string& target,
                            const std::string& dir) {
-  std::error_code ec;
-  const fs::path inner = fs::weakly_canonical(fs::absolute(target, ec), ec);
-  const fs::path outer = fs::weakly_canonical(fs::absolute(archive.path(), ec), ec);
+  std::error_code e1, e2, e3, e4;
+  const fs::path inner = fs::weakly_canonical(fs::absolute(target, e1), e2);
+  const fs::path outer = fs::weakly_canonical(fs::absolute(archive.path(), e3), e4);
   auto o = outer.begin(), i = inner.begin();
   for (; o != outer.end() && i != inner.end() && *o == *i; ++o, ++i) {
   }
-  if (!ec && o == outer.end()) {
+  if (!e1 && !e2 && !e3 && !e4 && o == outer.end()) {
     return Status::InvalidArgument(dir, ": lies inside the archive ", archive.path(),
                                    "; choose a folder outside it");
   }
@@ -437,7 +451,7 @@ Status CheckOutsideArchive(const format::Archive& archive, const std::string& ta
 Status EmptyClassFolders(const format::Archive& archive, const std::string& root) {
   std::error_code ec;
   const auto& classes = archive.manifest().class_names;
-  const auto& counts = archive.manifest().class_counts;
+  const std::vector<uint64_t> counts = ClassCounts(archive);
   for (size_t c = 0; c < classes.size() && c < counts.size(); ++c) {
     const fs::path folder = fs::path(root) / classes[c];
     if (counts[c] == 0 && !fs::exists(folder, ec) && ::mkdir(folder.c_str(), 0777) != 0) {

@@ -96,6 +96,9 @@ struct Measured {
   std::vector<SampleStat> samples;
   PixelSums sums;
   std::vector<std::pair<uint64_t, std::string>> errors;
+  // A shard changed on disk while the pass read it (kChanged): not one broken image but a pass
+  // none of whose figures can be trusted; the call fails with it.
+  Status changed;
 };
 
 // The decoding pass over one archive: blocks of samples claimed by `workers` threads, each
@@ -128,6 +131,10 @@ Measured MeasureArchive(const format::Archive& archive, const StatsOptions& o,
         if (!st.ok()) {
           s.ok = false;
           errors.emplace_back(i, ForSample(archive.path(), i, st).message());
+          if (st.code() == StatusCode::kChanged) {
+            std::lock_guard<std::mutex> lock(mu);
+            if (m.changed.ok()) m.changed = ForSample(archive.path(), i, st);
+          }
         }
       }
       *done += end - begin;
@@ -454,6 +461,7 @@ Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
   r.size = o.size;
   r.options = o;
   Measured m = MeasureArchive(archive, o, progress, 0, total);
+  SF_RETURN_IF_ERROR(m.changed);
   r.pixels = m.sums.pixels;
   for (int c = 0; c < 3; ++c) {
     if (m.sums.pixels == 0) break;
@@ -484,6 +492,7 @@ Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
     StatsOptions hashing = o;
     hashing.size = 0;
     theirs.push_back(MeasureArchive(*other.archive, hashing, progress, done, total));
+    SF_RETURN_IF_ERROR(theirs.back().changed);
     done += other.archive->size();
   }
   std::vector<std::pair<const format::Archive*, std::vector<SampleStat>*>> sets = {
