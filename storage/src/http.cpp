@@ -73,6 +73,7 @@ struct Sink {
   // never reaches `fd` or `text`, so an error page is neither a cached copy nor a manifest, nor
   // "more than the range asked for".
   std::string error_body;
+  bool error_cut = false;  // the transfer was ended after error_body's 4 KiB
 };
 
 size_t OnBody(char* data, size_t size, size_t count, void* user) {
@@ -83,7 +84,9 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
   if (http < 200 || http >= 300) {
     sink->error_body.append(
         data, std::min<size_t>(n, 4096 - std::min<size_t>(4096, sink->error_body.size())));
-    return n;
+    if (sink->error_body.size() < 4096) return n;
+    sink->error_cut = true;  // the reason is in hand: the rest of the reply is not read
+    return 0;
   }
   sink->received += n;
   if (sink->location_received) sink->location_received->fetch_add(n, std::memory_order_relaxed);
@@ -373,7 +376,8 @@ Status Transfer(const Endpoint& endpoint, const std::string& name, const FetchRe
       curl_easy_setopt(c, CURLOPT_USERPWD, userpwd.c_str());
     }
     CountStat(&FetchStats::requests, 1);
-    const CURLcode code = curl_easy_perform(c);
+    CURLcode code = curl_easy_perform(c);
+    if (code == CURLE_WRITE_ERROR && sink.error_cut) code = CURLE_OK;  // a whole error reply
     long http = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
     if (code == CURLE_ABORTED_BY_CALLBACK) return cancelled();

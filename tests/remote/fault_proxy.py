@@ -4,18 +4,19 @@ GIL while it fetches, so nothing in the test's own process could answer it).
     python fault_proxy.py UPSTREAM_URL PORT_FILE
 
 Listens on a free port (written to PORT_FILE). Control, by the test, on the same port:
-  POST /__rules  JSON {"path fragment": ["reset"|"half"|"stall"|"corrupt"|"slow"|"trickle"|"ok",
-                 ...]}:
+  POST /__rules  JSON {"path fragment": ["reset"|"half"|"stall"|"corrupt"|"slow"|"trickle"|
+                 "error_flood"|"ok", ...]}:
                  successive GETs whose path holds the fragment take the next action; then
                  they pass
   POST /__all_reset  body "1" or "0": answer every request with a reset (a server that is down)
   POST /__release    ends every stall and trickle
-  GET  /__state      JSON {"gets": {path: count}, "stalled": bool}
+  GET  /__state      JSON {"gets": {path: count}, "stalled": bool, "flood_sent": bytes}
 Actions: "reset" closes before answering, "half" sends half the body then closes, "stall" sends
 half then sends nothing until released, "corrupt" flips one byte of the body, "slow" sends the
 body in 16 pieces 0.2 s apart (a slow store: bytes keep coming, for about 3 s), "trickle" sends
 64 bytes every 0.25 s until the body is sent or released (a link far too slow to wait for: 2
-minutes for 30 KB; "stalled" is set once it begins).
+minutes for 30 KB; "stalled" is set once it begins), "error_flood" answers HTTP 503 with a
+256 MiB body, counting in "flood_sent" what went out before the reader hung up.
 """
 import http.client
 import http.server
@@ -28,7 +29,7 @@ import time
 upstream = sys.argv[1].split("//", 1)[1]
 lock = threading.Lock()
 rules, gets = {}, {}
-state = {"all_reset": False, "stalled": False}
+state = {"all_reset": False, "stalled": False, "flood_sent": 0}
 release = threading.Event()
 
 
@@ -58,7 +59,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/__state":
             with lock:
-                self.reply(json.dumps({"gets": gets, "stalled": state["stalled"]}).encode())
+                self.reply(json.dumps({"gets": gets, "stalled": state["stalled"],
+                                       "flood_sent": state["flood_sent"]}).encode())
             return
         with lock:
             gets[self.path] = gets.get(self.path, 0) + 1
@@ -70,6 +72,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if action == "reset":
             self.connection.shutdown(socket.SHUT_RDWR)
             self.close_connection = True
+            return
+        if action == "error_flood":  # HTTP 503 whose body is 256 MiB (counted as it goes out)
+            self.send_response(503)
+            self.send_header("Content-Length", str(256 << 20))
+            self.end_headers()
+            self.close_connection = True
+            piece = b"<Error>" + b"x" * (65536 - 7)
+            try:
+                for _ in range(4096):
+                    self.wfile.write(piece)
+                    with lock:
+                        state["flood_sent"] += len(piece)
+            except OSError:
+                pass  # the reader hung up
             return
         conn = http.client.HTTPConnection(upstream, timeout=30)
         conn.request("GET", self.path, headers=dict(self.headers.items()))

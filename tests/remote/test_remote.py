@@ -216,6 +216,15 @@ def test_resets_and_5xx_are_retried_until_the_read_completes(proxy, s3_archive, 
     assert gets["/data/good/shard-00005.mdb"] == 2
 
 
+def test_an_error_reply_is_read_no_further_than_its_reason(proxy, s3_archive, local_archive):
+    # A 5xx whose body never ends (an error page, a misbehaving gateway) was read to its end
+    # before the retry: its first 4 KiB say why, and the transfer ends there.
+    proxy.rules({"shard-00002": ["error_flood"]})
+    same(epoch(shardfeed.Loader(s3_archive, **OPTS)), epoch(shardfeed.Loader(local_archive, **OPTS)))
+    assert proxy.shard_gets()["/data/good/shard-00002.mdb"] == 2
+    assert proxy.state()["flood_sent"] < (32 << 20)  # of 256 MiB: socket buffers at most
+
+
 def test_a_stalled_body_times_out_and_is_fetched_again(proxy, s3_archive, local_archive):
     os.environ["SHARDFEED_FETCH_STALL_TIMEOUT"] = "1"
     try:
