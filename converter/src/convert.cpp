@@ -78,7 +78,8 @@ Result<ConvertTarget> ResolveConvertTarget(const format::Archive& archive,
 }
 
 Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
-                         format::Backend backend, bool overwrite, bool jpeg_indexed) {
+                         format::Backend backend, bool overwrite, bool jpeg_indexed,
+                         const CancelToken* cancel) {
   const format::Manifest& m = archive.manifest();
   format::WriterOptions wo;
   wo.backend = backend;
@@ -130,6 +131,7 @@ Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
       ++shard;
       SF_RETURN_IF_ERROR(writer->NextShard());
     }
+    if (Cancelled(cancel)) return Status::Cancelled(archive.path(), ": convert cancelled");
     SF_RETURN_IF_ERROR(archive.VerifyRecord(i));  // never copy damage into a fresh checksum
     SF_ASSIGN_OR_RETURN(format::RecordView r, archive.At(i));
     if (relayout && r.entry->encoding == static_cast<uint8_t>(format::Encoding::kJpeg) &&

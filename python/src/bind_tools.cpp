@@ -118,10 +118,10 @@ py::object Stats(const std::string& path, const std::vector<std::string>& agains
   std::vector<validate::OtherArchive> others;
   for (const std::string& a : against) others.push_back({a, OpenFull(a, cache)});
   Result<validate::StatsReport> report = Status::Internal("unset");
-  {
-    py::gil_scoped_release release;
+  RunInterruptible([&](const CancelToken& cancel) {  // Ctrl-C: KeyboardInterrupt
+    o.cancel = &cancel;
     report = validate::Stats(*archive, o, others);
-  }
+  });
   const validate::StatsReport r = Check(std::move(report));
   if (!r.save_error.empty()) Raise(Status::InvalidArgument(r.save_error));  // save=True: not saved
   return FromJson(r.ToJson());
@@ -133,10 +133,9 @@ uint64_t Convert(const std::string& path, const std::string& out, const std::str
   const converter::ConvertTarget t =
       Check(converter::ResolveConvertTarget(*archive, backend, jpeg_layout));
   Result<uint64_t> n = Status::Internal("unset");
-  {
-    py::gil_scoped_release release;
-    n = converter::Convert(*archive, out, t.backend, overwrite, t.jpeg_indexed);
-  }
+  RunInterruptible([&](const CancelToken& cancel) {  // Ctrl-C: KeyboardInterrupt, OUT untouched
+    n = converter::Convert(*archive, out, t.backend, overwrite, t.jpeg_indexed, &cancel);
+  });
   return Check(std::move(n));
 }
 

@@ -7,6 +7,7 @@
 
 #include "../../validate/src/pixel_measures.h"
 #include "../reader/constant_archive.h"
+#include "shardfeed/converter/convert.h"
 #include "shardfeed/converter/pack.h"
 #include "shardfeed/format/archive.h"
 #include "shardfeed/format/stats_record.h"
@@ -94,6 +95,21 @@ TEST_CASE("a cancelled verify stops: no sample checked, VerifyPath returns kCanc
   cancel.Cancel();
   CHECK(Verify(*archive, vo).checked == 0);
   CHECK(VerifyPath(dir / "a", vo).status().code() == StatusCode::kCancelled);
+}
+
+TEST_CASE("a cancelled stats or convert stops with kCancelled and writes nothing") {
+  TempDir dir;
+  auto archive = testing::MakeConstantArchive(dir / "a", 300, 16);
+  CancelToken cancel;
+  cancel.Cancel();
+  StatsOptions o;
+  o.cancel = &cancel;
+  auto r = Stats(*archive, o, {}, {});
+  CHECK(r.status().code() == StatusCode::kCancelled);
+  auto n = converter::Convert(*archive, dir / "b", format::Backend::kHdf5, false, false, &cancel);
+  CHECK(n.status().code() == StatusCode::kCancelled);
+  CHECK_FALSE(std::filesystem::exists(dir / "b"));
+  CHECK_FALSE(std::filesystem::exists(dir / "b.partial"));
 }
 
 TEST_CASE("a failed extract leaves nothing behind, a finished one everything") {

@@ -122,7 +122,7 @@ Measured MeasureArchive(const format::Archive& archive, const StatsOptions& o,
     // Small claims: the workers finish within a few samples of each other.
     const uint64_t block = 8;
     for (;;) {
-      const uint64_t begin = next.fetch_add(block);
+      const uint64_t begin = Cancelled(o.cancel) ? n : next.fetch_add(block);
       if (begin >= n) break;
       const uint64_t end = std::min(n, begin + block);
       for (uint64_t i = begin; i < end; ++i) {
@@ -148,7 +148,7 @@ Measured MeasureArchive(const format::Archive& archive, const StatsOptions& o,
   for (int t = 0; t < workers; ++t) threads.emplace_back(work);
   if (progress) {
     // Polls for the display only; the joins below are what waits for the work.
-    while (done->load() < n) {
+    while (done->load() < n && !Cancelled(o.cancel)) {
       progress(done_before + done->load(), total);
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -461,6 +461,7 @@ Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
   r.size = o.size;
   r.options = o;
   Measured m = MeasureArchive(archive, o, progress, 0, total);
+  if (Cancelled(o.cancel)) return Status::Cancelled(archive.path(), ": stats cancelled");
   SF_RETURN_IF_ERROR(m.changed);
   r.pixels = m.sums.pixels;
   for (int c = 0; c < 3; ++c) {
@@ -492,6 +493,7 @@ Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
     StatsOptions hashing = o;
     hashing.size = 0;
     theirs.push_back(MeasureArchive(*other.archive, hashing, progress, done, total));
+    if (Cancelled(o.cancel)) return Status::Cancelled(archive.path(), ": stats cancelled");
     SF_RETURN_IF_ERROR(theirs.back().changed);
     done += other.archive->size();
   }

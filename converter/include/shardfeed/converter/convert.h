@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "shardfeed/base/cancel.h"
 #include "shardfeed/base/status.h"
 #include "shardfeed/format/archive.h"
 
@@ -29,8 +30,9 @@ Result<ConvertTarget> ResolveConvertTarget(const format::Archive& archive,
 // split pack stays one (its "part"); the recorded options name the new backend. With
 // `jpeg_indexed`, the JPEG records not yet indexed are re-laid as `pack --jpeg-layout indexed` does
 // (losslessly, from the stored bytes; their checksums are new).
+// `cancel` (may be null) ends the copy between records with kCancelled, OUT untouched.
 Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
-                         format::Backend backend, bool overwrite = false,
-                         bool jpeg_indexed = false);
+                         format::Backend backend, bool overwrite = false, bool jpeg_indexed = false,
+                         const CancelToken* cancel = nullptr);
 
 }  // namespace shardfeed::converter

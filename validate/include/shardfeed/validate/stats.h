@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "shardfeed/base/cancel.h"
 #include "shardfeed/base/option_table.h"
 #include "shardfeed/base/status.h"
 #include "shardfeed/format/archive.h"
@@ -40,6 +41,9 @@ struct StatsOptions {
   // Keep mean, std and `size` in ARCHIVE/stats.json (format/stats_record.h), where a loader given
   // mean="archive" reads them. The archive must be a local, writable directory.
   bool save = false;
+  // Not an option: ends the pass within a few samples (Stats returns kCancelled; nothing saved).
+  // The caller owns it; read while Stats runs.
+  const CancelToken* cancel = nullptr;
 };
 
 // Checks the options on their own; kInvalidArgument naming the option and its range.
