@@ -485,10 +485,13 @@ const Archive::Shard* Archive::Ready(size_t s, Status* error, const CancelToken*
     const auto now = std::chrono::steady_clock::now();
     const std::chrono::milliseconds backoff(std::min<int64_t>(
         2000, int64_t{50} << std::min<uint32_t>(shard.refusals - 1, 6)));  // refusals >= 1 here
-    const bool retry = shard.failed.load() &&
-                       (refused ? storage::CacheRoomGeneration() != shard.refused_generation ||
-                                      now - shard.failed_at >= backoff
-                                : may_pass && now - shard.failed_at >= kRetryFailedShardAfter);
+    // A cancelled open was the caller's choice, not the shard's state: tried again at once.
+    const bool cancelled = code == StatusCode::kCancelled;
+    const bool retry =
+        shard.failed.load() &&
+        (cancelled || (refused ? storage::CacheRoomGeneration() != shard.refused_generation ||
+                                     now - shard.failed_at >= backoff
+                               : may_pass && now - shard.failed_at >= kRetryFailedShardAfter));
     if (!shard.ready.load(std::memory_order_relaxed) && (!shard.failed.load() || retry)) {
       // Being opened, not failed, while this retry downloads (holding shard.mu): a reader's
       // keeper that sees a failed shard releases it (ReleaseShard takes shard.mu), and would
@@ -511,10 +514,10 @@ const Archive::Shard* Archive::Ready(size_t s, Status* error, const CancelToken*
   return &shard;
 }
 
-Status Archive::OpenShardNow(size_t s) const {
+Status Archive::OpenShardNow(size_t s, const CancelToken* cancel) const {
   if (s >= shards_.size()) return Status::InvalidArgument(path_, ": no shard ", s);
   Status error;
-  return Ready(s, &error) ? Status::OK() : error;
+  return Ready(s, &error, cancel) ? Status::OK() : error;
 }
 
 bool Archive::ShardOpen(size_t s) const {

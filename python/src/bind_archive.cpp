@@ -27,10 +27,24 @@ uint64_t CheckedIndex(const PyArchive& a, int64_t i) {
   return static_cast<uint64_t>(i);
 }
 
+// A remote archive's shard not yet open is downloaded first, with Ctrl-C live (KeyboardInterrupt
+// within about a second; the shard is tried again at the next access). Its other failures are
+// left to the read that follows, which reports them.
+void FetchInterruptibly(const PyArchive& a, uint64_t i) {
+  if (!a.archive->remote() || i >= a.archive->size() ||
+      a.archive->ShardOpen(a.archive->ShardOf(i))) {
+    return;
+  }
+  RunInterruptible([&](const CancelToken& cancel) {
+    (void)a.archive->OpenShardNow(a.archive->ShardOf(i), &cancel);
+  });
+}
+
 // (image, label): the sample decoded to an upright HWC uint8 RGB array by the same function
 // extract and inspect use (checksum checked, pixel limit before any allocation).
 py::tuple GetItem(const PyArchive& a, int64_t index) {
   const uint64_t i = CheckedIndex(a, index);
+  FetchInterruptibly(a, i);
   auto image = std::make_shared<imaging::Image>();
   Status s;
   {
@@ -75,6 +89,7 @@ PyArchive Open(const std::string& path, const std::string& check, const py::obje
 // Archive::At(i) without the GIL: it opens the sample's shard on first use, which for a remote
 // archive is a download (seconds, or a wait for another process's); other Python threads run.
 format::RecordView At(const PyArchive& a, uint64_t i) {
+  FetchInterruptibly(a, i);
   Result<format::RecordView> r = Status::Internal("unset");
   {
     py::gil_scoped_release release;

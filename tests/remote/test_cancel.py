@@ -154,3 +154,35 @@ def test_ctrl_c_while_a_loader_re_reads_a_remote_manifest(proxy, s3_archive, loc
     assert code == 3 and out == "KeyboardInterrupt\n", (code, out, err)
     proxy.all_reset(False)
     reads_as_stored(s3_archive, local_archive)
+
+
+LAZY_READ = """
+import signal, sys, shardfeed
+signal.signal(signal.SIGINT, signal.default_int_handler)
+a = shardfeed.Archive(sys.argv[1], index_check="lazy")  # shards download at their first read
+try:
+    a[0]
+    print("read", flush=True)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", flush=True)
+sys.stdin.readline()  # the test releases the stalled body
+print("again", a[0][0].shape, len(a.record(0)) > 0, flush=True)
+"""
+
+
+def test_ctrl_c_while_a_lazy_read_downloads_then_the_read_again(proxy, s3_archive, tmp_path):
+    # archive[i] of a lazily opened remote archive downloaded its shard with Ctrl-C dead; the
+    # download is now interruptible, and the cancelled shard is fetched again at the next read.
+    proxy.rules({"shard-00000": ["stall"]})
+    child = subprocess.Popen([sys.executable, "-c", LAZY_READ, s3_archive],
+                             env={**os.environ, "SHARDFEED_FETCH_STALL_TIMEOUT": "300"},
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    assert proxy.wait_stalled(), child.communicate(timeout=60)
+    child.send_signal(signal.SIGINT)
+    assert child.stdout.readline() == "KeyboardInterrupt\n", child.communicate(timeout=60)
+    proxy.release()
+    out, err = child.communicate("\n", timeout=120)
+    assert child.returncode == 0 and out.startswith("again (") and out.endswith("True\n"), (
+        out, err)
+    assert part_files(os.environ["SHARDFEED_CACHE_DIR"]) == []

@@ -185,8 +185,9 @@ class Archive {
   // the first access does not wait; its error, if any, is also what accesses will report (a
   // remote download's I/O error or timeout until 2 s have passed, then it is tried again; a
   // refusal for cache room until room is given back, as ReleaseShard says).
-  // Thread-safe. True when the shard is open (mapped) now.
-  Status OpenShardNow(size_t s) const;
+  // `cancel` (may be null) ends a download with kCancelled, which is not kept: the next access
+  // tries again. Thread-safe. True when the shard is open (mapped) now.
+  Status OpenShardNow(size_t s, const CancelToken* cancel = nullptr) const;
   bool ShardOpen(size_t s) const;
   bool ShardFailed(size_t s) const;  // its open failed (and ReleaseShard has not forgotten it)
   size_t shard_count() const { return shards_.size(); }
