@@ -85,6 +85,18 @@ struct Damaged {
     REQUIRE(a.ok());
     return *a;
   }
+  // Sample 3's caption VarEntry changed by `edit` in the shard file.
+  template <typename Edit>
+  void EditVarEntry3(Edit edit) {
+    const auto table = Table();
+    auto crafted = table;
+    VarEntry v;
+    const size_t at = schema.VarColumnOffset(8) + 3 * sizeof(VarEntry);
+    std::memcpy(&v, crafted.data() + at, sizeof v);
+    edit(v);
+    std::memcpy(crafted.data() + at, &v, sizeof v);
+    Replace(table, crafted);
+  }
 };
 
 bool Says(const Status& st, std::initializer_list<std::string> words) {
@@ -98,14 +110,7 @@ TEST_CASE("a var entry pointing outside its chunk is an error naming the sample"
   const Backend backend = GENERATE(Backend::kLmdb, Backend::kHdf5);
   INFO(BackendName(backend));
   Damaged d(backend);
-  const auto table = d.Table();
-  auto crafted = table;
-  VarEntry v;
-  const size_t at = d.schema.VarColumnOffset(8) + 3 * sizeof(VarEntry);
-  std::memcpy(&v, crafted.data() + at, sizeof v);
-  v.offset = 0x7ffffff8;
-  std::memcpy(crafted.data() + at, &v, sizeof v);
-  d.Replace(table, crafted);
+  d.EditVarEntry3([](VarEntry& v) { v.offset = 0x7ffffff8; });
   auto a = d.Lazy();
   const int caption = d.schema.Find("caption");
   auto bad = a->Field(3, caption);
@@ -131,15 +136,7 @@ TEST_CASE("a var entry inside its chunk but not 8-byte aligned says so", "[field
   const Backend backend = GENERATE(Backend::kLmdb, Backend::kHdf5);
   INFO(BackendName(backend));
   Damaged d(backend);
-  const auto table = d.Table();
-  auto crafted = table;
-  VarEntry v;
-  const size_t at = d.schema.VarColumnOffset(8) + 3 * sizeof(VarEntry);
-  std::memcpy(&v, crafted.data() + at, sizeof v);
-  v.offset += 1;
-  v.size -= 1;
-  std::memcpy(crafted.data() + at, &v, sizeof v);
-  d.Replace(table, crafted);
+  d.EditVarEntry3([](VarEntry& v) { v.offset += 1, v.size -= 1; });
   auto bad = d.Lazy()->Field(3, d.schema.Find("caption"));
   INFO(bad.status().ToString());
   REQUIRE(!bad.ok());

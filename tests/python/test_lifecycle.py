@@ -415,19 +415,41 @@ def test_a_loader_made_in_a_thread_that_exits_keeps_its_workers(archive_path):
     made["l"].close()
 
 
+# A loader whose one worker process is stopped (timeout off: a next() waits until told), and
+# wait_inside_next(t), which returns once thread t's frame is at the native next() call (polled
+# every 10 ms, for at most 30 s; as INTERRUPT_WHEN_WAITING): no sleep decides the order.
+STOPPED_LOADER = """
+l = shardfeed.Loader(%r, batch_size=16, prefetch=2, size=32, workers=1, mode="processes",
+                     timeout=0)
+it = iter(l)
+pids = l.worker_pids
+for pid in pids:
+    os.kill(pid, signal.SIGSTOP)
+def wait_inside_next(t):
+    for _ in range(3000):
+        f = sys._current_frames().get(t.ident)
+        if (f is not None and f.f_code.co_name == "__next__" and "self._native.next(" in
+                linecache.getline(f.f_code.co_filename, f.f_lineno)):
+            return
+        time.sleep(0.01)
+def start_then_ask_here(consume):
+    # consume() iterates `it` in a thread; once it waits inside next(), this thread asks too.
+    t = threading.Thread(target=consume)
+    t.start()
+    wait_inside_next(t)
+    try:
+        next(it)
+    except RuntimeError as e:
+        print("second thread:", type(e).__name__, e, flush=True)
+    return t
+"""
+
+
 def test_close_from_another_thread_while_next_waits(archive_path):
     # REGRESSION (found by a stranger's test): close() freed the native loader a next() in
     # another thread was waiting in (a segfault in thread mode, wrong values in process mode);
     # and a second thread's next() waited for the batch the first was waiting for.
-    # The worker is stopped, so the consumer waits until close(); the frame poll (as
-    # INTERRUPT_WHEN_WAITING) makes sure close() lands while next() is inside.
-    r = run_script("""
-        l = shardfeed.Loader(%r, batch_size=16, prefetch=2, size=32, workers=1,
-                             mode="processes", timeout=0)
-        it = iter(l)
-        pids = l.worker_pids
-        for pid in pids:
-            os.kill(pid, signal.SIGSTOP)
+    r = run_script(STOPPED_LOADER % archive_path + textwrap.dedent("""
         out = []
         def consume():
             try:
@@ -435,30 +457,19 @@ def test_close_from_another_thread_while_next_waits(archive_path):
                     next(it)
                 out.append("no error")
             except shardfeed.Error as e:
-                out.append("error: %%s" %% e)
-        t = threading.Thread(target=consume)
-        t.start()
-        for _ in range(3000):
-            f = sys._current_frames().get(t.ident)
-            if (f is not None and f.f_code.co_name == "__next__" and "self._native.next(" in
-                    linecache.getline(f.f_code.co_filename, f.f_lineno)):
-                break
-            time.sleep(0.01)
+                out.append("error: %s" % e)
         # A second thread asking meanwhile: told at once (it waited for the same batch as the
         # first, until the timeout or for ever).
-        try:
-            next(it)
-        except RuntimeError as e:
-            print("second thread:", e, flush=True)
+        t = start_then_ask_here(consume)
         l.close()
         t.join(60)
         print("alive" if t.is_alive() else out[0], flush=True)
-        print("workers left", [p for p in pids if os.path.exists("/proc/%%d" %% p)], flush=True)
-    """ % archive_path)
+        print("workers left", [p for p in pids if os.path.exists("/proc/%d" % p)], flush=True)
+    """))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "error: this Loader was closed while next() waited" in r.stdout, r.stdout + r.stderr
     assert "workers left []" in r.stdout
-    assert "second thread: another thread is inside next()" in r.stdout
+    assert "second thread: LoaderBusy another thread is inside next()" in r.stdout
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -517,36 +528,20 @@ def test_batches_pickle_and_copy(archive_path):
 def test_a_second_thread_is_told_at_once_and_the_first_goes_on(archive_path):
     # The second thread's RuntimeError also ended the pass the first thread was iterating (its
     # for loop stopped mid-epoch without an error: review).
-    r = run_script("""
-        l = shardfeed.Loader(%r, batch_size=16, prefetch=2, size=32, workers=1,
-                             mode="processes", timeout=0)
-        it = iter(l)
-        pids = l.worker_pids
-        for pid in pids:
-            os.kill(pid, signal.SIGSTOP)
+    r = run_script(STOPPED_LOADER % archive_path + textwrap.dedent("""
         got = []
         def consume():
             for b in it:
                 got.append(b.number)
-        t = threading.Thread(target=consume)
-        t.start()
-        for _ in range(3000):
-            f = sys._current_frames().get(t.ident)
-            if (f is not None and f.f_code.co_name == "__next__" and "self._native.next(" in
-                    linecache.getline(f.f_code.co_filename, f.f_lineno)):
-                break
-            time.sleep(0.01)
-        try:
-            next(it)
-        except RuntimeError as e:
-            print("second thread:", type(e).__name__, e, flush=True)
+        t = start_then_ask_here(consume)
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
         t.join(60)
         print("first thread got", got == list(range(len(l))), flush=True)
         l.close()
-    """ % archive_path)
-    assert "second thread: LoaderBusy another thread is inside next()" in r.stdout, r.stdout + r.stderr
+    """))
+    assert "second thread: LoaderBusy another thread is inside next()" in r.stdout, (
+        r.stdout + r.stderr)
     assert "first thread got True" in r.stdout, r.stdout + r.stderr
 
 
