@@ -8,11 +8,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <system_error>
 #include <vector>
 
 #include "cli_internal.h"
+#include "shardfeed/format/manifest.h"
 #include "shardfeed/storage/remote.h"
 #include "shardfeed/storage/upload.h"
 
@@ -30,18 +30,28 @@ std::string LastComponent(std::string location) {
   return name.empty() ? "archive" : name;
 }
 
-// The shard files the archive now at `location` names (none when it has no manifest).
+// Whether `name` has the shape of a shard file a writer names (shard-NNNNN.mdb or .h5).
+bool ShardFileShape(const std::string& name) {
+  const size_t dot = name.rfind('.');
+  if (name.rfind("shard-", 0) != 0 || dot == std::string::npos || dot <= 6) return false;
+  const std::string digits = name.substr(6, dot - 6), ext = name.substr(dot);
+  return digits.find_first_not_of("0123456789") == std::string::npos &&
+         (ext == ".mdb" || ext == ".h5");
+}
+
+// The shard files the archive now at `location` names (none when it has no manifest). Only a
+// manifest that is provably a shardfeed archive's (it parses and checks as one, checksum
+// included) names files to remove, and only names of a shard file's shape: --overwrite never
+// deletes an object a foreign or edited manifest.json names.
 Status OldFiles(const std::string& location, std::vector<std::string>* files) {
   SF_ASSIGN_OR_RETURN(auto remote, storage::Remote::Open(location));
-  Result<std::string> text = remote->ReadText("manifest.json", 1ull << 30);
+  Result<std::string> text = remote->ReadText("manifest.json", format::kMaxManifestBytes);
   if (!text.ok() && text.status().code() == StatusCode::kNotFound) return Status::OK();
   if (!text.ok()) return text.status();
-  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
-  if (j.is_discarded() || !j.contains("shards") || !j["shards"].is_array()) return Status::OK();
-  for (const auto& s : j["shards"]) {
-    if (!s.is_object() || !s.contains("file") || !s["file"].is_string()) continue;
-    const std::string f = s["file"];
-    if (!f.empty() && f.find('/') == std::string::npos && f != "manifest.json") files->push_back(f);
+  SF_ASSIGN_OR_RETURN(const format::Manifest m,
+                      format::Manifest::FromJson(*text, location + "/manifest.json"));
+  for (const format::ShardInfo& s : m.shards) {
+    if (ShardFileShape(s.file)) files->push_back(s.file);
   }
   return Status::OK();
 }
@@ -97,6 +107,16 @@ Result<StagedOut> StagedOut::Prepare(const std::string& out, const std::string& 
     return Status::InvalidArgument(out,
                                    "/manifest.json: already exists (pass --overwrite to "
                                    "replace it)");
+  }
+  if (exists) {  // --overwrite replaces only an archive, as it does locally
+    SF_ASSIGN_OR_RETURN(auto remote, storage::Remote::Open(out));
+    Result<std::string> text = remote->ReadText("manifest.json", format::kMaxManifestBytes);
+    if (text.ok() && !format::IsShardfeedManifest(*text)) {
+      return Status::InvalidArgument(
+          out,
+          "/manifest.json: not a shardfeed archive's manifest; --overwrite replaces only an "
+          "archive, so the prefix is left as it is");
+    }
   }
   if (!overwrite) {  // no manifest: objects there are not provably an archive of ours
     SF_ASSIGN_OR_RETURN(const std::string key, storage::RemoteFirstObject(out));

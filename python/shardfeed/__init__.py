@@ -17,12 +17,11 @@
 """
 import collections.abc
 import operator
-import re
 import os
 import weakref
 
 from . import _native
-from .writer import Writer, pack_iterable
+from .writer import Writer, _local_out, pack_iterable
 from ._native import (DataError, Error, LoaderBusy, StorageError, Timeout, WorkerError,
                       cuda_available, cuda_kernels_built, cuda_unavailable_reason, fetch_stats)
 
@@ -629,17 +628,6 @@ class Loader:
 
     def __exit__(self, *exc):
         self.close()
-
-
-def _local_out(out, command):
-    """out as a local path; an s3:// or http(s):// OUT is the CLI's (docs/REMOTE.md, "Writing"):
-    refused here rather than written to a local folder named 's3:'."""
-    out = os.fspath(out)
-    if isinstance(out, str) and re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", out):
-        raise ValueError("%s: shardfeed.%s writes a local folder; write to s3:// with the CLI "
-                         "(shardfeed %s ... %s), or write locally and upload" %
-                         (out, command, command, out))
-    return out
 
 
 def pack(src, out, **options):

@@ -23,6 +23,7 @@ import multiprocessing
 import numbers
 import operator
 import os
+import re
 import sys
 import time
 
@@ -167,6 +168,18 @@ def _class_names(names):
             raise ValueError("class_names[%d]: %r is also class_names[%d]; each class needs its "
                              "own name (extract writes a folder per name)" % (i, c, seen[c]))
         seen[c] = i
+    return out
+
+
+def _local_out(out, command):
+    """out as a local path; an s3:// or http(s):// OUT is the CLI's (docs/REMOTE.md, "Writing"):
+    refused here rather than written to a local folder named 's3:'."""
+    out = os.fspath(out)
+    if isinstance(out, str) and re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", out):
+        cli = ("write to s3:// with the CLI (shardfeed %s ... %s), or " % (command, out)
+               if command in ("pack", "merge", "convert") else "")
+        raise ValueError("%s: shardfeed.%s writes a local folder; %swrite locally and upload "
+                         "(shardfeed convert LOCAL %s)" % (out, command, cli, out))
     return out
 
 
@@ -393,7 +406,7 @@ class Writer:
 
     def __init__(self, out, schema=None, encoding="auto", workers=0, overwrite=False,
                  skip_bad=False, class_names=None, **options):
-        self.out = os.fspath(out)
+        self.out = _local_out(out, "Writer")
         fields = _canonical(schema)
         if class_names is not None:
             class_names = _class_names(class_names)
@@ -555,6 +568,7 @@ def pack_iterable(iterable, out, schema=None, workers=0, chunk=64, timeout=None,
     other iterable (a generator, an IterableDataset) is read in this process, in its order.
     Samples: dicts of the schema's fields, or tuples in schema order (a Dataset's (image,
     label)). Any exception stops the pack and leaves `out` as it was."""
+    out = _local_out(out, "pack_iterable")
     if "workers" in writer_options:
         raise TypeError("pack_iterable: workers is the number of producing processes; the "
                         "Writer's encoding threads are encode_workers")

@@ -29,15 +29,13 @@ uint64_t CheckedIndex(const PyArchive& a, int64_t i) {
 
 // A remote archive's shard not yet open is downloaded first, with Ctrl-C live (KeyboardInterrupt
 // within about a second; the shard is tried again at the next access). Its other failures are
-// left to the read that follows, which reports them.
+// left to the read that follows, which reports them. A shard whose open failed is left to that
+// read too: it answers with the kept error, or tries again on the archive's own schedule.
 void FetchInterruptibly(const PyArchive& a, uint64_t i) {
-  if (!a.archive->remote() || i >= a.archive->size() ||
-      a.archive->ShardOpen(a.archive->ShardOf(i))) {
-    return;
-  }
-  RunInterruptible([&](const CancelToken& cancel) {
-    (void)a.archive->OpenShardNow(a.archive->ShardOf(i), &cancel);
-  });
+  if (!a.archive->remote() || i >= a.archive->size()) return;
+  const size_t s = a.archive->ShardOf(i);
+  if (a.archive->ShardOpen(s) || a.archive->ShardFailed(s)) return;
+  RunInterruptible([&](const CancelToken& cancel) { (void)a.archive->OpenShardNow(s, &cancel); });
 }
 
 // (image, label): the sample decoded to an upright HWC uint8 RGB array by the same function

@@ -232,6 +232,19 @@ Result<Endpoint> ParseEndpoint(const std::string& location) {
   const std::string bucket = rest.substr(0, slash);
   const std::string prefix = slash == std::string::npos ? "" : rest.substr(slash + 1);
   if (bucket.empty()) return Status::InvalidArgument(location, ": no bucket in the location");
+  // "." and ".." components: the HTTP client removes them from the request path, so the objects
+  // read, listed and written would lie under another prefix than the one given (and a check of
+  // the given prefix, such as pack's refusal of a prefix holding objects, would look elsewhere).
+  for (size_t at = 0; at <= prefix.size();) {
+    const size_t end = std::min(prefix.find('/', at), prefix.size());
+    const std::string part = prefix.substr(at, end - at);
+    if (part == "." || part == "..") {
+      return Status::InvalidArgument(location, ": a \"", part,
+                                     "\" component in the prefix; give the prefix as it is, "
+                                     "without . or .. (they would be resolved to another one)");
+    }
+    at = end + 1;
+  }
   e.s3 = true;
   e.region = Env("AWS_REGION");
   if (e.region.empty()) e.region = Env("AWS_DEFAULT_REGION");

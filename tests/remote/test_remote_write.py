@@ -4,6 +4,7 @@ manifest refused without --overwrite; a failed upload leaves no manifest at the 
 Faults come from an upload proxy run here, in a thread (the CLI runs as its own process)."""
 import http.client
 import http.server
+import json
 import os
 import signal
 import socket
@@ -183,6 +184,12 @@ def test_python_writers_refuse_a_remote_out_rather_than_write_a_local_s3_folder(
                  lambda: shardfeed.merge(str(tmp_path), "s3://data/py"),
                  lambda: shardfeed.convert(str(tmp_path), "https://host/py", "lmdb")):
         with pytest.raises(ValueError, match="with the CLI"):
+            call()
+    # (Found by a stranger's test: the Writer, pack_iterable and the Parquet importer wrote a
+    # local folder ./s3:/data/py and said they had packed.)
+    for call in (lambda: shardfeed.Writer("s3://data/py"),
+                 lambda: shardfeed.pack_iterable([], "s3://data/py")):
+        with pytest.raises(ValueError, match="writes a local folder; write locally and upload"):
             call()
     assert os.listdir(tmp_path) == []  # no folder named "s3:" or "https:"
 
@@ -440,6 +447,44 @@ def test_a_prefix_with_objects_but_no_manifest_is_refused_without_overwrite(env,
     # a prefix that only shares the beginning of the name is not "under" it
     bucket.put_object(Bucket=BUCKET, Key="w-fresh-other/x", Body=b"x")
     assert cli("pack", GOOD, f"s3://{BUCKET}/w-fresh", "-q").returncode == 0
+
+
+def test_a_prefix_with_dot_components_is_refused(env, bucket, tmp_path):
+    # Found by a stranger's test: s3://b/x/../victim was written into victim/ (the HTTP client
+    # resolves dot segments) past the refusal of a prefix holding objects, which listed x/../.
+    bucket.put_object(Bucket=BUCKET, Key="victim/shard-00000.mdb", Body=b"user data")
+    for prefix in ("x/../victim", "./victim", "victim/."):
+        out = cli("pack", GOOD, f"s3://{BUCKET}/{prefix}", "-q")
+        assert out.returncode == 2 and "component in the prefix" in out.stderr, out.stderr
+        out = cli("verify", f"s3://{BUCKET}/{prefix}")
+        assert out.returncode == 2 and "component in the prefix" in out.stderr, out.stderr
+    assert keys(bucket, "victim") == ["shard-00000.mdb"]
+    body = bucket.get_object(Bucket=BUCKET, Key="victim/shard-00000.mdb")["Body"].read()
+    assert body == b"user data"
+
+
+def test_overwrite_replaces_only_an_archive_and_deletes_only_its_shards(env, bucket, tmp_path):
+    # Found by a stranger's test: --overwrite deleted any object a manifest.json at the prefix
+    # named (a foreign one, an edited one), e.g. the user's notes.txt.
+    bucket.put_object(Bucket=BUCKET, Key="w-not/notes.txt", Body=b"notes")
+    bucket.put_object(Bucket=BUCKET, Key="w-not/manifest.json",
+                      Body=b'{"shards": [{"file": "notes.txt"}]}')
+    out = cli("pack", GOOD, f"s3://{BUCKET}/w-not", "-q", "--overwrite")
+    assert out.returncode == 2 and "not a shardfeed archive's manifest" in out.stderr, out.stderr
+    assert keys(bucket, "w-not") == ["manifest.json", "notes.txt"]
+    # A shardfeed manifest edited since (its checksum no longer matches) naming the user's file:
+    # the pack replaces it, and deletes nothing it names.
+    dest = f"s3://{BUCKET}/w-edited"
+    assert cli("pack", GOOD, dest, "-q", "--shard-size", "30K").returncode == 0
+    bucket.put_object(Bucket=BUCKET, Key="w-edited/notes.txt", Body=b"notes")
+    m = json.loads(bucket.get_object(Bucket=BUCKET, Key="w-edited/manifest.json")["Body"].read())
+    m["shards"][-1]["file"] = "notes.txt"
+    bucket.put_object(Bucket=BUCKET, Key="w-edited/manifest.json", Body=json.dumps(m).encode())
+    out = cli("pack", GOOD, dest, "-q", "--shard-size", "60K", "--overwrite")
+    assert out.returncode == 0, out.stderr
+    assert "cannot read the manifest being replaced" in out.stderr
+    assert "notes.txt" in keys(bucket, "w-edited")
+    assert cli("verify", dest).returncode == 0
 
 
 def test_ctrl_c_during_the_upload_aborts_it_and_leaves_no_manifest(bucket, upload_proxy,
