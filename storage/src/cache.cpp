@@ -429,7 +429,8 @@ uint64_t PartBytes() {
 Status Download(const internal::Endpoint& endpoint, const FetchRetry& retry,
                 const std::string& name, uint64_t size, int fd, const CancelToken* cancel) {
   const uint64_t part = PartBytes();
-  if (size <= 2 * part) return internal::Get(endpoint, name, retry, fd, nullptr, 0, cancel);
+  // Whole GETs read no more than `size` bytes (an object larger than listed is not the one).
+  if (size <= 2 * part) return internal::Get(endpoint, name, retry, fd, nullptr, size, cancel);
   const uint64_t parts = (size + part - 1) / part;
   std::atomic<uint64_t> next{0};
   std::mutex mu;
@@ -450,7 +451,7 @@ Status Download(const internal::Endpoint& endpoint, const FetchRetry& retry,
                                                "downloading " + endpoint.shown + "/" + name, work);
   SF_RETURN_IF_ERROR(thrown);
   if (first.code() == StatusCode::kUnsupported) {  // no ranges here: the whole object
-    return internal::Get(endpoint, name, retry, fd, nullptr, 0, cancel);
+    return internal::Get(endpoint, name, retry, fd, nullptr, size, cancel);
   }
   return first;
 }

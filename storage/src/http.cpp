@@ -100,7 +100,9 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
     return n;
   }
   const uint64_t before = sink->received - n;
-  if (sink->at >= 0 && before + n > sink->max_bytes) {  // a range longer than asked for
+  // A range longer than asked for; a whole object longer than the size it is listed with (not
+  // written past the room the cache reserved for it).
+  if ((sink->at >= 0 || sink->max_bytes > 0) && before + n > sink->max_bytes) {
     sink->too_big = true;
     return 0;
   }
@@ -400,6 +402,10 @@ Status Transfer(const Endpoint& endpoint, const std::string& name, const FetchRe
     }
     if (sink.too_big && range_at >= 0) {
       return Status::Unsupported(shown, ": the server sent more than the range asked for");
+    }
+    if (sink.too_big && fd >= 0) {
+      return Status::ChecksumMismatch(shown, ": more than the ", max_bytes,
+                                      " bytes the manifest lists", kNotTheListedObject);
     }
     if (sink.too_big) {
       return Status::Corrupt(shown, ": more than the ", max_bytes, " bytes it may hold");

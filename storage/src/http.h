@@ -44,7 +44,9 @@ Result<FetchRetry> RetryFromEnv();
 
 // GETs base/name with retries (FetchRetry). The body goes to `fd` when >= 0 (written from offset
 // 0 on every attempt, the file cut to the body's length on success, so space reserved for it
-// stays reserved meanwhile), else to `text` (at most `max_bytes`). 403/404 fail at once, naming
+// stays reserved meanwhile; with `max_bytes` > 0 a body longer than it ends the transfer:
+// kChecksumMismatch, the object not the one listed), else to `text` (at most `max_bytes`).
+// 403/404 fail at once, naming
 // the URL; a write error (a full disk) fails at once with the errno. `cancel` (may be null)
 // abandons the request and ends a retry's wait (base/cancel.h): kCancelled, with `fd`'s or
 // `text`'s content partial (the caller discards it).

@@ -428,6 +428,25 @@ def test_a_shard_replaced_on_the_server_says_reopen_not_skip_errors(env, moto_ur
     assert "skip_errors" not in str(e.value)
 
 
+def test_a_shard_object_larger_than_listed_is_not_read_past_its_size(env, moto_url,
+                                                                     local_archive, tmp_path):
+    # Found by a stranger's test: an object larger than its manifest entry was downloaded whole,
+    # twice, past the room the cache had reserved for it (and past cache_limit); on a small
+    # disk the error said "No space left on device" instead of naming the object.
+    from conftest import BUCKET, s3_client
+    url = upload(moto_url, local_archive, "larger")
+    shard = sorted(f for f in os.listdir(local_archive) if f.startswith("shard-"))[0]
+    size = os.path.getsize(os.path.join(local_archive, shard))
+    s3_client(moto_url).put_object(Bucket=BUCKET, Key=f"larger/{shard}",
+                                   Body=os.urandom(16 << 20))
+    before = shardfeed.fetch_stats()["bytes_fetched"]
+    with pytest.raises(shardfeed.DataError, match="more than the %d bytes the manifest lists" %
+                       size):
+        shardfeed.Archive(url, cache_dir=str(tmp_path / "c"))
+    fetched = shardfeed.fetch_stats()["bytes_fetched"] - before
+    assert fetched < 8 * size + (4 << 20), fetched  # two tries of about its size, not 2 x 16 MiB
+
+
 def test_a_cache_that_holds_the_whole_archive_is_never_refused(env, many_shards, tmp_path):
     # At a limit of the archive's size the given Archive opens every shard (held), and the
     # loader's own copy's window was added on top: refused, while a quarter was taken.
