@@ -362,7 +362,7 @@ Result<std::shared_ptr<Archive>> Archive::Open(const std::string& path,
   if (archive->lazy_) return archive;
 
   // Full: every shard now, with its index checksum, every entry and the class counts.
-  if (remote) archive->FetchAll(options.cancel);
+  if (remote) SF_RETURN_IF_ERROR(archive->FetchAll(options.cancel));
   std::vector<uint64_t> class_counts(archive->manifest_.class_names.size());
   for (size_t s = 0; s < archive->shards_.size(); ++s) {
     if (Cancelled(options.cancel)) return Status::Cancelled(path, ": opening it was cancelled");
@@ -545,20 +545,28 @@ void Archive::ReleaseShard(size_t s) {
   shard.lease.reset();  // then the cached file goes back to the cache
 }
 
-void Archive::FetchAll(const CancelToken* cancel) const {
-  // A few downloads at once (each shard whole); errors are kept in the shard's slot and
-  // reported by the Ready() that follows.
+Status Archive::FetchAll(const CancelToken* cancel) const {
+  // A few downloads at once (each shard whole). After a failure none is begun: the open fails
+  // with it whatever the rest would do (against a store that stalls, every shard would take its
+  // timeouts and retries first).
   std::atomic<size_t> next{0};
+  std::mutex mu;
+  size_t failed_shard = shards_.size();
+  Status failed;
   auto work = [&] {
-    Status ignored;
     for (size_t s; !Cancelled(cancel) && (s = next.fetch_add(1)) < shards_.size();) {
-      Ready(s, &ignored, cancel);
+      Status error;
+      if (Ready(s, &error, cancel)) continue;
+      next.store(shards_.size());
+      std::lock_guard<std::mutex> lock(mu);
+      if (s < failed_shard) failed_shard = s, failed = error;
     }
   };
   std::vector<std::thread> threads;
   for (size_t t = 1; t < std::min<size_t>(4, shards_.size()); ++t) threads.emplace_back(work);
   work();
   for (auto& t : threads) t.join();
+  return failed;
 }
 
 size_t Archive::FindShard(uint64_t index) const {

@@ -447,6 +447,18 @@ def test_a_shard_object_larger_than_listed_is_not_read_past_its_size(env, moto_u
     assert fetched < 8 * size + (4 << 20), fetched  # two tries of about its size, not 2 x 16 MiB
 
 
+def test_a_full_open_begins_no_download_after_a_shard_failed(proxy, env, many_shards, tmp_path):
+    # Found by a stranger's test: after the first shard failed for good, the open went on
+    # downloading every other shard, each with its timeouts and retries (against a store that
+    # stalls: hours for a thousand shards). At most the downloads already begun finish.
+    _, url, _ = many_shards
+    env.setenv("SHARDFEED_FETCH_RETRIES", "0")
+    proxy.rules({"shard-": ["reset"] * 100})
+    with pytest.raises(shardfeed.StorageError, match="shard-000"):
+        shardfeed.Archive(url, cache_dir=str(tmp_path / "c"), index_check="full")
+    assert sum(proxy.shard_gets().values()) <= 8, proxy.shard_gets()  # of 20 shards
+
+
 def test_a_cache_that_holds_the_whole_archive_is_never_refused(env, many_shards, tmp_path):
     # At a limit of the archive's size the given Archive opens every shard (held), and the
     # loader's own copy's window was added on top: refused, while a quarter was taken.

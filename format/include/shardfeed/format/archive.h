@@ -199,7 +199,9 @@ class Archive {
   // `cancel`: OpenOptions::cancel, given only by Open (a shard's slot then keeps kCancelled
   // as its error, and Open drops the archive).
   Status OpenShard(size_t s, const CancelToken* cancel = nullptr) const;
-  void FetchAll(const CancelToken* cancel) const;  // remote: every shard, 4 downloads at a time
+  // Remote: every shard, 4 downloads at a time, none begun after one failed; that failure (the
+  // lowest shard's, of those that failed) is returned, final for this open (no retry).
+  Status FetchAll(const CancelToken* cancel) const;
   const Shard* Ready(size_t s, Status* error, const CancelToken* cancel = nullptr) const;
   RecordView Record(const Shard& shard, size_t s, uint64_t index) const;  // shard s is ready
   // A sample's var blob (version 4), its VarEntry checked; `file` names its shard.
