@@ -276,6 +276,10 @@ struct ArchiveWriter::HashState {
   XXH3_state_t* state;
 };
 
+bool PathInside(const std::string& inner, const std::string& outer) {
+  return Within(Resolved(inner), Resolved(outer));
+}
+
 Result<std::unique_ptr<ArchiveWriter>> ArchiveWriter::Create(const std::string& path,
                                                              const WriterOptions& options) {
   if (path.empty()) return Status::InvalidArgument("empty output path");

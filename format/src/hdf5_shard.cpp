@@ -169,27 +169,42 @@ Result<uint64_t> ReadU64Attr(hid_t obj, const char* name, const std::string& whe
   return v;
 }
 
-// Reads a 1-D dataset of exactly `expected` elements into `out`: the size is checked before
-// anything is allocated.
+// Reads a dataset of exactly `dims` (rank 1 or 2) into `out` as `mem_type`: the shape is checked
+// before anything is allocated.
 template <typename T>
-Status ReadVector(hid_t file, const char* name, hid_t mem_type, std::vector<T>* out,
-                  uint64_t expected, const std::string& where) {
+Status ReadShaped(hid_t file, const char* name, hid_t mem_type, const std::vector<hsize_t>& dims,
+                  std::vector<T>* out, const std::string& where) {
   if (H5Lexists(file, name, H5P_DEFAULT) <= 0) return Status::Corrupt(where, ": missing ", name);
   Handle dset(H5Dopen2(file, name, H5P_DEFAULT));
-  Handle space(H5Dget_space(dset.get()));
-  if (!dset.ok() || !space.ok() || H5Sget_simple_extent_ndims(space.get()) != 1) {
-    return Status::Corrupt(where, ": ", name, " is not a 1-D dataset");
+  Handle space(dset.ok() ? H5Dget_space(dset.get()) : H5I_INVALID_HID);
+  const int rank = space.ok() ? H5Sget_simple_extent_ndims(space.get()) : -1;
+  if (rank != static_cast<int>(dims.size())) {
+    return Status::Corrupt(where, ": ", name, " is not a ", dims.size(), "-D dataset");
   }
-  hsize_t n = 0;
-  H5Sget_simple_extent_dims(space.get(), &n, nullptr);
-  if (n != expected) {
-    return Status::Corrupt(where, ": ", name, " holds ", n, " elements, expected ", expected);
+  std::vector<hsize_t> got(dims.size());
+  H5Sget_simple_extent_dims(space.get(), got.data(), nullptr);
+  if (got != dims) {
+    std::string want, have;
+    for (size_t d = 0; d < dims.size(); ++d) {
+      want += (d ? " x " : "") + std::to_string(dims[d]);
+      have += (d ? " x " : "") + std::to_string(got[d]);
+    }
+    return Status::Corrupt(where, ": ", name, " holds ", have, " elements, expected ", want);
   }
+  size_t n = 1;
+  for (hsize_t d : dims) n *= d;
   out->resize(n);
   if (n > 0 && H5Dread(dset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out->data()) < 0) {
     return Status::Corrupt(where, ": cannot read ", name);
   }
   return Status::OK();
+}
+
+// A 1-D dataset of exactly `expected` elements.
+template <typename T>
+Status ReadVector(hid_t file, const char* name, hid_t mem_type, std::vector<T>* out,
+                  uint64_t expected, const std::string& where) {
+  return ReadShaped(file, name, mem_type, {expected}, out, where);
 }
 
 constexpr uint64_t kNoOffset = ~uint64_t{0};
@@ -408,31 +423,6 @@ Status AnnotateHdf5Shard(const std::string& file, const std::string& manifest_js
 
 namespace {
 
-// A dataset of exactly `dims` (rank 1 or 2) read into `out` as `mem_type`; the shape is checked
-// before anything is allocated.
-template <typename T>
-Status ReadShaped(hid_t file, const char* name, hid_t mem_type, std::vector<hsize_t> dims,
-                  std::vector<T>* out, const std::string& where) {
-  if (H5Lexists(file, name, H5P_DEFAULT) <= 0) return Status::Corrupt(where, ": missing /", name);
-  Handle dset(H5Dopen2(file, name, H5P_DEFAULT));
-  Handle space(H5Dget_space(dset.get()));
-  const int rank = space.ok() ? H5Sget_simple_extent_ndims(space.get()) : -1;
-  std::vector<hsize_t> got(dims.size());
-  if (!dset.ok() || rank != static_cast<int>(dims.size()) ||
-      H5Sget_simple_extent_dims(space.get(), got.data(), nullptr) < 0 || got != dims) {
-    std::string want;
-    for (hsize_t d : dims) want += (want.empty() ? "" : ", ") + std::to_string(d);
-    return Status::Corrupt(where, ": /", name, " is not a [", want, "] dataset");
-  }
-  size_t n = 1;
-  for (hsize_t d : dims) n *= d;
-  out->resize(n);
-  if (n > 0 && H5Dread(dset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out->data()) < 0) {
-    return Status::Corrupt(where, ": cannot read /", name);
-  }
-  return Status::OK();
-}
-
 // The root attribute `format`, which must be the string "shardfeed".
 Status CheckFormatAttr(hid_t f, const std::string& where) {
   if (H5Aexists(f, "format") <= 0) return Status::Corrupt(where, ": missing attribute format");
@@ -478,14 +468,14 @@ Status CheckHdf5Mirrors(const std::string& file, const ShardStore& shard, uint64
   const uint64_t n = shard.header.sample_count;
   std::vector<int64_t> labels;
   std::vector<uint16_t> shapes;
-  SF_RETURN_IF_ERROR(ReadShaped(f.get(), "labels", H5T_NATIVE_INT64, {n}, &labels, where));
-  SF_RETURN_IF_ERROR(ReadShaped(f.get(), "shapes", H5T_NATIVE_UINT16, {n, 3}, &shapes, where));
+  SF_RETURN_IF_ERROR(ReadShaped(f.get(), "/labels", H5T_NATIVE_INT64, {n}, &labels, where));
+  SF_RETURN_IF_ERROR(ReadShaped(f.get(), "/shapes", H5T_NATIVE_UINT16, {n, 3}, &shapes, where));
   std::vector<uint64_t> offsets, first_piece;
   std::vector<uint32_t> sizes;
   if (chunk_bytes > 0) {  // /records: where each record lies in the padded stream
     SF_RETURN_IF_ERROR(
-        ReadShaped(f.get(), "record_offsets", H5T_NATIVE_UINT64, {n}, &offsets, where));
-    SF_RETURN_IF_ERROR(ReadShaped(f.get(), "record_sizes", H5T_NATIVE_UINT32, {n}, &sizes, where));
+        ReadShaped(f.get(), "/record_offsets", H5T_NATIVE_UINT64, {n}, &offsets, where));
+    SF_RETURN_IF_ERROR(ReadShaped(f.get(), "/record_sizes", H5T_NATIVE_UINT32, {n}, &sizes, where));
     uint64_t next = 0;
     for (uint64_t size : shard.chunk_size) {
       first_piece.push_back(next);

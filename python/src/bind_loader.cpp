@@ -240,35 +240,34 @@ py::object Next(PyLoader& l, uintptr_t consumer_stream, bool again) {
     throw py::value_error("this Loader's workers live in process " + std::to_string(l.pid) +
                           "; create the loader in the process that iterates it");
   }
-  l.get();  // a closed loader raises
-  if (l.held && again) return BatchTuple(l, l.get(), *l.held, consumer_stream);  // first
+  reader::Loader& loader = l.get();  // a closed loader raises
+  if (l.held && again) return BatchTuple(l, loader, *l.held, consumer_stream);  // first
   if (l.in_next || l.held) {
     PyErr_SetString(g_busy,
                     "another thread is inside next() of this Loader: one thread iterates a Loader "
                     "(give each thread a Loader of its own, or hand batches over with a queue)");
     throw py::error_already_set();
   }
-  std::shared_ptr<reader::Loader> keep = l.loader;  // close() meanwhile frees nothing we use
-  const std::shared_ptr<std::atomic<bool>> closing = l.closing;
-  l.in_next = true;
-  reader::Batch b;
-  try {
-    Result<reader::Batch> got = WaitForBatch(*keep, *closing);
-    if (!got.ok() && closing->load()) RaiseError("this Loader was closed while next() waited");
-    b = Check(std::move(got));
-  } catch (...) {
-    l.in_next = false;
-    if (closing->load()) {  // closed by another thread: the last reference may be ours
+  // While it waits: in_next set, and a reference of its own (close() meanwhile frees nothing
+  // it uses). On the way out, however it leaves: in_next cleared, and, if another thread closed
+  // the loader meanwhile, that reference (maybe the last) dropped without the GIL.
+  struct Waiting {
+    PyLoader& l;
+    std::shared_ptr<reader::Loader> keep;
+    std::shared_ptr<std::atomic<bool>> closing;
+    ~Waiting() {
+      l.in_next = false;
+      if (!closing->load()) return;
       py::gil_scoped_release release;
       keep.reset();
     }
-    throw;
+  } waiting{l, l.loader, l.closing};
+  l.in_next = true;
+  Result<reader::Batch> got = WaitForBatch(*waiting.keep, *waiting.closing);
+  if (!got.ok() && waiting.closing->load()) {
+    RaiseError("this Loader was closed while next() waited");
   }
-  l.in_next = false;
-  if (closing->load()) {
-    py::gil_scoped_release release;
-    keep.reset();
-  }
+  reader::Batch b = Check(std::move(got));
   if (!b) return py::none();
   if (!l.loader) RaiseError("this Loader was closed while next() waited");
   l.held = b;

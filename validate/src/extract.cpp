@@ -433,13 +433,7 @@ Result<std::string> ExtractTarget(const std::string& dir, bool* exists_out,
 // Not into the archive's own folder, which holds only what shardfeed writes there.
 Status CheckOutsideArchive(const format::Archive& archive, const std::string& target,
                            const std::string& dir) {
-  std::error_code e1, e2, e3, e4;
-  const fs::path inner = fs::weakly_canonical(fs::absolute(target, e1), e2);
-  const fs::path outer = fs::weakly_canonical(fs::absolute(archive.path(), e3), e4);
-  auto o = outer.begin(), i = inner.begin();
-  for (; o != outer.end() && i != inner.end() && *o == *i; ++o, ++i) {
-  }
-  if (!e1 && !e2 && !e3 && !e4 && o == outer.end()) {
+  if (format::PathInside(target, archive.path())) {
     return Status::InvalidArgument(dir, ": lies inside the archive ", archive.path(),
                                    "; choose a folder outside it");
   }

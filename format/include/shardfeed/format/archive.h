@@ -233,6 +233,11 @@ class Archive {
   size_t FindShard(uint64_t index) const;
 };
 
+// Whether local path `inner` is `outer` or lies below it, both made absolute and resolved
+// (symbolic links followed as far as the paths exist). The writer's own test, for tools that
+// write elsewhere (extract).
+bool PathInside(const std::string& inner, const std::string& outer);
+
 struct WriterOptions {
   Backend backend = Backend::kLmdb;
   uint64_t chunk_bytes = 1 << 20;  // a chunk closes once it holds at least this many bytes
@@ -244,7 +249,7 @@ struct WriterOptions {
   std::vector<std::string> protect;
   // Archives being read (convert's, merge's parts): Create() also refuses an output inside one,
   // whose folder holds only what shardfeed wrote there (a later --overwrite of it would refuse).
-  std::vector<std::string> sealed;
+  std::vector<std::string> sealed;  // see PathInside
   // What the records hold. HDF5 stores fixed-shape (height > 0) raw/zstd records as an
   // N x height x width x 3 data set, one HDF5 chunk per record (zstd through filter 32015).
   Encoding encoding = Encoding::kJpeg;
