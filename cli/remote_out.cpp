@@ -163,11 +163,12 @@ Status StagedOut::Finish(const Status& built) const {
       old_files.clear();
     }
   }
+  bool published = false;
   if (st.ok()) {
     storage::UploadOptions o;
     o.overwrite = overwrite_;
     InterruptUploads interrupt;
-    st = storage::UploadArchive(path_, out_, "manifest.json", o);
+    st = storage::UploadArchive(path_, out_, "manifest.json", o, &published);
   }
   const int sig = g_signal.load();
   // The replaced archive's shards that the new one has not overwritten: provably its files (its
@@ -186,10 +187,18 @@ Status StagedOut::Finish(const Status& built) const {
       if (made_root_) fs::remove_all(root_, ec);
       return st;
     }
-    std::fprintf(stderr,
-                 "shardfeed: %s was not written (no manifest there); the local build is kept in "
-                 "%s\n",
-                 out_.c_str(), path_.c_str());
+    if (published) {
+      std::fprintf(stderr,
+                   "shardfeed: %s: this command's manifest went up, but the archive there may "
+                   "mix its objects with another writer's (run shardfeed verify on it); the local "
+                   "build is kept in %s\n",
+                   out_.c_str(), path_.c_str());
+    } else {
+      std::fprintf(stderr,
+                   "shardfeed: %s was not written (no manifest there); the local build is kept "
+                   "in %s\n",
+                   out_.c_str(), path_.c_str());
+    }
     if (sig != 0) {
       // Interrupted: the multipart uploads begun were aborted; end as the signal would have.
       std::fprintf(stderr, "shardfeed: interrupted (%s) while uploading\n",

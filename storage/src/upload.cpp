@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -295,11 +296,12 @@ class Client {
     return Refused("DELETE", name, r);
   }
 
-  // The file at `path` (`size` bytes) as the object `name`.
+  // The file at `path` (`size` bytes) as the object `name`; returns the object's ETag as the
+  // store gave it ("" when it gave none).
   // `replace`: an object may be at `name` already (--overwrite); a multipart upload deletes it
   // first, so that the object a lost completion reply leaves (Completed) can only be this one.
-  Status PutFile(const std::string& path, uint64_t size, const std::string& name,
-                 uint64_t part_size, bool replace = false) {
+  Result<std::string> PutFile(const std::string& path, uint64_t size, const std::string& name,
+                              uint64_t part_size, bool replace = false) {
     Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (fd.fd < 0) return Status::IOError(path, ": ", std::strerror(errno));
     if (size <= part_size) {
@@ -308,10 +310,29 @@ class Client {
       b.length = size;
       Reply r;
       SF_RETURN_IF_ERROR(Send("PUT", name, "", &b, &r));
-      return r.http / 100 == 2 ? Status::OK() : Refused("PUT", name, r);
+      if (r.http / 100 != 2) return Refused("PUT", name, r);
+      return r.etag;
     }
     if (replace) SF_RETURN_IF_ERROR(Delete(name));
     return Multipart(fd.fd, size, name, part_size);
+  }
+
+  // OK when the object `name` still has the ETag `ours` (what our upload of it was given); an
+  // error naming it when another writer replaced or deleted it since. Not checked: `ours` "", or
+  // credentials that may write but not read (HEAD 403).
+  Status Unchanged(const std::string& name, const std::string& ours) {
+    if (ours.empty()) return Status::OK();
+    Body none;
+    Reply r;
+    SF_RETURN_IF_ERROR(Send("HEAD", name, "", &none, &r));
+    if (r.http / 100 == 2 && strcasecmp(r.etag.c_str(), ours.c_str()) == 0) return Status::OK();
+    if (r.http == 403) return Status::OK();  // write-only credentials: cannot tell
+    if (r.http != 404 && r.http / 100 != 2) return Refused("HEAD", name, r);
+    return Status::Changed(
+        Shown(name), ": ",
+        r.http == 404 ? "deleted" : "replaced (ETag " + r.etag + ", ours " + ours + ")",
+        " by another writer while this command uploaded: two jobs are writing "
+        "to this prefix at once; give each its own prefix");
   }
 
  private:
@@ -324,7 +345,8 @@ class Client {
     return out;
   }
 
-  Status Multipart(int fd, uint64_t size, const std::string& name, uint64_t part_size) {
+  Result<std::string> Multipart(int fd, uint64_t size, const std::string& name,
+                                uint64_t part_size) {
     Body none;
     Reply r;
     SF_RETURN_IF_ERROR(Send("POST", name, "uploads=", &none, &r));
@@ -337,25 +359,26 @@ class Client {
     }
     const std::string id_query = "uploadId=" + Escape(id);
     Status st;
+    std::string etag;
     try {
-      st = Parts(fd, size, name, part_size, id_query);
+      st = Parts(fd, size, name, part_size, id_query, &etag);
     } catch (const std::exception& e) {  // bad_alloc: the parts sent are aborted all the same
       st = Status::Internal(Shown(name), ": multipart upload: ", e.what());
     }
-    if (!st.ok()) {
-      // Abort, so the store keeps no orphaned parts (after a cancel too); the upload's own error
-      // is the one to report.
-      Status aborted = Delete(name, id_query, /*cancellable=*/false);
-      if (!aborted.ok()) {
-        st = Status(st.code(), st.message() + " (aborting the multipart upload also failed: " +
-                                   aborted.message() + ")");
-      }
+    if (st.ok()) return etag;
+    // Abort, so the store keeps no orphaned parts (after a cancel too); the upload's own error
+    // is the one to report.
+    Status aborted = Delete(name, id_query, /*cancellable=*/false);
+    if (!aborted.ok()) {
+      st = Status(st.code(), st.message() + " (aborting the multipart upload also failed: " +
+                                 aborted.message() + ")");
     }
     return st;
   }
 
+  // The parts, then CompleteMultipartUpload; `etag`: the object's ETag ("" when unknown).
   Status Parts(int fd, uint64_t size, const std::string& name, uint64_t part_size,
-               const std::string& id_query) {
+               const std::string& id_query, std::string* etag) {
     std::string complete = "<CompleteMultipartUpload>";
     std::string part_md5s;  // each part's MD5 as its ETag gives it, binary
     bool md5s = true;       // every part's ETag was an MD5
@@ -382,9 +405,15 @@ class Client {
     b.length = complete.size();
     Reply r;
     SF_RETURN_IF_ERROR(Send("POST", name, id_query, &b, &r));
-    if (r.http / 100 == 2) return Status::OK();
+    const std::string computed = md5s ? MultipartEtag(part_md5s, parts) : "";
+    if (r.http / 100 == 2) {
+      *etag = Unquoted(internal::XmlField(r.body, "ETag"));
+      if (etag->empty()) *etag = computed;
+      return Status::OK();
+    }
     if (r.http == 404 && internal::XmlField(r.body, "Code") == "NoSuchUpload" && md5s &&
-        Completed(name, size, MultipartEtag(part_md5s, parts))) {
+        Completed(name, size, computed)) {
+      *etag = computed;
       return Status::OK();  // an earlier attempt completed it and its reply was lost
     }
     if (r.http == 404 && !md5s) {
@@ -412,6 +441,13 @@ class Client {
       md5s->push_back(static_cast<char>(hi << 4 | lo));
     }
     return true;
+  }
+
+  // An ETag as an XML reply gives it (`&quot;` for its quotes) as a header gives it.
+  static std::string Unquoted(std::string etag) {
+    for (size_t at; (at = etag.find("&quot;")) != std::string::npos;) etag.replace(at, 6, "\"");
+    for (size_t at; (at = etag.find("&#34;")) != std::string::npos;) etag.replace(at, 5, "\"");
+    return etag;
   }
 
   // The ETag S3 (and MinIO, and moto) gives the object of a multipart upload of these parts: the
@@ -443,6 +479,37 @@ class Client {
 };
 
 std::once_flag curl_once;
+
+// fn(client, i) for every i < count, on up to `connections` threads with a connection each; the
+// first error stops the others starting more and is returned.
+Status OnClients(const internal::Endpoint& e, const FetchRetry& retry, int connections,
+                 size_t count, const std::string& what,
+                 const std::function<Status(Client&, size_t)>& fn) {
+  if (count == 0) return Status::OK();
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex error_mutex;
+  Status first_error;
+  auto work = [&] {
+    Client client(e, retry);
+    for (size_t i; !failed.load() && (i = next.fetch_add(1)) < count;) {
+      Status st;
+      try {
+        st = fn(client, i);
+      } catch (const std::exception& x) {  // stops the other threads too, as an error does
+        st = Status::Internal(what, ": ", x.what());
+      }
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!failed.exchange(true)) first_error = st;
+      }
+    }
+  };
+  const size_t n = std::min<size_t>(std::max(1, connections), count);
+  const Status thrown = internal::RunOnThreads(n, what, work);
+  if (failed.load()) return first_error;
+  return thrown;
+}
 
 Result<uint64_t> PartSize(const UploadOptions& o) {
   uint64_t size = o.part_size;
@@ -502,7 +569,8 @@ Status RemoteDelete(const std::string& location, const std::string& name) {
 void CancelUploads() { g_cancel.Cancel(); }
 
 Status UploadArchive(const std::string& dir, const std::string& location, const std::string& last,
-                     const UploadOptions& options) {
+                     const UploadOptions& options, bool* published) {
+  if (published) *published = false;
   SF_RETURN_IF_ERROR(CheckWritable(location));
   std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
@@ -540,35 +608,33 @@ Status UploadArchive(const std::string& dir, const std::string& location, const 
   }
   if (exists) SF_RETURN_IF_ERROR(main.Delete(last));  // no reader pairs it with new shards
 
-  std::atomic<size_t> next{0};
-  std::atomic<bool> failed{false};
-  std::mutex error_mutex;
-  Status first_error;
-  auto work = [&] {
-    Client client(e, retry);
-    for (size_t i; !failed.load() && (i = next.fetch_add(1)) < files.size();) {
-      Status st;
-      try {
-        st = client.PutFile(dir + "/" + files[i].name, files[i].size, files[i].name, part_size,
-                            options.overwrite);
-      } catch (const std::exception& x) {  // stops the other threads too, as an error does
-        st = Status::Internal(client.Shown(files[i].name), ": upload: ", x.what());
-      }
-      if (!st.ok()) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!failed.exchange(true)) first_error = st;
-      }
-    }
+  // Each file's ETag as the store gave it to our upload; checked before and after the manifest.
+  std::vector<std::string> etags(files.size());
+  SF_RETURN_IF_ERROR(OnClients(
+      e, retry, options.connections, files.size(), "uploading " + e.shown,
+      [&](Client& client, size_t i) {
+        SF_ASSIGN_OR_RETURN(etags[i], client.PutFile(dir + "/" + files[i].name, files[i].size,
+                                                     files[i].name, part_size, options.overwrite));
+        return Status::OK();
+      }));
+  // S3 has no lock: another job writing to this prefix replaces shards under us. Checked before
+  // the manifest (so none is published over another's shards), then after it with the manifest
+  // itself: if a command reports success, at one moment after its manifest landed every object
+  // it names was its own. Two writers may still both fail; never both succeed over a mix.
+  auto unchanged = [&](Client& client, size_t i) {
+    return client.Unchanged(files[i].name, etags[i]);
   };
-  const size_t n = std::min<size_t>(std::max(1, options.connections), files.size());
-  const Status thrown = internal::RunOnThreads(n, "uploading " + e.shown, work);
-  if (failed.load()) return first_error;
-  SF_RETURN_IF_ERROR(thrown);
+  SF_RETURN_IF_ERROR(
+      OnClients(e, retry, options.connections, files.size(), "checking " + e.shown, unchanged));
   struct stat st;
   const std::string last_path = dir + "/" + last;
   if (::stat(last_path.c_str(), &st) != 0)
     return Status::IOError(last_path, ": ", std::strerror(errno));
-  return main.PutFile(last_path, static_cast<uint64_t>(st.st_size), last, part_size);
+  SF_ASSIGN_OR_RETURN(const std::string manifest_etag,
+                      main.PutFile(last_path, static_cast<uint64_t>(st.st_size), last, part_size));
+  if (published) *published = true;
+  SF_RETURN_IF_ERROR(main.Unchanged(last, manifest_etag));
+  return OnClients(e, retry, options.connections, files.size(), "checking " + e.shown, unchanged);
 }
 
 }  // namespace shardfeed::storage

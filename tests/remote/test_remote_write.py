@@ -197,7 +197,8 @@ def test_python_writers_refuse_a_remote_out_rather_than_write_a_local_s3_folder(
 class UploadProxy:
     """A proxy in front of moto that logs every request (method, path), resets the connection
     on requests whose path holds a fragment of `fail` (every time), holds those matching
-    `stall` until release() (setting `stalled`), and for the first request (method, fragment)
+    `stall` (a fragment, or a (method, fragment) pair) until release() (setting `stalled`) and
+    then forwards them, and for the first request (method, fragment)
     of `lose` forwards it and then resets instead of answering (the store did it; the reply
     was lost), and answers later ones 404 NoSuchUpload, as MinIO (and S3, after a while) answer
     a retried CompleteMultipartUpload of an upload that is done (moto answers 200)."""
@@ -220,7 +221,8 @@ class UploadProxy:
             def forward(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
                 outer.log.append((self.command, self.path))
-                if any(f in self.path for f in outer.stall):
+                if any(self.command == f[0] and f[1] in self.path if isinstance(f, tuple)
+                       else f in self.path for f in outer.stall):
                     outer.stalled.set()
                     outer.released.wait(120)  # bounded: the test releases it
                 denied = [c for m, f, c in outer.deny if m == self.command and f in self.path]
@@ -526,3 +528,64 @@ def test_a_pack_that_fails_before_building_leaves_no_staging_folder(env, bucket,
     out = cli("pack", str(tmp_path / "no-such-folder"), f"s3://{BUCKET}/never", "-q")
     assert out.returncode != 0
     assert os.listdir(tmp) == []
+
+
+def another_writer_meanwhile(upload_proxy, bucket, key):
+    """A thread that, once the proxy holds a request, writes other bytes at `key` (a second job
+    packing to the same prefix), then lets the held request go on. Call the result when the pack
+    has ended (it ends the thread if nothing was held)."""
+    done = threading.Event()
+
+    def meanwhile():
+        while not upload_proxy.stalled.wait(0.1):
+            if done.is_set():
+                return
+        bucket.put_object(Bucket=BUCKET, Key=key, Body=b"another job's shard")
+        upload_proxy.release()
+    t = threading.Thread(target=meanwhile)
+    t.start()
+
+    def join():
+        done.set()
+        t.join()
+    return join
+
+
+def test_a_shard_another_writer_replaced_before_the_manifest_fails_the_pack(bucket, upload_proxy,
+                                                                           tmp_path):
+    # REGRESSION: two jobs packing to one prefix at once both exited 0, and the manifest that
+    # landed last named shards the other had written. Each shard's ETag is now checked before
+    # the manifest goes up: here another job replaced shard-00000 after ours was sent.
+    upload_proxy.stall = [("HEAD", "w-race/shard-00000.mdb")]
+    join = another_writer_meanwhile(upload_proxy, bucket, "w-race/shard-00000.mdb")
+    staging = tmp_path / "staging"
+    out = cli("pack", GOOD, f"s3://{BUCKET}/w-race", "-q", "--staging", str(staging), *RAW)
+    join()
+    assert out.returncode == 3, out.stderr
+    assert f"s3://{BUCKET}/w-race/shard-00000.mdb: replaced" in out.stderr, out.stderr
+    assert "another writer" in out.stderr and "its own prefix" in out.stderr
+    assert f"s3://{BUCKET}/w-race was not written (no manifest there)" in out.stderr
+    assert "manifest.json" not in keys(bucket, "w-race")
+    assert os.path.exists(staging / "w-race" / "manifest.json")  # the build is kept
+
+
+def test_a_shard_another_writer_replaced_as_the_manifest_went_up_fails_the_pack(bucket,
+                                                                               upload_proxy,
+                                                                               tmp_path, env,
+                                                                               moto_url):
+    # The same after the check: another job replaced shard-00001 while our manifest was on its
+    # way. The check after the manifest finds it; the pack fails and says the archive there may
+    # be a mix, and readers refuse it.
+    upload_proxy.stall = [("PUT", "w-race2/manifest.json")]
+    join = another_writer_meanwhile(upload_proxy, bucket, "w-race2/shard-00001.mdb")
+    staging = tmp_path / "staging"
+    out = cli("pack", GOOD, f"s3://{BUCKET}/w-race2", "-q", "--staging", str(staging), *RAW)
+    join()
+    assert out.returncode == 3, out.stderr
+    assert f"s3://{BUCKET}/w-race2/shard-00001.mdb: replaced" in out.stderr, out.stderr
+    assert "manifest went up, but the archive there may mix" in out.stderr
+    assert "manifest.json" in keys(bucket, "w-race2")
+    assert os.path.exists(staging / "w-race2" / "manifest.json")  # the build is kept
+    env.setenv("AWS_ENDPOINT_URL", moto_url)
+    bad = cli("verify", f"s3://{BUCKET}/w-race2", "-q")
+    assert bad.returncode != 0 and "shard-00001.mdb" in bad.stdout + bad.stderr

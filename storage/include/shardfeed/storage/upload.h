@@ -13,7 +13,8 @@
 // by one PUT. Connection failures, timeouts, resets, HTTP 5xx and 429 are retried as reads are
 // (FetchRetry, SHARDFEED_FETCH_RETRIES, SHARDFEED_FETCH_MAX_DELAY); 401/403/404 fail at once with
 // the URL (never a secret). A multipart upload that fails is aborted (AbortMultipartUpload) so the
-// store keeps no orphaned parts. A failed UploadArchive leaves no new manifest at the destination.
+// store keeps no orphaned parts. A failed UploadArchive leaves no new manifest at the destination
+// (but see `published` below).
 #pragma once
 
 #include <cstdint>
@@ -63,7 +64,16 @@ void CancelUploads();
 // sending anything, when `last` is already at the destination and !options.overwrite
 // (kInvalidArgument: "already exists (pass --overwrite to replace it)"). Errors name the file and
 // the s3:// object. Blocking; thread-compatible (uses its own connections).
+//
+// Concurrent writers. S3 has no lock, so each object's ETag, as the store answered our upload, is
+// compared (HEAD) with the store's before `last` is sent, and again, with `last`'s too, after it:
+// an object another writer replaced or deleted meanwhile fails the upload with kChanged naming
+// it. So a successful return means that at one moment after `last` landed, every object sent was
+// still ours. `*published` (when given) says whether `last` was sent: false for every error but
+// a kChanged (or a failed HEAD) of the check after it, when the prefix may now hold a manifest
+// over another writer's objects. Not checked: objects whose upload reply carried no ETag, and
+// objects the credentials may not read (HEAD 403: write-only credentials).
 Status UploadArchive(const std::string& dir, const std::string& location, const std::string& last,
-                     const UploadOptions& options);
+                     const UploadOptions& options, bool* published = nullptr);
 
 }  // namespace shardfeed::storage
