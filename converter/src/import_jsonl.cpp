@@ -506,6 +506,12 @@ Result<Json> NumberOfText(const FieldSpec& spec, const std::string& s) {
   return Status::InvalidArgument("'", s, "' is not a number");
 }
 
+// A value as a note shows it: its JSON, at most 40 characters.
+std::string Shown(const Json& v) {
+  std::string text = v.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return text.size() > 40 ? text.substr(0, 37) + "..." : text;
+}
+
 // The value of field `spec` in a row: `v` (a JSON value, or with `text` a CSV cell's string).
 // A null (JSON null, an empty CSV cell of a non-text field: pandas' NaN either way) is a value
 // where the type has one: NaN for float32/float64 (as pandas reads it back), null for json.
@@ -546,7 +552,7 @@ Status ValueOf(const FieldSpec& spec, const Json& v, bool text, OwnedValue* out)
         return ValueOf(spec, number, false, out);
       }
       default:
-        if (!Json::accept(s)) return Status::InvalidArgument("'", s, "' is not a JSON list");
+        if (!Json::accept(s)) return Status::InvalidArgument(Shown(Json(s)), " is not a JSON list");
         SF_RETURN_IF_ERROR(CheckJsonText(s));
         return ValueOf(spec, Json::parse(s), false, out);
     }
@@ -606,36 +612,14 @@ std::string Join(const std::string& dir, const std::string& path) {
 }
 
 // A mask field given as the path of a PNG file (what `extract` writes: DIR/masks/<field>/I.png),
-// read back bit for bit: an 8-bit grey image, one byte per pixel. A colour PNG is refused (its
-// pixels are not class ids).
+// read back bit for bit.
 Status MaskFromPng(const std::string& file, OwnedValue* out) {
   std::ifstream in(file, std::ios::binary);
   if (!in) return Status::InvalidArgument(file, ": cannot open the mask: ", std::strerror(errno));
-  const std::vector<uint8_t> data((std::istreambuf_iterator<char>(in)),
-                                  std::istreambuf_iterator<char>());
+  const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) return Status::InvalidArgument(file, ": read failed");
-  if (imaging::SniffFormat(data.data(), data.size()) != imaging::ImageFormat::kPng) {
-    return Status::InvalidArgument(file, ": a mask is a PNG file (or nested lists of class ids)");
-  }
-  imaging::Decoder decoder;
-  imaging::Image rgb;
-  Status st = decoder.Decode(data.data(), data.size(), &rgb, imaging::Limits(), true);
-  if (!st.ok()) return Status::InvalidArgument(file, ": ", st.message());
-  const size_t pixels = size_t{rgb.width} * rgb.height, c = rgb.channels;
-  std::vector<uint8_t> mask(pixels);
-  for (size_t k = 0; k < pixels; ++k) {
-    const uint8_t* px = rgb.pixels.data() + c * k;  // a grey PNG decodes to R = G = B
-    if (c == 1) {
-      mask[k] = px[0];
-      continue;
-    }
-    if (px[1] != px[0] || px[2] != px[0]) {
-      return Status::InvalidArgument(file, ": a colour PNG; a mask is a grey one (class ids)");
-    }
-    mask[k] = px[0];
-  }
-  *out = OwnedValue::Array(mask.data(), mask.size(), {rgb.height, rgb.width});
-  return Status::OK();
+  Status st = MaskFromPngBytes(data, out);
+  return st.ok() ? st : Status::InvalidArgument(file, ": ", st.message());
 }
 
 // What a value of this kind is, for a note.
@@ -654,12 +638,6 @@ const char* KindName(Seen s, const Json& v) {
     default:
       return "a list";
   }
-}
-
-// A value as a note shows it: its JSON, at most 40 characters.
-std::string Shown(const Json& v) {
-  std::string text = v.dump(-1, ' ', false, Json::error_handler_t::replace);
-  return text.size() > 40 ? text.substr(0, 37) + "..." : text;
 }
 
 // The inferred schema of `rows`: image, then every other column in order of first appearance
@@ -830,7 +808,42 @@ Result<SourceList> ImportParsedRows(const std::string& file,
 }
 
 Status ValueFromText(const FieldSpec& spec, const std::string& text, OwnedValue* out) {
+  if (spec.kind == FieldKind::kMask &&
+      imaging::SniffFormat(reinterpret_cast<const uint8_t*>(text.data()), text.size()) ==
+          imaging::ImageFormat::kPng) {
+    return MaskFromPngBytes(text, out);
+  }
   return ValueOf(spec, Json(text), true, out);
+}
+
+// long: one case per PNG layout, each with its reason to refuse.
+Status MaskFromPngBytes(const std::string& data, OwnedValue* out) {
+  const auto* bytes = reinterpret_cast<const uint8_t*>(data.data());
+  if (imaging::SniffFormat(bytes, data.size()) != imaging::ImageFormat::kPng) {
+    return Status::InvalidArgument("a mask is a PNG file (or nested lists of class ids)");
+  }
+  imaging::PngSamples png;
+  SF_RETURN_IF_ERROR(imaging::DecodePngSamples(bytes, data.size(), imaging::Limits(), &png));
+  const size_t pixels = size_t{png.width} * png.height, c = png.channels;
+  std::vector<uint8_t> mask(pixels);
+  uint16_t top = 0;
+  for (size_t k = 0; k < pixels; ++k) {
+    const uint16_t* px = png.values.data() + c * k;  // grey (+ alpha), index, or R, G, B (+ A)
+    if (c >= 3 && (px[1] != px[0] || px[2] != px[0])) {
+      return Status::InvalidArgument(
+          "a colour PNG; a mask is a grey or palette one (class ids), not colours");
+    }
+    top = std::max(top, px[0]);
+    mask[k] = static_cast<uint8_t>(px[0]);
+  }
+  if (top > 255) {
+    return Status::InvalidArgument("a ", png.bit_depth, "-bit PNG with ids up to ", top,
+                                   "; a mask field holds ids 0-255 (one byte per pixel): give "
+                                   "larger ids as an integer array field instead (type "
+                                   "\"int32[*,*]\", nested lists)");
+  }
+  *out = OwnedValue::Array(mask.data(), mask.size(), {png.height, png.width});
+  return Status::OK();
 }
 
 // long: schema (given or inferred), class names, then one pass over the rows.

@@ -264,6 +264,36 @@ Status DecodePng(const uint8_t* data, size_t size, Image* out, const Limits& lim
   return Status::OK();
 }
 
+// ReadPng for DecodePngSamples: the stored samples, unpacked to a byte each below 8 bits (values
+// kept, not scaled), 16-bit ones as two big-endian bytes, palette indices not expanded.
+bool ReadPngSamples(png_structp png, png_infop info, PngSource* src, const Limits& limits,
+                    PngSamples* out, std::vector<uint8_t>* raw, std::vector<png_bytep>* rows,
+                    Status* limit) {
+  if (setjmp(png_jmpbuf(png))) return false;
+  png_set_read_fn(png, src, PngReadBytes);
+  png_read_info(png, info);
+  const uint32_t w = png_get_image_width(png, info), h = png_get_image_height(png, info);
+  *limit = CheckPixels(w, h, limits);
+  if (!limit->ok()) return true;
+  const int depth = png_get_bit_depth(png, info);
+  if (depth < 8) png_set_packing(png);
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  const size_t channels = png_get_channels(png, info), bytes = depth == 16 ? 2 : 1;
+  if (png_get_rowbytes(png, info) != size_t{w} * channels * bytes) {
+    png_error(png, "unexpected row layout after unpacking");
+  }
+  out->width = w, out->height = h, out->channels = static_cast<uint32_t>(channels);
+  out->bit_depth = depth;
+  out->palette = png_get_color_type(png, info) == PNG_COLOR_TYPE_PALETTE;
+  raw->resize(size_t{w} * h * channels * bytes);
+  rows->resize(h);
+  for (uint32_t y = 0; y < h; ++y) (*rows)[y] = raw->data() + size_t{y} * w * channels * bytes;
+  png_read_image(png, rows->data());
+  png_read_end(png, nullptr);
+  return true;
+}
+
 // HEIF/HEIC (phone photos) and AVIF through libheif: the primary image, its rotation and
 // mirroring applied, alpha composited over white.
 Status DecodeHeif(const uint8_t* data, size_t size, Image* out, const Limits& limits) {
@@ -542,6 +572,33 @@ Status Decoder::DecodeOther(ImageFormat format, const uint8_t* data, size_t size
       break;
   }
   return Status::Unsupported("not an image (unrecognised file signature)");
+}
+
+Status DecodePngSamples(const uint8_t* data, size_t size, const Limits& limits, PngSamples* out) {
+  if (SniffFormat(data, size) != ImageFormat::kPng) return Status::InvalidArgument("not a PNG");
+  PngSource src{data, size};
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, PngFail, PngWarn);
+  if (!png) return Status::ResourceExhausted("PNG: cannot allocate a decoder");
+  png_infop info = png_create_info_struct(png);
+  if (!info) {
+    png_destroy_read_struct(&png, nullptr, nullptr);
+    return Status::ResourceExhausted("PNG: cannot allocate a decoder");
+  }
+  png_set_user_limits(png, 65535, 65535);
+  png_set_crc_action(png, PNG_CRC_DEFAULT, PNG_CRC_WARN_DISCARD);
+  std::vector<uint8_t> raw;
+  std::vector<png_bytep> rows;
+  Status limit;
+  const bool read = ReadPngSamples(png, info, &src, limits, out, &raw, &rows, &limit);
+  png_destroy_read_struct(&png, &info, nullptr);
+  if (!read) return Status::Corrupt("PNG decode failed: ", src.message);
+  if (!limit.ok()) return limit;
+  out->values.resize(raw.size() / (out->bit_depth == 16 ? 2 : 1));
+  for (size_t i = 0; i < out->values.size(); ++i) {
+    out->values[i] =
+        out->bit_depth == 16 ? static_cast<uint16_t>(raw[2 * i] << 8 | raw[2 * i + 1]) : raw[i];
+  }
+  return Status::OK();
 }
 
 }  // namespace shardfeed::imaging

@@ -1180,6 +1180,78 @@ def test_extract_then_pack_round_trips_masks_bit_for_bit(tmp_path):
     assert "colour" in p.stderr, p.stderr
 
 
+def test_a_mask_png_gives_the_ids_it_stores_whatever_its_layout(tmp_path):
+    # REGRESSION: a mask PNG went through the photo decoder: a 16-bit grey mask (Cityscapes
+    # *_instanceIds.png) was cut to its high byte without a word (26001 -> 101, 7 -> 0), a
+    # palette mask (VOC SegmentationClass) was refused as colour, a 1-bit one scaled to 255.
+    # Now the stored values are the ids; a 16-bit id over 255 is refused.
+    jpeg(tmp_path / "a.jpg", size=(8, 6))
+    ids = [(x + 2 * y) % 4 for y in range(6) for x in range(8)]
+    pal = Image.new("P", (8, 6))
+    pal.putpalette([0, 0, 0, 128, 0, 0, 0, 128, 0, 128, 128, 0] + [0] * 756)
+    pal.putdata(ids)
+    pal.save(tmp_path / "pal.png")
+    wide = Image.new("I;16", (8, 6))
+    wide.putdata(ids)
+    wide.save(tmp_path / "wide.png")
+    one = Image.new("1", (8, 6))
+    one.putdata([255 * (i % 2) for i in ids])
+    one.save(tmp_path / "one.png")
+    la = Image.new("LA", (8, 6))
+    la.putdata([(i, 17 * i) for i in ids])
+    la.save(tmp_path / "la.png")
+    files = ["pal.png", "wide.png", "one.png", "la.png"]
+    want = [ids, ids, [i % 2 for i in ids], ids]
+    (tmp_path / "m.jsonl").write_text(
+        "".join(json.dumps({"image": "a.jpg", "mask": f}) + "\n" for f in files))
+    (tmp_path / "s.json").write_text(json.dumps({"image": "image", "mask": "mask"}))
+    run("pack", tmp_path / "m.jsonl", tmp_path / "a.sf", "--schema", tmp_path / "s.json", "-q",
+        check=0)
+    run("extract", tmp_path / "a.sf", tmp_path / "x", "-q", check=0)
+    rows = [json.loads(x) for x in (tmp_path / "x" / "samples.jsonl").read_text().splitlines()]
+    for f, row, w in zip(files, rows, want):
+        assert list(Image.open(tmp_path / "x" / row["mask"]).getdata()) == w, f
+    big = Image.new("I;16", (8, 6))
+    big.putdata([26001 if i == 3 else i for i in ids])
+    big.save(tmp_path / "big.png")
+    (tmp_path / "b.jsonl").write_text(json.dumps({"image": "a.jpg", "mask": "big.png"}) + "\n")
+    p = run("pack", tmp_path / "b.jsonl", tmp_path / "b.sf", "--schema", tmp_path / "s.json",
+            "-q")
+    assert p.returncode == 1 and "b.jsonl:1" in p.stderr and "big.png" in p.stderr, p.stderr
+    assert "16-bit PNG with ids up to 26001" in p.stderr and "0-255" in p.stderr, p.stderr
+    assert not (tmp_path / "b.sf").exists()
+
+
+def test_a_webdataset_png_member_declared_a_mask_is_read_as_one(tmp_path):
+    # A segmentation map beside the photo (x.seg.png) declared a mask by --schema: it failed as
+    # "not a JSON list", the message cut at the PNG's first NUL byte, with no reason. Now it is
+    # read as a mask PNG; declared an array, the error shows the bytes escaped and says why.
+    src = tmp_path / "s"
+    src.mkdir()
+    jpeg(tmp_path / "a.jpg", size=(8, 6))
+    ids = [(x * y) % 3 for y in range(6) for x in range(8)]
+    seg = Image.new("L", (8, 6))
+    seg.putdata(ids)
+    buf = io.BytesIO()
+    seg.save(buf, "PNG")
+    with tarfile.open(src / "a.tar", "w") as t:
+        add_member(t, "x.jpg", (tmp_path / "a.jpg").read_bytes())
+        add_member(t, "x.seg.png", buf.getvalue())
+        add_member(t, "x.cls", b"0")
+    (tmp_path / "s.json").write_text(
+        json.dumps({"image": "image", "label": "int64", "seg_png": "mask"}))
+    run("pack", src, tmp_path / "a.sf", "-q", "--schema", tmp_path / "s.json", check=0)
+    run("extract", tmp_path / "a.sf", tmp_path / "x", "-q", check=0)
+    row = json.loads((tmp_path / "x" / "samples.jsonl").read_text().splitlines()[0])
+    assert list(Image.open(tmp_path / "x" / row["seg_png"]).getdata()) == ids
+    (tmp_path / "t.json").write_text(
+        json.dumps({"image": "image", "label": "int64", "seg_png": "int64[*]"}))
+    p = run("pack", src, tmp_path / "b.sf", "-q", "--schema", tmp_path / "t.json")
+    assert p.returncode != 0 and "field 'seg_png'" in p.stderr, p.stderr
+    assert "PNG" in p.stderr and "is not a JSON list" in p.stderr, p.stderr
+    assert "\x00" not in p.stderr, p.stderr
+
+
 def test_a_label_beyond_the_class_limit_is_refused_naming_the_line(tmp_path):
     # Numeric labels become class names "0".."max": one label of 2000000000 made pack build two
     # billion names (out of memory: std::bad_alloc, abort). It is refused where it is read.

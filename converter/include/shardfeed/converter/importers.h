@@ -98,7 +98,14 @@ Result<SourceList> ImportParsedRows(const std::string& file,
 // The value of field `spec` from text (a CSV cell, a WebDataset member): str/bytes as they are,
 // numbers parsed, arrays and boxes parsed from JSON text, json checked (plain text becomes a JSON
 // string). kInvalidArgument saying what is wrong (callers add where and the field).
+// A mask field's value given as PNG bytes (a WebDataset member) is decoded as MaskFromPngBytes.
 Status ValueFromText(const format::FieldSpec& spec, const std::string& text, OwnedValue* out);
+// A mask (uint8 class ids, HxW) from the bytes of a PNG file, exactly as stored: a grey PNG's
+// values (1 to 16 bits; 16-bit ones must all be below 256), a palette PNG's indices (as Pillow's
+// "P" mode and VOC's SegmentationClass use them), a colour PNG whose pixels are all grey. Alpha is
+// ignored. Refused (kInvalidArgument saying why; the caller names the file): colours, ids above
+// 255, data that is not a PNG.
+Status MaskFromPngBytes(const std::string& data, OwnedValue* out);
 
 // A field called `name` of type `type` (a type name fields.h parses, e.g. "int64[*]").
 format::FieldSpec MakeField(const std::string& name, const std::string& type);

@@ -152,6 +152,21 @@ class Decoder {
                      const Limits& limits);
 };
 
+// A PNG's samples as stored, for label images (masks): no colour policy applied. Samples below 8
+// bits unpacked to one value each (not scaled: a 1-bit 1 stays 1), 16-bit ones kept, palette
+// indices kept (not expanded to colours, as Pillow's "P" mode gives them), transparency not
+// composited (alpha is a channel). `values` holds height * width * channels samples, HWC.
+struct PngSamples {
+  uint32_t width = 0, height = 0;
+  uint32_t channels = 0;  // 1 grey or palette index, 2 grey + alpha, 3 RGB, 4 RGBA
+  int bit_depth = 8;      // the file's: 1, 2, 4, 8 or 16
+  bool palette = false;
+  std::vector<uint16_t> values;
+};
+// kInvalidArgument for data that is not a PNG, kCorrupt for a damaged one, the limit's error for
+// a size over `limits` (checked before any pixel is decoded). Thread-safe (no shared state).
+Status DecodePngSamples(const uint8_t* data, size_t size, const Limits& limits, PngSamples* out);
+
 // Encoders. JPEG uses 4:2:0 subsampling at `quality` (1..100); PNG is lossless RGB.
 Result<std::vector<uint8_t>> EncodeJpeg(const Image& image, int quality);
 Result<std::vector<uint8_t>> EncodePng(const Image& image);
