@@ -230,10 +230,6 @@ Status ListTar(const std::string& file, std::vector<Member>* members,
   return Status::OK();
 }
 
-bool IsImageExtension(const std::string& ext) {
-  return ext == "jpg" || ext == "jpeg" || ext == "png" || ext == "webp";
-}
-
 // The field an extension becomes: cls/label -> label (int64), txt -> str, json -> json, others
 // bytes; named by the extension, sanitised.
 void FieldOfExtension(const std::string& ext, format::FieldSpec* spec) {
@@ -252,6 +248,18 @@ struct TarSample {
   // .cls", or its second member was dropped without a word.
   std::string twice;
 };
+
+// The extension of a sample's image member: the first of jpg, jpeg, png, webp it has (whatever
+// their order in the tar), or "". Its other image members (a segmentation map x.png beside the
+// photo x.jpg) are fields named by their extension, as any other member.
+std::string ImageExtensionOf(const TarSample& s) {
+  for (const char* ext : {"jpg", "jpeg", "png", "webp"}) {
+    for (const auto& part : s.parts) {
+      if (part.first == ext) return ext;
+    }
+  }
+  return "";
+}
 
 Result<std::vector<std::string>> TarFiles(const std::string& src) {
   struct stat st;
@@ -323,9 +331,10 @@ Result<SourceList> ImportWebDataset(const std::string& src, const ImportOptions&
     std::vector<std::string> exts;
     bool label = false;
     for (const TarSample& s : samples) {
+      const std::string image = ImageExtensionOf(s);
       for (const auto& [ext, m] : s.parts) {
         if (ext == "cls" || ext == "label") label = true;
-        if (!IsImageExtension(ext) && ext != "cls" && ext != "label" &&
+        if (ext != image && ext != "cls" && ext != "label" &&
             std::find(exts.begin(), exts.end(), ext) == exts.end()) {
           exts.push_back(ext);
         }
@@ -372,8 +381,9 @@ Result<SourceList> ImportWebDataset(const std::string& src, const ImportOptions&
       if (fd->get() < 0) return Status::IOError(s.tar, ": cannot open: ", std::strerror(errno));
       fd_of = s.tar;
     }
+    const std::string image = ImageExtensionOf(s);
     for (const auto& [ext, m] : s.parts) {
-      if (IsImageExtension(ext) && item.length == 0) {
+      if (ext == image) {
         item.offset = m.offset, item.length = m.size;
         if (m.size == 0) row = Status::InvalidArgument("empty image member"), field = "image";
         continue;

@@ -2,6 +2,7 @@
 each importer's fields read back equal (through the Python module's Archive.sample when it is
 built), schema inference and --schema, errors naming file:line and the field, --skip-bad, and
 the path field of a folder pack."""
+import base64
 import io
 import json
 import math
@@ -1250,6 +1251,33 @@ def test_a_webdataset_png_member_declared_a_mask_is_read_as_one(tmp_path):
     assert p.returncode != 0 and "field 'seg_png'" in p.stderr, p.stderr
     assert "PNG" in p.stderr and "is not a JSON list" in p.stderr, p.stderr
     assert "\x00" not in p.stderr, p.stderr
+
+
+def test_a_webdataset_png_beside_the_photo_is_a_field_not_dropped(tmp_path):
+    # REGRESSION: a sample with x.jpg (the photo) and x.png (its segmentation map, the usual
+    # layout) took the first of them as the image and dropped the other without a word (no
+    # field, nothing in `ignored`). The image is now the jpg whatever the order in the tar, and
+    # the png a bytes field named by its extension.
+    src = tmp_path / "s"
+    src.mkdir()
+    jpeg(tmp_path / "a.jpg", size=(8, 6))
+    photo = (tmp_path / "a.jpg").read_bytes()
+    maps = {}
+    with tarfile.open(src / "a.tar", "w") as t:
+        for i, key in enumerate(("x", "y")):
+            buf = io.BytesIO()
+            Image.new("L", (8, 6), i + 1).save(buf, "PNG")
+            maps[key] = buf.getvalue()
+            members = [(key + ".png", maps[key]), (key + ".jpg", photo), (key + ".cls", b"0")]
+            for name, data in members if key == "x" else members[::-1]:
+                add_member(t, name, data)
+    run("pack", src, tmp_path / "a.sf", "-q", check=0)
+    assert fields(tmp_path / "a.sf")["png"] == "bytes"
+    run("extract", tmp_path / "a.sf", tmp_path / "x", "-q", check=0)
+    rows = [json.loads(x) for x in (tmp_path / "x" / "samples.jsonl").read_text().splitlines()]
+    for row in rows:
+        assert base64.b64decode(row["png"]["base64"]) == maps[row["key"]]
+        assert (tmp_path / "x" / row["image"]).read_bytes() == photo
 
 
 def test_a_label_beyond_the_class_limit_is_refused_naming_the_line(tmp_path):
