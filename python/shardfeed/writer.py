@@ -121,8 +121,27 @@ def _check_finite(given, stored, target):
                    % (given[lost].flat[0].item(), target.name, np.finfo(target).max))
 
 
+def _integers_in(value, out):
+    """Appends to `out` the integers nested lists (or tuples) `value` hold: numpy turns them into
+    float64 beside a float ([0.5, 2**24 + 1]), so _cast can no longer tell they were integers."""
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            _integers_in(v, out)
+    elif isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        out.append(int(value))
+    elif getattr(getattr(value, "dtype", None), "kind", "") in ("i", "u"):
+        out.extend(int(x) for x in np.asarray(value).reshape(-1))
+
+
 def _array(value, target, dims):
-    return _shaped(*_to_numpy(value), target, dims)
+    arr, strict = _to_numpy(value)
+    if not strict and arr.dtype.kind == "f" and target.kind == "f":
+        ints = []
+        _integers_in(value, ints)
+        if ints:
+            big = any(abs(i) >= 2 ** 63 for i in ints)
+            _check_exact(np.array(ints, dtype=object if big else np.int64), target)
+    return _shaped(arr, strict, target, dims)
 
 
 def _shaped(arr, strict, target, dims):

@@ -322,6 +322,10 @@ BAD = [
     ({"half": [[1, 2, 3], [4, 5, 2049]]}, "half", "integer 2049 is not exact as float16"),
     ({"cube": np.full((2, 1, 2), 2 ** 53 + 1, np.int64)}, "cube", "not exact as float64"),
     ({"embedding": [0, 0, 0, 0, 0, 0, 0, 2 ** 24 + 1]}, "embedding", "not exact as float32"),
+    # ... and still was beside a float in a list (numpy made the list float64 first).
+    ({"embedding": [0.5, 0, 0, 0, 0, 0, 0, 2 ** 24 + 1]}, "embedding", "16777217 is not exact"),
+    ({"half": [[1.5, 2, 3], [4, 5, 2049]]}, "half", "integer 2049 is not exact as float16"),
+    ({"boxes": [[0.5, 0, 2 ** 24 + 1, 2 ** 24 + 3]]}, "boxes", "16777217 is not exact"),
 ]
 
 
