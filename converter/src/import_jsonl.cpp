@@ -640,6 +640,75 @@ const char* KindName(Seen s, const Json& v) {
   }
 }
 
+// Inferred arrays with one row per box of the only boxes field in every row that has both (a
+// JSONL detection manifest's "labels" beside "boxes"), linked to it ("per"), so that a crop
+// that drops a box drops its rows too: only when the box counts vary, so that it cannot be
+// chance (a note says so either way; --schema decides). JSON lists only (not CSV text cells).
+// long: the row pass, then the schema rebuilt with the linked fields after their boxes.
+Status LinkPerBox(const std::vector<Row>& rows, const std::map<std::string, std::string>& column_of,
+                  bool text_cells, Schema* schema, std::vector<std::string>* notes) {
+  int boxes = -1;
+  for (size_t f = 0; f < schema->size(); ++f) {
+    if (schema->fields()[f].kind != FieldKind::kBoxes) continue;
+    if (boxes >= 0 || text_cells) return Status::OK();  // two boxes fields: whose rows?
+    boxes = static_cast<int>(f);
+  }
+  if (boxes < 0) return Status::OK();
+  const std::string& box_name = schema->fields()[boxes].name;
+  const std::string& box_column = column_of.at(box_name);
+  std::vector<bool> linked(schema->size(), false);
+  bool any = false;
+  for (size_t f = 0; f < schema->size(); ++f) {
+    const FieldSpec& spec = schema->fields()[f];
+    if (spec.kind != FieldKind::kArray || spec.dims.empty() || spec.dims[0] != format::kAnyDim ||
+        !column_of.count(spec.name)) {
+      continue;
+    }
+    const std::string& column = column_of.at(spec.name);
+    std::set<size_t> counts;
+    bool rows_match = true;
+    for (const Row& r : rows) {
+      auto b = r.object->find(box_column), v = r.object->find(column);
+      if (b == r.object->end() || v == r.object->end() || b->is_null() || v->is_null()) continue;
+      if (!b->is_array() || !v->is_array() || b->size() != v->size()) {
+        rows_match = false;
+        break;
+      }
+      counts.insert(b->size());
+    }
+    if (!rows_match || counts.empty() || *counts.rbegin() == 0) continue;
+    const std::string schema_hint = "{\"" + spec.name + "\": {\"type\": \"" + spec.TypeName() +
+                                    "\", \"per\": \"" + box_name + "\"}}";
+    if (counts.size() < 2) {
+      notes->push_back("column '" + column + "' has one value per box of '" + box_name +
+                       "' in every row, but every row has " + std::to_string(*counts.begin()) +
+                       " boxes: not linked to them (a crop that drops a box keeps its value); "
+                       "--schema with " +
+                       schema_hint + " links them");
+      continue;
+    }
+    linked[f] = any = true;
+    notes->push_back("column '" + column + "' stored per box of '" + box_name +
+                     "' (one value per box in every row): a crop that drops a box drops its "
+                     "value too (--schema without \"per\" keeps it a plain list)");
+  }
+  if (!any) return Status::OK();
+  Schema relinked;
+  for (size_t f = 0; f < schema->size(); ++f) {
+    if (linked[f]) continue;
+    SF_RETURN_IF_ERROR(relinked.Add(schema->fields()[f]));
+    if (static_cast<int>(f) != boxes) continue;
+    for (size_t g = 0; g < schema->size(); ++g) {
+      if (!linked[g]) continue;
+      FieldSpec spec = schema->fields()[g];
+      spec.per = box_name;
+      SF_RETURN_IF_ERROR(relinked.Add(spec));
+    }
+  }
+  *schema = relinked;
+  return Status::OK();
+}
+
 // The inferred schema of `rows`: image, then every other column in order of first appearance
 // (path, from the image column, unless a column is called path). What a user may not expect
 // goes to *notes (pack prints them and writes them in its report): a column that became str or
@@ -721,6 +790,7 @@ Status InferSchema(const std::vector<Row>& rows, const std::vector<std::string>&
                        "fail, or are skipped with --skip-bad)");
     }
   }
+  SF_RETURN_IF_ERROR(LinkPerBox(rows, *column_of, text_cells, schema, notes));
   if (!taken.count("path")) {
     SF_RETURN_IF_ERROR(schema->Add(MakeField("path", "str")));
   }
@@ -894,6 +964,12 @@ Result<SourceList> ImportRows(const std::vector<Row>& rows, const std::vector<st
       path_field >= 0 && schema.fields()[path_field].kind == FieldKind::kStr &&
       (path_column == column_of.end() || path_column->second == image_column ||
        std::find(columns.begin(), columns.end(), path_column->second) == columns.end());
+  if (path_field >= 0 && schema.fields()[path_field].kind == FieldKind::kStr && !list.path_field) {
+    list.notes.push_back(
+        "column '" + path_column->second +
+        "' is the str field 'path', which loaders leave out of batches by default (taken for "
+        "the source path a pack records): name it in fields, or pass fields='*' (--fields)");
+  }
   // A class field of strings: class names are the sorted distinct strings.
   const int label_field = schema.label_field();
   std::map<std::string, int64_t> class_ids;

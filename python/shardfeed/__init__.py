@@ -406,8 +406,9 @@ class Loader:
     records' XXH3 check: unsafe), timeout=120
     (seconds with no sample completed, nor for a remote archive read by threads any byte
     arriving from its location, before shardfeed.Timeout is raised; 0 or None waits
-    forever), fields=None (every field of the archive's schema but a folder pack's source
-    `path`, which fields='*' or a list naming it adds; or a list of names: what each batch
+    forever), fields=None (every field of the archive's schema but a str field named `path`,
+    the source path a pack records (a JSONL column of that name too), which fields='*' or a
+    list naming it adds; or a list of names: what each batch
     carries beside images and labels, see Batch; an unknown name raises ValueError naming the
     closest; fields=[] carries none), ragged='list'|'offsets' (variable-length fields as
     lists of per-sample arrays, or as (values, offsets)), and for a remote archive given by its

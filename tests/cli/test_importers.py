@@ -309,6 +309,40 @@ def test_messages_point_at_the_cause(tmp_path):
         p = run("pack", src, tmp_path / "b", "-q")
         assert p.returncode in (1, 2) and "only ',' separates" in p.stderr, p.stderr
 
+def test_a_users_path_column_says_loaders_leave_it_out_by_default(tmp_path):
+    # A JSONL column `path` (the user's own data, say where the photo came from) is the str
+    # field `path`, which loaders leave out of batches by default as a source path: batch["path"]
+    # was a KeyError with no word at pack time. The pack now says so; a pack's own path does not.
+    jpeg(tmp_path / "a.jpg")
+    (tmp_path / "m.jsonl").write_text(json.dumps({"image": "a.jpg", "path": "s3://b/a.jpg"}) + "\n")
+    p = run("pack", tmp_path / "m.jsonl", tmp_path / "m.sf", "-q", check=0)
+    assert "column 'path' is the str field 'path'" in p.stderr and "fields='*'" in p.stderr, p.stderr
+    (tmp_path / "n.jsonl").write_text(json.dumps({"image": "a.jpg"}) + "\n")
+    p = run("pack", tmp_path / "n.jsonl", tmp_path / "n.sf", "-q", check=0)
+    assert "column 'path'" not in p.stderr, p.stderr
+
+
+def test_jsonl_labels_with_a_row_per_box_are_linked_to_the_boxes(tmp_path):
+    # REGRESSION: a JSONL detection manifest's "labels" beside "boxes" was inferred a plain
+    # int64[*]: a crop that dropped a box kept every label, and the rows went out of step with
+    # no word. With box counts that vary, one value per box in every row links the column to
+    # the boxes ("per"); with a constant count (could be chance) a note says how to link it.
+    jpeg(tmp_path / "a.jpg", size=(40, 30))
+    rows = [{"image": "a.jpg", "boxes": [[0, 0, 5, 5]] * n, "labels": list(range(n)),
+             "scores": [0.5] * n, "tags": [7, 8]} for n in (1, 2, 0, 3)]
+    (tmp_path / "v.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    p = run("pack", tmp_path / "v.jsonl", tmp_path / "v.sf", "-q", check=0)
+    per = {f["name"]: f.get("per") for f in manifest(tmp_path / "v.sf")["fields"]}
+    assert per["labels"] == per["scores"] == "boxes" and per["tags"] is None, per
+    assert "column 'labels' stored per box of 'boxes'" in p.stderr, p.stderr
+    same = [{"image": "a.jpg", "boxes": [[0, 0, 5, 5]] * 2, "labels": [1, 2]}] * 2
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in same))
+    p = run("pack", tmp_path / "c.jsonl", tmp_path / "c.sf", "-q", check=0)
+    per = {f["name"]: f.get("per") for f in manifest(tmp_path / "c.sf")["fields"]}
+    assert per["labels"] is None, per
+    assert "every row has 2 boxes: not linked" in p.stderr and '"per": "boxes"' in p.stderr
+
+
 def test_a_pandas_index_column_does_not_take_the_path_field(tmp_path):
     # REGRESSION (found by a stranger's test): df.to_csv() writes an unnamed index column (a
     # header cell ""); the implicit `path` field looked its column up as column_of["path"],
