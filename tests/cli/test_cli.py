@@ -49,6 +49,35 @@ def test_pack_verify_inspect_extract(tmp_path):
     assert len(os.listdir(tmp_path / "x" / "dog")) == 12
 
 
+def test_inspect_shows_upright_ranges_and_re_encoded_records(tmp_path):
+    # REGRESSION: inspect's height/width ranges were the stored frame, not the upright one its
+    # own shape gives (half the photos turned by EXIF: "height 48..48, width 64..64"), and it
+    # never showed reencoded_records: PNGs re-encoded as lossy JPEG read as "the others are the
+    # source files' bytes".
+    from PIL import Image
+    src = tmp_path / "src" / "a"
+    src.mkdir(parents=True)
+    for i in range(4):
+        exif = Image.Exif()
+        exif[0x0112] = 6 if i % 2 else 1
+        Image.new("RGB", (64, 48), (9 * i, 40, 80)).save(src / ("%d.jpg" % i), exif=exif)
+    run("pack", tmp_path / "src", tmp_path / "o", "-q", check=0)
+    info = json.loads(run("inspect", tmp_path / "o", "--json", check=0).stdout)
+    assert info["height_range"] == [48, 64] and info["width_range"] == [48, 64], info
+    assert info["reencoded_records"] == 0
+    text = run("inspect", tmp_path / "o", check=0).stdout
+    assert "height 48..64, width 48..64" in text, text
+    for i in range(4):
+        Image.new("RGB", (64, 64), (9 * i, 40, 80)).save(src / ("p%d.png" % i))
+    run("pack", tmp_path / "src", tmp_path / "j", "-q", "--encoding", "jpeg", "--size", "128",
+        check=0)
+    info = json.loads(run("inspect", tmp_path / "j", "--json", check=0).stdout)
+    assert info["reencoded_records"] == 4, info
+    text = run("inspect", tmp_path / "j", check=0).stdout
+    assert "re-encoded:  4 of 8 records decoded and stored again at pack (as JPEG, lossy)" in text
+    assert "the others are the source files' bytes" not in text, text
+
+
 def test_report_names_every_bad_file(tmp_path, mixed):
     out = tmp_path / "a"
     p = run("pack", mixed, out, "--report", tmp_path / "r.json", check=0)

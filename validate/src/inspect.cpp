@@ -28,10 +28,12 @@ Summary Summarize(const format::Archive& archive) {
     const format::IndexEntry& e = *r->entry;
     s.payload += e.size;
     s.pixels += uint64_t{e.height} * e.width * 3;
-    s.min_h = std::min<uint32_t>(s.min_h, e.height);
-    s.max_h = std::max<uint32_t>(s.max_h, e.height);
-    s.min_w = std::min<uint32_t>(s.min_w, e.width);
-    s.max_w = std::max<uint32_t>(s.max_w, e.width);
+    // Upright (EXIF orientation applied), as the manifest's shape and what a read gives.
+    const uint32_t h = format::UprightHeight(e), w = format::UprightWidth(e);
+    s.min_h = std::min(s.min_h, h);
+    s.max_h = std::max(s.max_h, h);
+    s.min_w = std::min(s.min_w, w);
+    s.max_w = std::max(s.max_w, w);
   }
   if (archive.size() == 0) s.min_h = s.min_w = 0;
   return s;
@@ -112,6 +114,7 @@ std::string InspectJson(const format::Archive& archive) {
       {"decoded_bytes", s.pixels},
       {"source_bytes", m.source_bytes},
       {"resized_records", m.resized_records ? json(*m.resized_records) : json(nullptr)},
+      {"reencoded_records", m.reencoded_records ? json(*m.reencoded_records) : json(nullptr)},
       {"compression_ratio", s.payload ? double(s.pixels) / double(s.payload) : 0.0},
       {"shards", shards},
       {"created_by", m.created_by},
@@ -158,7 +161,13 @@ std::string InspectText(const format::Archive& archive) {
     }
     o << "resized:     " << *m.resized_records << " of " << m.sample_count
       << " records decoded, resized and re-encoded at pack" << cap
-      << "; the others are the source files' bytes\n";
+      << (m.reencoded_records ? "" : "; the others are the source files' bytes") << "\n";
+  }
+  if (m.reencoded_records) {
+    o << "re-encoded:  " << *m.reencoded_records << " of " << m.sample_count
+      << " records decoded and stored again at pack ("
+      << (m.encoding == format::Encoding::kJpeg ? "as JPEG, lossy" : "as pixels, lossless")
+      << "); the others hold their source files' bytes\n";
   }
   o << "fields:      " << m.schema.size() << "\n";
   for (const FieldSize& f : FieldSizes(archive)) {
