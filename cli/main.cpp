@@ -445,7 +445,9 @@ int CmdVerify(int argc, char** argv) {
     }
     for (const auto& s : report.repaired) std::printf("REPAIRED cache: %s\n", s.c_str());
     for (const auto& s : report.bad_manifest) std::printf("BAD manifest: %s\n", s.c_str());
-    for (const auto& s : report.bad_shards) std::printf("BAD shard: %s\n", s.c_str());
+    for (const auto& s : report.bad_shards) {
+      if (report.error.find(s) == std::string::npos) std::printf("BAD shard: %s\n", s.c_str());
+    }
     for (const auto& b : report.bad_samples) {
       std::printf("BAD %s\n", b.reason.c_str());  // the reason names the sample
     }

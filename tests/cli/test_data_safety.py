@@ -384,7 +384,11 @@ def test_verify_names_every_shard_too_damaged_to_open(tmp_path):
         f.truncate(4096)
     v = json.loads(run("verify", tmp_path / "a", "--json").stdout)
     assert v["ok"] is False and shards[1].name in v["error"], v
-    assert len(v["bad_shards"]) == 1 and shards[3].name in v["bad_shards"][0], v
+    # Every bad shard in bad_shards, the one the full open met too (the summary counted 1)
+    assert len(v["bad_shards"]) == 2, v
+    assert shards[1].name in v["bad_shards"][0] and shards[3].name in v["bad_shards"][1], v
+    text = run("verify", tmp_path / "a").stdout
+    assert ", 2 bad shards: FAILED" in text and text.count(shards[1].name) == 1, text
     m = json.loads((tmp_path / "a" / "manifest.json").read_text())
     lost = sum(m["shards"][k]["sample_count"] for k in (1, 3))
     assert v["checked"] == v["samples"] - lost and v["bad_samples"] == [], v

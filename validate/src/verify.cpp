@@ -179,11 +179,9 @@ Result<VerifyReport> VerifyPath(const std::string& path, const VerifyOptions& op
       if (partial.ok()) report = Verify(**partial, options, progress);
       if (Cancelled(options.cancel)) return Status::Cancelled(path, ": verify cancelled");
       report.archive = path;
+      // The damage the full open met is `error`; the lazy pass names every bad shard, that one
+      // included (a summary counting shards then counts it).
       report.error = archive.status().ToString();
-      // The damage the full open met is `error`; the lazy pass adds the rest.
-      const std::string& first = archive.status().message();
-      auto& shards = report.bad_shards;
-      shards.erase(std::remove(shards.begin(), shards.end(), first), shards.end());
       report.repaired = repaired;
       return report;
     }

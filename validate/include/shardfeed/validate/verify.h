@@ -54,11 +54,12 @@ struct VerifyReport {
   uint64_t samples = 0, checked = 0;
   // Set when the archive could not be opened whole although it is one (a damaged manifest or
   // shard header, a shard file missing): the first damage the open met. The fields below then
-  // come from opening it shard by shard: every other bad shard, and the samples of the shards
-  // that open (none when the manifest itself is damaged).
+  // come from opening it shard by shard: every bad shard (that one too, when it was a shard),
+  // and the samples of the shards that open (none when the manifest itself is damaged).
   std::string error;
   std::vector<BadSample> bad_samples;
-  std::vector<std::string> bad_shards;  // one message per shard whose hash does not match
+  // One message per shard that does not open or whose hash does not match.
+  std::vector<std::string> bad_shards;
   // Manifest fields derived from the shards (payload bytes, counts, shapes) that disagree.
   std::vector<std::string> bad_manifest;
   // Remote archives: damaged cached copies of shards (changed on the local disk since their
