@@ -443,19 +443,7 @@ int CmdVerify(int argc, char** argv) {
       std::fprintf(stderr, "shardfeed: error: %s\n", report.error.c_str());
       std::printf("BAD archive: %s\n", report.error.c_str());
     }
-    for (const auto& s : report.repaired) std::printf("REPAIRED cache: %s\n", s.c_str());
-    for (const auto& s : report.bad_manifest) std::printf("BAD manifest: %s\n", s.c_str());
-    for (const auto& s : report.bad_shards) {
-      if (report.error.find(s) == std::string::npos) std::printf("BAD shard: %s\n", s.c_str());
-    }
-    for (const auto& b : report.bad_samples) {
-      std::printf("BAD %s\n", b.reason.c_str());  // the reason names the sample
-    }
-    std::printf("%s: %llu samples checked%s, %zu bad samples, %zu bad shards%s: %s\n", path.c_str(),
-                static_cast<unsigned long long>(report.checked), opt.decode ? " and decoded" : "",
-                report.bad_samples.size(), report.bad_shards.size(),
-                report.bad_manifest.empty() ? "" : ", manifest disagrees",
-                report.ok() ? "OK" : "FAILED");
+    std::printf("%s", report.ToText(path, opt.decode).c_str());
   }
   return report.ok() ? 0 : 1;
 }

@@ -305,6 +305,10 @@ Result<CacheOptions> ResolveCacheOptions(const CacheOptions& given) {
   return options;
 }
 
+namespace {
+void TrimCache(const std::string& cache_dir, uint64_t limit);
+}  // namespace
+
 struct Remote::Impl {
   internal::Endpoint endpoint;
   FetchRetry retry;
@@ -329,6 +333,9 @@ Result<std::shared_ptr<Remote>> Remote::Open(const std::string& location,
   std::error_code ec;
   fs::create_directories(remote->impl_->dir, ec);
   if (ec) return Status::IOError("cache_dir ", cache.dir, ": ", ec.message());
+  // A cache filled under a larger limit (or none) is brought within this one now: its reads
+  // are hits, so no download would ever evict for it.
+  if (cache.limit != 0) TrimCache(cache.dir, cache.limit);
   return remote;
 }
 
@@ -371,6 +378,36 @@ Result<int> LockCache(const std::string& cache_dir) {
   return fd;
 }
 
+// Evicts unheld files, least recently used first, until the cache's files add up to at most
+// `room` bytes, or none is left to evict; returns what they add up to then. Under the
+// cache-wide lock (the caller's).
+uint64_t EvictDownTo(const std::string& cache_dir, uint64_t room) {
+  std::vector<Entry> entries;
+  uint64_t total = Survey(cache_dir + "/remote", &entries);
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.used_ns < b.used_ns; });
+  for (const Entry& e : entries) {
+    if (total <= room) break;
+    Fd fd(::open(e.path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.fd < 0 || ::flock(fd.fd, LOCK_EX | LOCK_NB) != 0) continue;  // in use: never evicted
+    if (::unlink(e.path.c_str()) == 0) {
+      g_room_generation.fetch_add(1, std::memory_order_acq_rel);
+      total -= std::min(total, e.bytes);
+      internal::CountStat(&FetchStats::evictions, 1);
+    }
+  }
+  return total;
+}
+
+// The cache brought within `limit` (at Remote::Open). Best effort: a cache-wide lock not free
+// within its bound leaves the cache as it is (the next download's Reserve evicts as usual).
+void TrimCache(const std::string& cache_dir, uint64_t limit) {
+  Result<int> locked = LockCache(cache_dir);
+  if (!locked.ok()) return;
+  Fd lock(*locked);
+  EvictDownTo(cache_dir, limit);
+}
+
 // Creates `part` with `bytes` reserved (posix_fallocate), after evicting unheld files, least
 // recently used first, until the cache stays within `limit` with it. Under the cache-wide lock,
 // so concurrent downloaders count each other's reservations.
@@ -379,20 +416,7 @@ Result<int> Reserve(const std::string& cache_dir, uint64_t limit, const std::str
   SF_ASSIGN_OR_RETURN(int locked, LockCache(cache_dir));
   Fd lock(locked);
   if (limit != 0) {
-    std::vector<Entry> entries;
-    uint64_t total = Survey(cache_dir + "/remote", &entries);
-    std::sort(entries.begin(), entries.end(),
-              [](const Entry& a, const Entry& b) { return a.used_ns < b.used_ns; });
-    for (const Entry& e : entries) {
-      if (total + bytes <= limit) break;
-      Fd fd(::open(e.path.c_str(), O_RDONLY | O_CLOEXEC));
-      if (fd.fd < 0 || ::flock(fd.fd, LOCK_EX | LOCK_NB) != 0) continue;  // in use: never evicted
-      if (::unlink(e.path.c_str()) == 0) {
-        g_room_generation.fetch_add(1, std::memory_order_acq_rel);
-        total -= std::min(total, e.bytes);
-        internal::CountStat(&FetchStats::evictions, 1);
-      }
-    }
+    const uint64_t total = EvictDownTo(cache_dir, bytes <= limit ? limit - bytes : 0);
     if (total + bytes > limit) {
       return Status::ResourceExhausted(
           "cache ", cache_dir, " is full: ", total, " bytes held by shards in use, ", bytes,

@@ -568,6 +568,21 @@ def test_cache_options_through_the_cli(env, many_shards, tmp_path):
         assert out.returncode != 0 and f"at least {total}" in out.stderr, command
 
 
+def test_a_cache_over_a_lowered_limit_is_trimmed_at_open(env, many_shards, tmp_path):
+    # REGRESSION: a cache filled without a limit stayed above a cache_limit given later: its
+    # reads were all hits, so no download ever evicted for it. Opening with the limit trims it.
+    local, url, total = many_shards
+    cache = str(tmp_path / "c")
+    full = shardfeed.Archive(url, cache_dir=cache)  # no limit: every shard downloaded at open
+    assert list(full.labels()) == list(shardfeed.Archive(local).labels())
+    del full
+    assert cache_bytes(cache) >= total
+    lowered = shardfeed.Archive(url, cache_dir=cache, cache_limit=total // 2)
+    assert 0 < cache_bytes(cache) <= total // 2
+    assert np.array_equal(lowered[3199][0], shardfeed.Archive(local)[3199][0])
+    assert cache_bytes(cache) <= total // 2
+
+
 def test_cache_options_in_python(env, s3_archive, local_archive, tmp_path):
     d = tmp_path / "py-cache"
     a = shardfeed.Archive(s3_archive, cache_dir=d, cache_limit="20MB")

@@ -76,6 +76,22 @@ std::string VerifyReport::ToJson() const {
   return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
+std::string VerifyReport::ToText(const std::string& path, bool decoded) const {
+  std::string out;
+  for (const auto& s : repaired) out += "REPAIRED cache: " + s + "\n";
+  for (const auto& s : bad_manifest) out += "BAD manifest: " + s + "\n";
+  for (const auto& s : bad_shards) {
+    if (error.find(s) == std::string::npos) out += "BAD shard: " + s + "\n";
+  }
+  for (const auto& b : bad_samples) out += "BAD " + b.reason + "\n";  // the reason names it
+  out += path + ": " + std::to_string(checked) + " samples checked" +
+         (decoded ? " and decoded" : "") + ", " + std::to_string(bad_samples.size()) +
+         " bad samples, " + std::to_string(bad_shards.size()) + " bad shards" +
+         (bad_manifest.empty() ? "" : ", manifest disagrees") + ": " + (ok() ? "OK" : "FAILED") +
+         "\n";
+  return out;
+}
+
 VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options,
                     const std::function<void(uint64_t, uint64_t)>& progress) {
   VerifyReport report;

@@ -72,6 +72,11 @@ struct VerifyReport {
   // {"archive", "ok", "samples", "checked", "bad_samples": [{"index", "reason"}], "bad_shards",
   //  "bad_manifest", "repaired", "error" (only when set)}; ends with a newline.
   std::string ToJson() const;
+  // What `shardfeed verify` prints after "BAD archive" (when `error` is set): REPAIRED, BAD
+  // manifest, shard and sample lines (a bad shard once: not again when `error` names it), then
+  // "PATH: N samples checked[ and decoded], B bad samples, S bad shards[, manifest disagrees]:
+  // OK|FAILED".
+  std::string ToText(const std::string& path, bool decoded) const;
 };
 
 // Checks every record checksum and every shard hash (and, with `decode`, every payload) of an
