@@ -62,7 +62,9 @@ Sample MakeSample(int i) {
   return s;
 }
 
-std::shared_ptr<format::Archive> WriteArchive(const std::string& path, int n) {
+// `first_box`: when given, sample 0's one box (a crafted one, say).
+std::shared_ptr<format::Archive> WriteArchive(const std::string& path, int n,
+                                              const std::vector<float>& first_box = {}) {
   auto schema = format::Schema::FromJson(kSchema);
   REQUIRE(schema.ok());
   format::WriterOptions wo;
@@ -72,6 +74,7 @@ std::shared_ptr<format::Archive> WriteArchive(const std::string& path, int n) {
   REQUIRE(w.ok());
   for (int i = 0; i < n; ++i) {
     Sample s = MakeSample(i);
+    if (i == 0 && !first_box.empty()) s.boxes = first_box;
     format::IndexEntry e{};
     e.label = i % 2;
     e.height = kH, e.width = kW, e.channels = 3, e.orientation = 1;
@@ -212,6 +215,22 @@ TEST_CASE("the contact sheet draws each sample's boxes over its thumbnail", "[fi
     red += sheet->pixels[p] == 255 && sheet->pixels[p + 1] == 40 && sheet->pixels[p + 2] == 40;
   }
   CHECK(red > 40);
+}
+
+TEST_CASE("the contact sheet draws a box far outside the image at once", "[fields]") {
+  // REGRESSION: an edge was drawn pixel by pixel to its coordinate: a box [1, 1, 1e15, 6] (the
+  // writers take it) spun for hours. Edges are now clamped to the tile; a crafted NaN or inf
+  // coordinate (the writers refuse them) is not drawn.
+  for (const std::vector<float>& box :
+       {std::vector<float>{1, 1, 1e15f, 6}, std::vector<float>{-1e29f, -1e29f, 1e29f, 1e29f}}) {
+    TempDir dir;
+    auto archive = WriteArchive(dir.path() + "/a", 2, box);
+    ContactSheetOptions o;
+    o.per_class = 1;
+    o.tile = 80;
+    auto sheet = ContactSheet(*archive, o);
+    REQUIRE(sheet.ok());
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "shardfeed/validate/inspect.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -262,12 +263,22 @@ void DrawOverlay(imaging::Image* sheet, const TilePlacement& p, uint32_t w, uint
   }
   static constexpr uint8_t kColours[4][3] = {
       {255, 40, 40}, {40, 200, 40}, {40, 90, 255}, {255, 170, 0}};
+  // A pixel coordinate clamped to one pixel beyond the tile on either side (where `put` draws
+  // nothing): a box edge at 1e15 or -inf costs a tile's width, not 1e15 steps; NaN draws none.
+  auto at = [](double v, int64_t from, uint32_t size) {
+    return v < double(from - 1) ? from - 1 : v > double(from + size) ? from + size : int64_t(v);
+  };
   for (size_t b = 0; b + 3 < overlay.boxes.size(); b += 4) {
     const uint8_t* rgb = kColours[(b / 4) % 4];
-    const int64_t x0 = p.x + int64_t(overlay.boxes[b] * sx),
-                  y0 = p.y + int64_t(overlay.boxes[b + 1] * sy);
-    const int64_t x1 = p.x + int64_t(overlay.boxes[b + 2] * sx) - 1;
-    const int64_t y1 = p.y + int64_t(overlay.boxes[b + 3] * sy) - 1;
+    const float* box = overlay.boxes.data() + b;
+    if (!(std::isfinite(box[0]) && std::isfinite(box[1]) && std::isfinite(box[2]) &&
+          std::isfinite(box[3]))) {
+      continue;
+    }
+    const int64_t x0 = at(p.x + box[0] * sx, p.x, p.width);
+    const int64_t y0 = at(p.y + box[1] * sy, p.y, p.height);
+    const int64_t x1 = at(p.x + box[2] * sx - 1, p.x, p.width);
+    const int64_t y1 = at(p.y + box[3] * sy - 1, p.y, p.height);
     for (int64_t x = x0; x <= x1; ++x) put(x, y0, rgb, 256), put(x, y1, rgb, 256);
     for (int64_t y = y0; y <= y1; ++y) put(x0, y, rgb, 256), put(x1, y, rgb, 256);
   }
