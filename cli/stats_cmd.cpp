@@ -76,9 +76,15 @@ void PrintSummary(const validate::StatsReport& r) {
       const auto& v = it.value().contains(k) ? it.value()[k] : nlohmann::json();
       if (!v.is_object()) continue;
       char buf[160];
-      std::snprintf(buf, sizeof(buf), " %s %g..%g (mean %.3g)", k, v["min"].get<double>(),
-                    v["max"].get<double>(), v["mean"].get<double>());
-      line += buf;
+      if (v.contains("min")) {
+        std::snprintf(buf, sizeof(buf), " %s %g..%g (mean %.3g)", k, v["min"].get<double>(),
+                      v["max"].get<double>(), v["mean"].get<double>());
+        line += buf;
+      }
+      if (v.contains("non_finite")) {
+        line +=
+            " (" + std::to_string(v["non_finite"].get<uint64_t>()) + " " + k + " NaN or infinite)";
+      }
     }
     std::printf("field %s\n", line.c_str());
   }

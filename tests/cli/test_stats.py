@@ -417,6 +417,20 @@ def test_stats_summarises_every_field_and_names_duplicates_by_path(tmp_path):
     assert fields["boxes"]["values"]["min"] == 0 and fields["boxes"]["values"]["max"] == 4
     assert fields["score"]["values"] == {"min": 0, "max": 1.5, "mean": 0.75}
     assert fields["caption"]["bytes"] == {"min": 2, "max": 5, "mean": 3.5}
+    # REGRESSION: an infinite value (the writers keep inf and nan given) went into the JSON as
+    # null, and the summary then failed with a JSON library error after half its report. The
+    # figures are now of the finite values, the others counted apart.
+    (tmp_path / "s.json").write_text('{"image": "image", "score": "float32"}')
+    with open(tmp_path / "inf.jsonl", "w") as f:
+        for i, v in enumerate([1.5, "inf", "-inf", "nan", 2.5]):
+            f.write(json.dumps({"image": "%d.png" % (i % 4), "score": v}) + "\n")
+    assert run("pack", tmp_path / "inf.jsonl", tmp_path / "i.sf", "--schema", tmp_path / "s.json",
+               "-q").returncode == 0
+    p = run("stats", tmp_path / "i.sf", "--json", tmp_path / "i.json")
+    assert p.returncode == 0, p.stderr
+    assert "field score (float32) values 1.5..2.5 (mean 2) (3 values NaN or infinite)" in p.stdout
+    score = json.loads((tmp_path / "i.json").read_text())["fields"]["score"]["values"]
+    assert score == {"min": 1.5, "max": 2.5, "mean": 2, "non_finite": 3}, score
     # A folder pack keeps paths: its duplicate groups are named by them too.
     src = tmp_path / "src" / "c"
     src.mkdir(parents=True)

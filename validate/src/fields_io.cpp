@@ -235,17 +235,24 @@ Result<json> FieldJson(const format::Archive& archive, uint64_t i, size_t f,
 
 namespace {
 
-// min, max and mean of values added one at a time.
+// min, max and mean of the finite values added one at a time; NaN and infinities are counted
+// apart ("non_finite"): JSON has no number for them (nlohmann writes null, and a reader of the
+// figures then fails), and one inf would make the mean inf.
 struct Span {
   double min = INFINITY, max = -INFINITY, sum = 0;
-  uint64_t n = 0;
+  uint64_t n = 0, non_finite = 0;
   void Add(double v) {
-    if (!(v == v)) return;  // NaN: not a value to span
+    if (!std::isfinite(v)) {
+      ++non_finite;
+      return;
+    }
     min = std::min(min, v), max = std::max(max, v), sum += v, ++n;
   }
   json Json() const {
-    if (n == 0) return nullptr;
-    return {{"min", min}, {"max", max}, {"mean", sum / double(n)}};
+    if (n == 0 && non_finite == 0) return nullptr;
+    json j = n == 0 ? json::object() : json{{"min", min}, {"max", max}, {"mean", sum / double(n)}};
+    if (non_finite) j["non_finite"] = non_finite;
+    return j;
   }
 };
 
