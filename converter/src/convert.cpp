@@ -4,6 +4,7 @@
 
 #include "shardfeed/codec/codec.h"
 #include "shardfeed/converter/options.h"
+#include "shardfeed/imaging/image.h"
 
 namespace shardfeed::converter {
 
@@ -37,6 +38,10 @@ class FieldCopier {
       out.dims = v.dims;
       out.ndim = v.ndim;
       if (schema.fields()[f].kind == format::FieldKind::kMask) {
+        // Bounded as a decode is (a crafted entry and mask of 65535 x 65535 allocated 4 GiB
+        // from a 130 KB frame); the writer checks the mask's dims against the entry's.
+        SF_RETURN_IF_ERROR(format::CheckPixelLimit(entry, imaging::Limits().max_pixels)
+                               .WithContext(archive_.path() + ": sample " + std::to_string(i)));
         masks_[f].resize(size_t{v.dims[0]} * v.dims[1]);
         SF_RETURN_IF_ERROR(format::DecodeMask(v, masks_[f].data())
                                .WithContext(archive_.path() + ": sample " + std::to_string(i) +
@@ -45,8 +50,11 @@ class FieldCopier {
         out.size = masks_[f].size();
       }
     }
-    return writer.Append(entry, data, size, values_)
-        .WithContext(archive_.path() + ": sample " + std::to_string(i));
+    Status st = writer.Append(entry, data, size, values_);
+    // A value the writer refuses came from the archive: its damage (exit 3, as extract), not a
+    // wrong argument.
+    if (st.code() == StatusCode::kInvalidArgument) st = Status::Corrupt(st.message());
+    return st.WithContext(archive_.path() + ": sample " + std::to_string(i));
   }
 
  private:

@@ -118,7 +118,7 @@ Status CheckSampleFields(const format::Archive& archive, uint64_t i) {
   const format::Schema& schema = archive.schema();
   if (schema.legacy()) return Status::OK();
   SF_ASSIGN_OR_RETURN(const format::RecordView r, archive.At(i));
-  int64_t box_rows = -1;
+  std::vector<int64_t> box_rows(schema.size(), -1);  // rows of each boxes field
   std::vector<uint8_t> pixels;
   for (size_t f = 0; f < schema.size(); ++f) {
     if (!Stored(schema, f)) continue;
@@ -127,37 +127,31 @@ Status CheckSampleFields(const format::Archive& archive, uint64_t i) {
     auto view = archive.Field(i, f, /*verify=*/schema.VarSlot(f) == 0);
     if (!view.ok()) return FieldStatus(spec, view.status());
     const FieldView& v = *view;
-    switch (spec.kind) {
-      case FieldKind::kMask:
-        if (v.dims[0] != r.entry->height || v.dims[1] != r.entry->width) {
-          return Status::Corrupt("field '", spec.name, "': mask is ", v.dims[0], "x", v.dims[1],
-                                 ", the image is stored as ", r.entry->height, "x", r.entry->width);
-        }
-        pixels.resize(size_t{v.dims[0]} * v.dims[1]);
-        SF_RETURN_IF_ERROR(FieldStatus(spec, format::DecodeMask(v, pixels.data())));
-        break;
-      case FieldKind::kJson:
-        if (!json::accept(v.data, v.data + v.size)) {
-          return Status::Corrupt("field '", spec.name, "': not valid JSON");
-        }
-        break;
-      case FieldKind::kBoxes:
-        box_rows = v.dims[0];
-        break;
-      default:
-        break;
-    }
-    if (!spec.per.empty()) {
-      const int b = schema.Find(spec.per);
-      auto boxes = archive.Field(i, static_cast<size_t>(b));
-      if (!boxes.ok()) return FieldStatus(schema.fields()[b], boxes.status());
-      if (v.dims[0] != boxes->dims[0]) {
-        return Status::Corrupt("field '", spec.name, "': ", v.dims[0], " rows, '", spec.per,
-                               "' has ", boxes->dims[0], " boxes");
+    if (spec.kind == FieldKind::kMask) {
+      if (v.dims[0] != r.entry->height || v.dims[1] != r.entry->width) {
+        return Status::Corrupt("field '", spec.name, "': mask is ", v.dims[0], "x", v.dims[1],
+                               ", the image is stored as ", r.entry->height, "x", r.entry->width);
       }
+      SF_RETURN_IF_ERROR(format::CheckPixelLimit(*r.entry, imaging::Limits().max_pixels));
+      pixels.resize(size_t{v.dims[0]} * v.dims[1]);
+      SF_RETURN_IF_ERROR(FieldStatus(spec, format::DecodeMask(v, pixels.data())));
+      continue;
+    }
+    // What a writer refuses (format::CheckValue: UTF-8, JSON syntax and depth, finite and
+    // upright boxes, shapes, per-box rows) is damage here: convert and extract would refuse it.
+    if (spec.kind == FieldKind::kBoxes) box_rows[f] = v.dims[0];
+    const FieldView typed = WithTypeDims(spec, v);
+    format::FieldValue value;
+    value.present = true;
+    value.data = typed.data, value.size = typed.size;
+    value.dims = typed.dims, value.ndim = typed.ndim;
+    // A per field's boxes field is declared before it: checked, its rows known.
+    const int64_t rows = spec.per.empty() ? -1 : box_rows[schema.Find(spec.per)];
+    if (Status st = format::CheckValue(spec, value, r.entry->height, r.entry->width, rows);
+        !st.ok()) {
+      return Status::Corrupt(st.message());
     }
   }
-  (void)box_rows;
   return Status::OK();
 }
 
