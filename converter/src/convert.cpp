@@ -98,6 +98,7 @@ Result<uint64_t> Convert(const format::Archive& archive, const std::string& out,
   wo.height = m.height;
   wo.width = m.width;
   wo.schema = m.schema;
+  wo.inverted_boxes_ok = true;  // an archive written before writers refused them keeps them
   // The pack options are free-form, for humans: take a value only if it has the right type.
   if (auto j = json::parse(m.options_json, nullptr, false); j.is_object()) {
     // "chunk_size" since the pack options table (converter/options.h); "chunk_bytes" before.

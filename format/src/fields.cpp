@@ -381,7 +381,7 @@ uint64_t Schema::TableSize(uint64_t samples) const {
 }
 
 Status CheckValue(const FieldSpec& spec, const FieldValue& value, uint32_t height, uint32_t width,
-                  int64_t box_rows) {
+                  int64_t box_rows, bool inverted_boxes_ok) {
   if (!value.present) return FieldError(spec, "missing");
   if (value.size && !value.data) return FieldError(spec, "no data");
   const auto* p = static_cast<const uint8_t*>(value.data);
@@ -452,7 +452,7 @@ Status CheckValue(const FieldSpec& spec, const FieldValue& value, uint32_t heigh
       }
       // An inverted box (COCO's negative width or height) would pass here and vanish later in
       // the loader's geometry: refused where the value is written.
-      if (b[2] < b[0] || b[3] < b[1]) {
+      if (!inverted_boxes_ok && (b[2] < b[0] || b[3] < b[1])) {
         std::ostringstream box;
         box << "[" << b[0] << ", " << b[1] << ", " << b[2] << ", " << b[3] << "]";
         return FieldError(spec, "box " + std::to_string(i) + " " + box.str() +

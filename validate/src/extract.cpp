@@ -507,6 +507,9 @@ Result<uint64_t> Extract(const format::Archive& archive, const std::string& dir,
       if (ec) return Status::IOError(path.parent_path().string(), ": ", ec.message());
       SF_RETURN_IF_ERROR(WriteNewFile(path.string(), file.data(), file.size()));
       if (!jsonl) return Status::OK();
+      // What pack would refuse from samples.jsonl (text that is not UTF-8, non-finite boxes) is
+      // damage, refused as verify --decode reports it, not rewritten or written out.
+      SF_RETURN_IF_ERROR(CheckSampleFields(archive, i, options.max_pixels));
       nlohmann::ordered_json line = nlohmann::ordered_json::object();
       auto mask_file = [&](size_t f, const uint8_t* px, uint32_t h,
                            uint32_t w) -> Result<nlohmann::json> {

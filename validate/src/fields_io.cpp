@@ -114,7 +114,7 @@ FieldView WithTypeDims(const FieldSpec& spec, FieldView v) {
 
 }  // namespace
 
-Status CheckSampleFields(const format::Archive& archive, uint64_t i) {
+Status CheckSampleFields(const format::Archive& archive, uint64_t i, uint64_t max_pixels) {
   const format::Schema& schema = archive.schema();
   if (schema.legacy()) return Status::OK();
   SF_ASSIGN_OR_RETURN(const format::RecordView r, archive.At(i));
@@ -132,7 +132,7 @@ Status CheckSampleFields(const format::Archive& archive, uint64_t i) {
         return Status::Corrupt("field '", spec.name, "': mask is ", v.dims[0], "x", v.dims[1],
                                ", the image is stored as ", r.entry->height, "x", r.entry->width);
       }
-      SF_RETURN_IF_ERROR(format::CheckPixelLimit(*r.entry, imaging::Limits().max_pixels));
+      SF_RETURN_IF_ERROR(format::CheckPixelLimit(*r.entry, max_pixels));
       pixels.resize(size_t{v.dims[0]} * v.dims[1]);
       SF_RETURN_IF_ERROR(FieldStatus(spec, format::DecodeMask(v, pixels.data())));
       continue;
@@ -147,7 +147,8 @@ Status CheckSampleFields(const format::Archive& archive, uint64_t i) {
     value.dims = typed.dims, value.ndim = typed.ndim;
     // A per field's boxes field is declared before it: checked, its rows known.
     const int64_t rows = spec.per.empty() ? -1 : box_rows[schema.Find(spec.per)];
-    if (Status st = format::CheckValue(spec, value, r.entry->height, r.entry->width, rows);
+    if (Status st = format::CheckValue(spec, value, r.entry->height, r.entry->width, rows,
+                                       /*inverted_boxes_ok=*/true);
         !st.ok()) {
       return Status::Corrupt(st.message());
     }

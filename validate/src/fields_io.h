@@ -15,10 +15,12 @@
 namespace shardfeed::validate {
 
 // Every field of sample `i` besides the image and the class field read and checked against the
-// schema: var blob checksum, dims (Archive::Field), masks decompressed to the image's stored
-// shape, JSON parsed, text UTF-8, per-box rows equal to their boxes' rows. kCorrupt (or
-// kChecksumMismatch) naming the field.
-Status CheckSampleFields(const format::Archive& archive, uint64_t i);
+// schema as the writers check values (format::CheckValue): var blob checksum, dims
+// (Archive::Field), masks decompressed to the image's stored shape (refused past `max_pixels`
+// before any allocation), JSON parsed and within its depth, text UTF-8, boxes finite and not
+// inverted, per-box rows equal to their boxes' rows. kCorrupt (or kChecksumMismatch,
+// kResourceExhausted) naming the field.
+Status CheckSampleFields(const format::Archive& archive, uint64_t i, uint64_t max_pixels);
 
 // Per field: stored bytes over the archive (records for the image, 0 for the class field, the
 // column or the var values otherwise) and, for boxes and per-box fields, rows in all.

@@ -134,7 +134,7 @@ VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options
           auto r = archive.At(i);
           st = r.ok() ? CheckDecodes(*r, ctx, options.max_pixels) : r.status();
           // Version 4: masks decompressed, arrays against the schema, JSON parsed.
-          if (st.ok()) st = CheckSampleFields(archive, i);
+          if (st.ok()) st = CheckSampleFields(archive, i, options.max_pixels);
         }
         if (!st.ok()) bad.push_back({i, SampleReason(archive, i, st)});
       }

@@ -258,6 +258,8 @@ struct WriterOptions {
   // Version 4: the fields every Append gives (the manifest records it). Legacy(): image, label.
   // HDF5 /images shards keep the var blobs in a var stream (/shardfeed/var) beside /images.
   Schema schema = Schema::Legacy();
+  // Values copied from an archive (convert): inverted boxes kept (format::CheckValue).
+  bool inverted_boxes_ok = false;
 };
 
 // Writes an archive atomically and never destroys anything that is not provably its own

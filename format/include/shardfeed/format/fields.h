@@ -155,10 +155,12 @@ bool ValidUtf8(const uint8_t* s, size_t n);
 
 // Checks `value` against `spec` (dims, sizes, rows of a per-box field against `box_rows`, mask
 // dims against the image's stored `height` x `width`, UTF-8 of str, JSON syntax and depth of
-// json).
+// json, boxes finite and within +-1e30, and not inverted unless `inverted_boxes_ok`: writers
+// refuse inverted boxes from sources, but archives written before that rule may hold them, and
+// what copies or checks an archive (convert, verify --decode) keeps them as they are).
 // kInvalidArgument naming the field and what is wrong.
 Status CheckValue(const FieldSpec& spec, const FieldValue& value, uint32_t height, uint32_t width,
-                  int64_t box_rows);
+                  int64_t box_rows, bool inverted_boxes_ok = false);
 
 // Encodes a sample's variable values into its var blob (appending to `out`, which the writer
 // places 8-byte aligned in a chunk), masks compressed at `zstd_level`. Values must have passed
