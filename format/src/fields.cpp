@@ -436,7 +436,7 @@ Status CheckValue(const FieldSpec& spec, const FieldValue& value, uint32_t heigh
                                 std::to_string(value.dims[1]) + ", the image is stored as " +
                                 std::to_string(height) + "x" + std::to_string(width));
   }
-  if (!spec.per.empty() && static_cast<int64_t>(value.dims[0]) != box_rows) {
+  if (!spec.per.empty() && box_rows >= 0 && static_cast<int64_t>(value.dims[0]) != box_rows) {
     return FieldError(spec, "has " + std::to_string(value.dims[0]) + " rows, '" + spec.per +
                                 "' has " + std::to_string(box_rows) + " boxes");
   }
@@ -461,6 +461,29 @@ Status CheckValue(const FieldSpec& spec, const FieldValue& value, uint32_t heigh
     }
   }
   return Status::OK();
+}
+
+Status CheckStoredValue(const FieldSpec& spec, const FieldView& view, uint32_t height,
+                        uint32_t width, int64_t box_rows) {
+  if (spec.kind == FieldKind::kMask) {
+    if (view.ndim != 2 || view.dims[0] != height || view.dims[1] != width) {
+      return FieldError(spec, "mask is " + std::to_string(view.dims[0]) + "x" +
+                                  std::to_string(view.dims[1]) + ", the image is stored as " +
+                                  std::to_string(height) + "x" + std::to_string(width));
+    }
+    return Status::OK();
+  }
+  FieldValue value;
+  value.present = true;
+  value.data = view.data, value.size = view.size;
+  value.dims = view.dims, value.ndim = view.ndim;
+  if (spec.kind == FieldKind::kArray && view.ndim == 0) {  // a fixed array's column value
+    value.ndim = static_cast<uint32_t>(spec.dims.size());
+    for (size_t d = 0; d < spec.dims.size(); ++d) {
+      value.dims[d] = static_cast<uint32_t>(spec.dims[d]);
+    }
+  }
+  return CheckValue(spec, value, height, width, box_rows, /*inverted_boxes_ok=*/true);
 }
 
 Status EncodeVarBlob(const Schema& schema, const FieldValues& values, int zstd_level,

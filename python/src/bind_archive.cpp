@@ -145,10 +145,20 @@ py::array ArrayOf(const PyArchive& a, const format::FieldSpec& spec, const forma
   return arr;
 }
 
-// One stored field of sample i as a Python value (the image and the class field aside).
-// `entry` gives the stored shape and orientation masks and boxes turn with.
-py::object FieldObject(const PyArchive& a, const format::FieldSpec& spec,
-                       const format::FieldView& v, const format::IndexEntry& entry) {
+// One stored field of sample i as a Python value (the image and the class field aside), checked
+// as the writers check values (format::CheckStoredValue: text that is not UTF-8 or JSON past its
+// depth would otherwise surface as a raw UnicodeDecodeError or RecursionError). `entry` gives the
+// stored shape and orientation masks and boxes turn with; `box_rows` the rows of a per field's
+// boxes (-1: none). Damage is a DataError naming the archive, the sample and the field.
+py::object FieldObject(const PyArchive& a, uint64_t i, const format::FieldSpec& spec,
+                       const format::FieldView& v, const format::IndexEntry& entry,
+                       int64_t box_rows) {
+  auto damage = [&](const Status& s) {
+    return Status::Corrupt(a.archive->path(), ": sample ", i, ": ", s.message());
+  };
+  if (Status s = format::CheckStoredValue(spec, v, entry.height, entry.width, box_rows); !s.ok()) {
+    Check(damage(s));
+  }
   using format::FieldKind;
   const char* text = reinterpret_cast<const char*>(v.data);
   switch (spec.kind) {
@@ -176,7 +186,9 @@ py::object FieldObject(const PyArchive& a, const format::FieldSpec& spec,
     case FieldKind::kMask: {
       imaging::Image mask;
       mask.Resize(v.dims[1], v.dims[0], 1);
-      Check(format::DecodeMask(v, mask.pixels.data()));
+      if (Status s = format::DecodeMask(v, mask.pixels.data()); !s.ok()) {
+        Check(damage(Status::Corrupt("field '", spec.name, "': ", s.message())));
+      }
       imaging::ApplyOrientation(&mask, entry.orientation);
       py::array_t<uint8_t> out({ssize_t(mask.height), ssize_t(mask.width)});
       std::memcpy(out.mutable_data(), mask.pixels.data(), mask.pixels.size());
@@ -206,6 +218,7 @@ py::dict Sample(const PyArchive& a, int64_t index) {
   const format::Schema& schema = a.archive->schema();
   const format::RecordView r = At(a, i);
   py::dict out;
+  std::vector<int64_t> rows(schema.size(), -1);  // of each boxes field, for the fields per them
   for (size_t f = 0; f < schema.size(); ++f) {
     const format::FieldSpec& spec = schema.fields()[f];
     if (static_cast<int>(f) == schema.image_field()) {
@@ -221,7 +234,10 @@ py::dict Sample(const PyArchive& a, int64_t index) {
           if (Status changed = a.archive->CheckUnchanged(i); !changed.ok()) v = changed;
         }
       }
-      out[spec.name.c_str()] = FieldObject(a, spec, Check(std::move(v)), *r.entry);
+      const format::FieldView view = Check(std::move(v));
+      if (spec.kind == format::FieldKind::kBoxes) rows[f] = view.dims[0];
+      const int64_t box_rows = spec.per.empty() ? -1 : rows[schema.Find(spec.per)];
+      out[spec.name.c_str()] = FieldObject(a, i, spec, view, *r.entry, box_rows);
     }
   }
   return out;

@@ -122,12 +122,21 @@ Status FieldWriter::Write(uint64_t index, const SampleGeometry& g, uint8_t* slot
       if (Status s = format::DecodeMask(view, mask_.data()); !s.ok()) return bad(s.message());
       MapMask(g, mask_.data(),
               slot + layout_.region_offsets[item.region] + position * item.item_bytes);
-    } else if (item.boxes >= 0 && item.boxes != item.field) {
-      // A per-box field: as many rows as its boxes (the consumer filters them together).
-      SF_ASSIGN_OR_RETURN(FieldView boxes,
-                          archive_.Field(index, static_cast<size_t>(item.boxes), false));
-      if (view.ndim == 0 || boxes.ndim == 0 || view.dims[0] != boxes.dims[0]) {
-        return bad("its rows differ from those of '" + spec.per + "'");
+    } else {
+      // What the writers refuse (text that is not UTF-8, JSON past its depth, non-finite boxes:
+      // a crafted archive) fails here, on the worker, as a sample error skip_errors can skip,
+      // rather than as a Python exception where the batch's field is read.
+      if (Status s = format::CheckStoredValue(spec, view, g.stored_height, g.stored_width, -1);
+          !s.ok()) {
+        return Status::Corrupt(archive_.path(), ": sample ", index, ": ", s.message());
+      }
+      if (item.boxes >= 0 && item.boxes != item.field) {
+        // A per-box field: as many rows as its boxes (the consumer filters them together).
+        SF_ASSIGN_OR_RETURN(FieldView boxes,
+                            archive_.Field(index, static_cast<size_t>(item.boxes), false));
+        if (view.ndim == 0 || boxes.ndim == 0 || view.dims[0] != boxes.dims[0]) {
+          return bad("its rows differ from those of '" + spec.per + "'");
+        }
       }
     }
   }

@@ -100,9 +100,11 @@ def dims(*d):
     return out + bytes(-len(out) % 8)
 
 
-def zstd_rle(total, byte=0):
-    """A zstd frame of `total` copies of `byte` in RLE blocks: a few bytes per 128 KiB."""
-    out = bytearray(struct.pack("<I", 0xFD2FB528)) + bytes([0xE0]) + struct.pack("<Q", total)
+def zstd_rle(total, byte=0, claims=None):
+    """A zstd frame of `total` copies of `byte` in RLE blocks (a few bytes per 128 KiB), whose
+    header claims `claims` bytes (default: `total`)."""
+    claims = total if claims is None else claims
+    out = bytearray(struct.pack("<I", 0xFD2FB528)) + bytes([0xE0]) + struct.pack("<Q", claims)
     left = total
     while True:
         n = min(128 << 10, left)

@@ -127,30 +127,19 @@ Status CheckSampleFields(const format::Archive& archive, uint64_t i, uint64_t ma
     auto view = archive.Field(i, f, /*verify=*/schema.VarSlot(f) == 0);
     if (!view.ok()) return FieldStatus(spec, view.status());
     const FieldView& v = *view;
+    // What a writer refuses (UTF-8, JSON syntax and depth, finite boxes, shapes, per-box rows,
+    // a mask's dims) is damage here: convert and extract would refuse it. A per field's boxes
+    // field is declared before it: checked already, its rows known.
+    if (spec.kind == FieldKind::kBoxes) box_rows[f] = v.dims[0];
+    const int64_t rows = spec.per.empty() ? -1 : box_rows[schema.Find(spec.per)];
+    if (Status st = format::CheckStoredValue(spec, v, r.entry->height, r.entry->width, rows);
+        !st.ok()) {
+      return Status::Corrupt(st.message());
+    }
     if (spec.kind == FieldKind::kMask) {
-      if (v.dims[0] != r.entry->height || v.dims[1] != r.entry->width) {
-        return Status::Corrupt("field '", spec.name, "': mask is ", v.dims[0], "x", v.dims[1],
-                               ", the image is stored as ", r.entry->height, "x", r.entry->width);
-      }
       SF_RETURN_IF_ERROR(format::CheckPixelLimit(*r.entry, max_pixels));
       pixels.resize(size_t{v.dims[0]} * v.dims[1]);
       SF_RETURN_IF_ERROR(FieldStatus(spec, format::DecodeMask(v, pixels.data())));
-      continue;
-    }
-    // What a writer refuses (format::CheckValue: UTF-8, JSON syntax and depth, finite and
-    // upright boxes, shapes, per-box rows) is damage here: convert and extract would refuse it.
-    if (spec.kind == FieldKind::kBoxes) box_rows[f] = v.dims[0];
-    const FieldView typed = WithTypeDims(spec, v);
-    format::FieldValue value;
-    value.present = true;
-    value.data = typed.data, value.size = typed.size;
-    value.dims = typed.dims, value.ndim = typed.ndim;
-    // A per field's boxes field is declared before it: checked, its rows known.
-    const int64_t rows = spec.per.empty() ? -1 : box_rows[schema.Find(spec.per)];
-    if (Status st = format::CheckValue(spec, value, r.entry->height, r.entry->width, rows,
-                                       /*inverted_boxes_ok=*/true);
-        !st.ok()) {
-      return Status::Corrupt(st.message());
     }
   }
   return Status::OK();

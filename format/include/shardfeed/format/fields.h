@@ -153,7 +153,8 @@ int JsonDepth(const void* text, size_t size);
 // Whether s[0, n) is valid UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
 bool ValidUtf8(const uint8_t* s, size_t n);
 
-// Checks `value` against `spec` (dims, sizes, rows of a per-box field against `box_rows`, mask
+// Checks `value` against `spec` (dims, sizes, rows of a per-box field against `box_rows` unless
+// it is -1 (not known: the caller checks them), mask
 // dims against the image's stored `height` x `width`, UTF-8 of str, JSON syntax and depth of
 // json, boxes finite and within +-1e30, and not inverted unless `inverted_boxes_ok`: writers
 // refuse inverted boxes from sources, but archives written before that rule may hold them, and
@@ -180,6 +181,14 @@ struct FieldView {
   uint32_t ndim = 0;
   bool aligned = true;
 };
+
+// CheckValue of a value as an archive stores it (Archive::Field's view: a fixed array's view
+// carries no dims, a mask's bytes are compressed), for readers of crafted archives: what the
+// writers refuse is damage. Inverted boxes pass (see CheckValue). A mask is checked for its dims
+// against the image's stored `height` x `width` only (DecodeMask checks its frame).
+// kInvalidArgument naming the field and what is wrong (readers report it as kCorrupt).
+Status CheckStoredValue(const FieldSpec& spec, const FieldView& view, uint32_t height,
+                        uint32_t width, int64_t box_rows);
 
 // Parses a var blob (the bytes a VarEntry addresses, checksum already checked or not) and
 // returns the view of field `f` (a variable field). kCorrupt on any inconsistency (offsets
