@@ -316,6 +316,11 @@ Status ParseFields(const json& j, const std::string& origin, Manifest& m) {
 Status ParseClasses(const json& j, const std::string& origin, Manifest& m) {
   const json& names = j.at("class_names");
   if (!names.is_array()) return Status::Corrupt(origin, ": class_names is not a list");
+  // No writer names more (layout.h): a list past it is crafted, and costs memory to hold.
+  if (names.size() > static_cast<size_t>(kMaxClassId) + 1) {
+    return Status::Corrupt(origin, ": ", names.size(), " class names, more than the ",
+                           kMaxClassId + 1, " an archive may have");
+  }
   for (const json& n : names) {
     if (!n.is_string()) return Status::Corrupt(origin, ": a class name is not a string");
     m.class_names.push_back(n.get<std::string>());

@@ -162,6 +162,11 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
       options.transform.std[c] = static_cast<float>(stats.std[c]);
     }
     options.transform.stats_from_archive = false;
+    // Figures a float32 normalisation cannot use (a std of 1e308 is finite as a double, not as
+    // a float) are the file's damage, not the caller's mistake.
+    if (Status st = ValidateTransform(options.transform); !st.ok()) {
+      return Status::Corrupt(archive->path(), "/", format::kStatsFileName, ": ", st.message());
+    }
   }
   SF_RETURN_IF_ERROR(ValidateLoaderOptions(options));
   if (options.device && !CudaAvailable()) {

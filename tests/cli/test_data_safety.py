@@ -231,6 +231,18 @@ def edit_manifest(archive, change, keep_checksum=True):
     path.write_text(json.dumps(m, indent=2))
 
 
+def test_more_class_names_than_an_archive_may_have_are_refused(archive):
+    # REGRESSION: a crafted manifest (checksum recomputed) with 4194306 class names, more than
+    # any writer makes (class ids stop at 4194303), passed verify and cost memory to hold.
+    def change(m):
+        m["class_names"] = m["class_names"] + ["x%d" % i for i in range(4194306 - 3)]
+        m["class_counts"] = m["class_counts"] + [0] * (4194306 - 3)
+    edit_manifest(archive, change, keep_checksum=False)
+    p = run("verify", archive)
+    assert p.returncode == 1, (p.returncode, p.stderr)
+    assert "4194306 class names, more than the 4194304 an archive may have" in p.stderr, p.stderr
+
+
 def test_verify_catches_an_edited_class_name(archive):
     text = (archive / "manifest.json").read_text().replace('"cat"', '"dog-2"')
     (archive / "manifest.json").write_text(text)

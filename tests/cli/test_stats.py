@@ -332,12 +332,23 @@ for path, kw in ((other, dict(opts)), (a, dict(opts, dtype="uint8"))):
         print("accepted")
     except ValueError as e:
         print(e)
+# A std that float32 makes infinite (1e308): the file's damage (DataError naming it), not the
+# caller's ValueError about a std it never gave.
+record = dict(saved, std=[1e308] * 3)
+with open(a + "/stats.json", "w") as f:
+    json.dump(record, f)
+try:
+    shardfeed.Loader(a, mean="archive", **opts)
+    print("accepted")
+except shardfeed.DataError as e:
+    print("DataError", e)
 """
     env = dict(os.environ, PYTHONPATH=PYTHONPATH)
     q = subprocess.run(["/usr/bin/python3", "-c", code, str(a), str(other)],
                        capture_output=True, text=True, env=env, timeout=120)
     assert q.returncode == 0, q.stderr
-    same, changed, uint8 = q.stdout.splitlines()
+    same, changed, uint8, damaged = q.stdout.splitlines()
+    assert damaged.startswith("DataError") and str(a / "stats.json") in damaged, damaged
     assert same == "True"
     assert "another state of the archive" in changed and "--save" in changed, changed
     assert "float dtype" in uint8, uint8
