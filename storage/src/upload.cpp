@@ -85,13 +85,18 @@ struct Reply {
   long http = 0;
   std::string body, etag;
   int64_t length = -1;  // Content-Length, when the reply had one
+  bool cut = false;     // the transfer was ended after the body's first kMaxReply bytes
 };
 
+// Keeps the reply's first kMaxReply bytes and then ends the transfer: a store (or a proxy in
+// front of it) answering with an endless body is not read to its end.
 size_t OnReplyBody(char* data, size_t size, size_t count, void* user) {
   Reply* r = static_cast<Reply*>(user);
   const size_t n = size * count;
-  if (r->body.size() < kMaxReply) r->body.append(data, std::min(n, kMaxReply - r->body.size()));
-  return n;
+  r->body.append(data, std::min(n, kMaxReply - r->body.size()));
+  if (r->body.size() < kMaxReply) return n;
+  r->cut = true;
+  return 0;
 }
 
 size_t OnHeader(char* data, size_t size, size_t count, void* user) {
@@ -189,7 +194,8 @@ class Client {
         curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4.c_str());
         curl_easy_setopt(c, CURLOPT_USERPWD, userpwd.c_str());
       }
-      const CURLcode code = curl_easy_perform(c);
+      CURLcode code = curl_easy_perform(c);
+      if (code == CURLE_WRITE_ERROR && reply->cut) code = CURLE_OK;  // the answer is in hand
       curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &reply->http);
       if (body->read_errno) {
         return Status::IOError("reading the file for ", Shown(name), ": ",

@@ -205,6 +205,9 @@ class UploadProxy:
 
     def __init__(self, upstream):
         self.log, self.fail, self.stall, self.lose, self.lost = [], [], [], [], []
+        # (method, fragment): answered HTTP 503 with a 256 MiB body, counting in flood_sent what
+        # went out before the client hung up (a broken store or proxy answering without end)
+        self.flood, self.flood_sent = [], 0
         # (method, fragment, code): answered 403 with that error code (no body for HEAD), as
         # S3 answers without a grant (AccessDenied) or with bad credentials
         self.deny = []
@@ -234,6 +237,19 @@ class UploadProxy:
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
                     self.wfile.write(data)
+                    return
+                if any(m == self.command and f in self.path for m, f in outer.flood):
+                    self.send_response(503)
+                    self.send_header("Content-Length", str(256 << 20))
+                    self.end_headers()
+                    piece = b"x" * (64 << 10)
+                    try:
+                        for _ in range(4096):
+                            self.wfile.write(piece)
+                            outer.flood_sent += len(piece)
+                    except OSError:
+                        pass  # the client hung up: what it read is counted
+                    self.close_connection = True
                     return
                 if any(m == self.command and f in self.path for m, f in outer.lost):
                     data = (b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>NoSuchUpload"
@@ -589,3 +605,15 @@ def test_a_shard_another_writer_replaced_as_the_manifest_went_up_fails_the_pack(
     env.setenv("AWS_ENDPOINT_URL", moto_url)
     bad = cli("verify", f"s3://{BUCKET}/w-race2", "-q")
     assert bad.returncode != 0 and "shard-00001.mdb" in bad.stdout + bad.stderr
+
+
+def test_an_endless_error_reply_to_an_upload_is_not_read_to_its_end(bucket, upload_proxy, tmp_path):
+    # REGRESSION: an upload's reply was kept to 1 MiB but the rest was still read: a store or
+    # proxy answering a PUT with an endless 503 body held the pack (256 MiB a try here). The
+    # transfer now ends after the first 1 MiB, and the 503 is retried and reported as such.
+    upload_proxy.flood = [("PUT", "w-flood/shard-00000.mdb")]
+    out = cli("pack", GOOD, f"s3://{BUCKET}/w-flood", "-q", "--staging", str(tmp_path / "s"))
+    assert out.returncode == 3, out.stderr
+    assert "HTTP 503" in out.stderr and "still failing after 2 attempts" in out.stderr, out.stderr
+    assert upload_proxy.flood_sent < 2 * 8 << 20, upload_proxy.flood_sent  # 2 tries, 1 MiB each
+    assert "manifest.json" not in keys(bucket, "w-flood")
