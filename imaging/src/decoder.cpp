@@ -242,7 +242,11 @@ bool ReadPng(png_structp png, png_infop info, PngSource* src, const Limits& limi
   return true;
 }
 
-Status DecodePng(const uint8_t* data, size_t size, Image* out, const Limits& limits) {
+// A libpng reader over `data` for `read(png, info, src, limit)` (ReadPng or ReadPngSamples: only
+// trivially destructible locals, as libpng may longjmp out of it): the structs made and freed
+// here, a failed read kCorrupt with libpng's message, a size over the limits its error.
+template <typename Read>
+Status WithPngReader(const uint8_t* data, size_t size, const Read& read) {
   PngSource src{data, size};
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, PngFail, PngWarn);
   if (!png) return Status::ResourceExhausted("PNG: cannot allocate a decoder");
@@ -253,13 +257,20 @@ Status DecodePng(const uint8_t* data, size_t size, Image* out, const Limits& lim
   }
   png_set_user_limits(png, 65535, 65535);  // CheckPixels says which limit; this bounds libpng
   png_set_crc_action(png, PNG_CRC_DEFAULT, PNG_CRC_WARN_DISCARD);
+  Status limit;
+  const bool read_ok = read(png, info, &src, &limit);
+  png_destroy_read_struct(&png, &info, nullptr);
+  if (!read_ok) return Status::Corrupt("PNG decode failed: ", src.message);
+  return limit;
+}
+
+Status DecodePng(const uint8_t* data, size_t size, Image* out, const Limits& limits) {
   std::vector<uint8_t> rgba;
   std::vector<png_bytep> rows;
-  Status limit;
-  const bool read = ReadPng(png, info, &src, limits, out, &rgba, &rows, &limit);
-  png_destroy_read_struct(&png, &info, nullptr);
-  if (!read) return Status::Corrupt("PNG decode failed: ", src.message);
-  if (!limit.ok()) return limit;
+  SF_RETURN_IF_ERROR(WithPngReader(
+      data, size, [&](png_structp png, png_infop info, PngSource* src, Status* limit) {
+        return ReadPng(png, info, src, limits, out, &rgba, &rows, limit);
+      }));
   if (!rgba.empty()) CompositeOverWhite(rgba.data(), rgba.size() / 4, out->pixels.data());
   return Status::OK();
 }
@@ -576,23 +587,12 @@ Status Decoder::DecodeOther(ImageFormat format, const uint8_t* data, size_t size
 
 Status DecodePngSamples(const uint8_t* data, size_t size, const Limits& limits, PngSamples* out) {
   if (SniffFormat(data, size) != ImageFormat::kPng) return Status::InvalidArgument("not a PNG");
-  PngSource src{data, size};
-  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, PngFail, PngWarn);
-  if (!png) return Status::ResourceExhausted("PNG: cannot allocate a decoder");
-  png_infop info = png_create_info_struct(png);
-  if (!info) {
-    png_destroy_read_struct(&png, nullptr, nullptr);
-    return Status::ResourceExhausted("PNG: cannot allocate a decoder");
-  }
-  png_set_user_limits(png, 65535, 65535);
-  png_set_crc_action(png, PNG_CRC_DEFAULT, PNG_CRC_WARN_DISCARD);
   std::vector<uint8_t> raw;
   std::vector<png_bytep> rows;
-  Status limit;
-  const bool read = ReadPngSamples(png, info, &src, limits, out, &raw, &rows, &limit);
-  png_destroy_read_struct(&png, &info, nullptr);
-  if (!read) return Status::Corrupt("PNG decode failed: ", src.message);
-  if (!limit.ok()) return limit;
+  SF_RETURN_IF_ERROR(WithPngReader(
+      data, size, [&](png_structp png, png_infop info, PngSource* src, Status* limit) {
+        return ReadPngSamples(png, info, src, limits, out, &raw, &rows, limit);
+      }));
   out->values.resize(raw.size() / (out->bit_depth == 16 ? 2 : 1));
   for (size_t i = 0; i < out->values.size(); ++i) {
     out->values[i] =
