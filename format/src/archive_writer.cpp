@@ -481,8 +481,9 @@ Status ArchiveWriter::Append(IndexEntry entry, const uint8_t* data, size_t size,
       const FieldValue& boxes = values[schema.Find(spec.per)];  // checked before (declared so)
       box_rows = boxes.ndim > 0 ? boxes.dims[0] : -1;
     }
-    SF_RETURN_IF_ERROR(CheckValue(spec, values[f], entry.height, entry.width, box_rows,
-                                  options_.inverted_boxes_ok));
+    ValueChecks checks;
+    checks.inverted_boxes_ok = options_.inverted_boxes_ok;
+    SF_RETURN_IF_ERROR(CheckValue(spec, values[f], entry.height, entry.width, box_rows, checks));
   }
   blob_.clear();
   if (schema.has_var_fields()) {

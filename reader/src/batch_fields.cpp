@@ -112,31 +112,28 @@ Status FieldWriter::Write(uint64_t index, const SampleGeometry& g, uint8_t* slot
       if (view.size != item.item_bytes) return bad("column value of the wrong size");
       std::memcpy(slot + layout_.region_offsets[item.region] + position * item.item_bytes,
                   view.data, item.item_bytes);
-    } else if (item.where == FieldPlan::Where::kMask) {
-      if (view.ndim != 2 || view.dims[0] != g.stored_height || view.dims[1] != g.stored_width) {
-        return bad("mask is " + std::to_string(view.dims[0]) + "x" + std::to_string(view.dims[1]) +
-                   ", the image is stored as " + std::to_string(g.stored_height) + "x" +
-                   std::to_string(g.stored_width));
-      }
+      continue;
+    }
+    // What the writers refuse (a mask of another size, text that is not UTF-8, JSON past its
+    // depth, non-finite boxes: a crafted archive) fails here, on the worker, as a sample error
+    // skip_errors can skip, rather than as a Python exception where the batch's field is read.
+    // JSON's syntax is left to the consumer (format::ValueChecks: a parse costs 10x the read).
+    if (Status s = format::CheckStoredValue(spec, view, g.stored_height, g.stored_width, -1,
+                                            /*json_syntax=*/false);
+        !s.ok()) {
+      return Status::Corrupt(archive_.path(), ": sample ", index, ": ", s.message());
+    }
+    if (item.where == FieldPlan::Where::kMask) {
       mask_.resize(size_t{g.stored_height} * g.stored_width);
       if (Status s = format::DecodeMask(view, mask_.data()); !s.ok()) return bad(s.message());
       MapMask(g, mask_.data(),
               slot + layout_.region_offsets[item.region] + position * item.item_bytes);
-    } else {
-      // What the writers refuse (text that is not UTF-8, JSON past its depth, non-finite boxes:
-      // a crafted archive) fails here, on the worker, as a sample error skip_errors can skip,
-      // rather than as a Python exception where the batch's field is read.
-      if (Status s = format::CheckStoredValue(spec, view, g.stored_height, g.stored_width, -1);
-          !s.ok()) {
-        return Status::Corrupt(archive_.path(), ": sample ", index, ": ", s.message());
-      }
-      if (item.boxes >= 0 && item.boxes != item.field) {
-        // A per-box field: as many rows as its boxes (the consumer filters them together).
-        SF_ASSIGN_OR_RETURN(FieldView boxes,
-                            archive_.Field(index, static_cast<size_t>(item.boxes), false));
-        if (view.ndim == 0 || boxes.ndim == 0 || view.dims[0] != boxes.dims[0]) {
-          return bad("its rows differ from those of '" + spec.per + "'");
-        }
+    } else if (item.boxes >= 0 && item.boxes != item.field) {
+      // A per-box field: as many rows as its boxes (the consumer filters them together).
+      SF_ASSIGN_OR_RETURN(FieldView boxes,
+                          archive_.Field(index, static_cast<size_t>(item.boxes), false));
+      if (view.ndim == 0 || boxes.ndim == 0 || view.dims[0] != boxes.dims[0]) {
+        return bad("its rows differ from those of '" + spec.per + "'");
       }
     }
   }

@@ -144,24 +144,30 @@ struct FieldValue {
 // travel as the record and IndexEntry::label).
 using FieldValues = std::vector<FieldValue>;
 
-// The deepest nesting of arrays and objects a json value may have. Deeper text is refused where
-// it comes in (importers, writers) and where it is read: nlohmann's dump (and every reader's
-// JSON library) recurses once a level, so 100,000 levels overflowed the stack.
-inline constexpr int kMaxJsonDepth = 256;
 // Nesting depth of JSON text, scanned without recursion (strings and escapes skipped).
 int JsonDepth(const void* text, size_t size);
 // Whether s[0, n) is valid UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
 bool ValidUtf8(const uint8_t* s, size_t n);
 
+// What CheckValue may let pass.
+struct ValueChecks {
+  // Writers refuse inverted boxes from sources, but archives written before that rule may hold
+  // them, and what copies or checks an archive (convert, verify --decode, readers) keeps them.
+  bool inverted_boxes_ok = false;
+  // JSON's syntax (a parse: about 115 MB/s). UTF-8 and depth, single linear passes, are always
+  // checked: they are what a reader's JSON library would crash or recurse on. The loader's
+  // workers skip the parse (13 us for a 1.5 KB value, 10x a raw 16x16 sample's read); Python
+  // then raises DataError naming the sample where it parses the value.
+  bool json_syntax = true;
+};
+
 // Checks `value` against `spec` (dims, sizes, rows of a per-box field against `box_rows` unless
-// it is -1 (not known: the caller checks them), mask
-// dims against the image's stored `height` x `width`, UTF-8 of str, JSON syntax and depth of
-// json, boxes finite and within +-1e30, and not inverted unless `inverted_boxes_ok`: writers
-// refuse inverted boxes from sources, but archives written before that rule may hold them, and
-// what copies or checks an archive (convert, verify --decode) keeps them as they are).
+// it is -1 (not known: the caller checks them), mask dims against the image's stored `height` x
+// `width`, UTF-8 of str, JSON depth and syntax of json, boxes finite and within
+// +-kMaxBoxCoordinate, and not inverted; `checks` relaxes the last two).
 // kInvalidArgument naming the field and what is wrong.
 Status CheckValue(const FieldSpec& spec, const FieldValue& value, uint32_t height, uint32_t width,
-                  int64_t box_rows, bool inverted_boxes_ok = false);
+                  int64_t box_rows, ValueChecks checks = {});
 
 // Encodes a sample's variable values into its var blob (appending to `out`, which the writer
 // places 8-byte aligned in a chunk), masks compressed at `zstd_level`. Values must have passed
@@ -188,7 +194,7 @@ struct FieldView {
 // against the image's stored `height` x `width` only (DecodeMask checks its frame).
 // kInvalidArgument naming the field and what is wrong (readers report it as kCorrupt).
 Status CheckStoredValue(const FieldSpec& spec, const FieldView& view, uint32_t height,
-                        uint32_t width, int64_t box_rows);
+                        uint32_t width, int64_t box_rows, bool json_syntax = true);
 
 // Parses a var blob (the bytes a VarEntry addresses, checksum already checked or not) and
 // returns the view of field `f` (a variable field). kCorrupt on any inconsistency (offsets

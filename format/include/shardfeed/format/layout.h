@@ -111,6 +111,13 @@ static_assert(offsetof(JpegRegionIndex, table_checksum) == 16);
 static_assert(offsetof(JpegRegionIndex, magic) == 20);
 inline constexpr char kJpegRegionIndexMagic[4] = {'S', 'F', 'J', 'X'};
 
+// The deepest nesting of arrays and objects a json field value may have. Deeper text is refused
+// where it comes in (importers, writers) and where it is read: nlohmann's dump (and every
+// reader's JSON library) recurses once a level, so 100,000 levels overflowed the stack.
+inline constexpr int kMaxJsonDepth = 256;
+// The largest magnitude of a boxes coordinate (docs/FORMAT.md, "Fields"): finite, within it.
+inline constexpr float kMaxBoxCoordinate = 1e30f;
+
 // The shape a record decodes to: JPEG orientations 5..8 swap rows and columns; every record
 // decodes to 3 channels (RGB). What the manifest's "shape" means (version 3).
 inline constexpr uint32_t UprightHeight(const IndexEntry& e) {
