@@ -323,8 +323,12 @@ Result<SourceList> ImportWebDataset(const std::string& src, const ImportOptions&
     }
   }
   // The schema: given, or image, label (cls), then the other extensions in order of first use,
-  // then the sample's key.
+  // then the sample's key. An extension that is some sample's image is no field (a sample whose
+  // only image is b.png would miss it): a second image member of that extension beside another
+  // sample's photo is left out and listed in `ignored`.
   format::Schema schema;
+  std::set<std::string> image_exts;
+  for (const TarSample& s : samples) image_exts.insert(ImageExtensionOf(s));
   if (!options.schema_json.empty()) {
     SF_ASSIGN_OR_RETURN(schema, format::Schema::FromJson(options.schema_json));
   } else {
@@ -334,7 +338,7 @@ Result<SourceList> ImportWebDataset(const std::string& src, const ImportOptions&
       const std::string image = ImageExtensionOf(s);
       for (const auto& [ext, m] : s.parts) {
         if (ext == "cls" || ext == "label") label = true;
-        if (ext != image && ext != "cls" && ext != "label" &&
+        if (ext != image && ext != "cls" && ext != "label" && !image_exts.count(ext) &&
             std::find(exts.begin(), exts.end(), ext) == exts.end()) {
           exts.push_back(ext);
         }
@@ -391,6 +395,13 @@ Result<SourceList> ImportWebDataset(const std::string& src, const ImportOptions&
       format::FieldSpec spec;
       FieldOfExtension(ext, &spec);
       const int f = schema.Find(spec.name);
+      if ((f < 0 || f == schema.image_field()) && options.schema_json.empty()) {
+        list.ignored.push_back(
+            {s.tar + ":" + m.name, "a second image member beside " + s.key + "." + image + ": '" +
+                                       ext +
+                                       "' is other samples' image, so no field holds it "
+                                       "(--schema can name it as a field)"});
+      }
       if (f < 0 || f == schema.image_field()) continue;  // not in the given schema
       if (m.size > kMaxValueBytes) {
         return Status::Corrupt(where, ": member ", m.name, " of ", m.size,

@@ -1312,6 +1312,16 @@ def test_a_webdataset_png_beside_the_photo_is_a_field_not_dropped(tmp_path):
     for row in rows:
         assert base64.b64decode(row["png"]["base64"]) == maps[row["key"]]
         assert (tmp_path / "x" / row["image"]).read_bytes() == photo
+    # (review) A sample whose only image is a png: png is then no field (the sample would miss
+    # it and fail the pack); the maps beside the photos are left out, listed in `ignored`.
+    with tarfile.open(src / "b.tar", "w") as t:
+        add_member(t, "z.png", maps["x"])
+        add_member(t, "z.cls", b"0")
+    p = run("pack", src, tmp_path / "b.sf", "-q", "--report", tmp_path / "r.json", check=0)
+    assert "png" not in fields(tmp_path / "b.sf"), fields(tmp_path / "b.sf")
+    ignored = json.loads((tmp_path / "r.json").read_text())["ignored"]
+    assert sorted(os.path.basename(i["path"]) for i in ignored) == ["a.tar:x.png", "a.tar:y.png"]
+    assert all("other samples' image" in i["reason"] for i in ignored), ignored
 
 
 def test_a_label_beyond_the_class_limit_is_refused_naming_the_line(tmp_path):
