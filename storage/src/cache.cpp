@@ -312,7 +312,8 @@ void TrimCache(const std::string& cache_dir, uint64_t limit);
 struct Remote::Impl {
   internal::Endpoint endpoint;
   FetchRetry retry;
-  std::string dir;  // this location's folder in the cache
+  std::string dir;         // this location's folder in the cache
+  std::once_flag trimmed;  // the cache brought within the limit, at the first Fetch
 };
 
 Remote::~Remote() = default;
@@ -333,9 +334,6 @@ Result<std::shared_ptr<Remote>> Remote::Open(const std::string& location,
   std::error_code ec;
   fs::create_directories(remote->impl_->dir, ec);
   if (ec) return Status::IOError("cache_dir ", cache.dir, ": ", ec.message());
-  // A cache filled under a larger limit (or none) is brought within this one now: its reads
-  // are hits, so no download would ever evict for it.
-  if (cache.limit != 0) TrimCache(cache.dir, cache.limit);
   return remote;
 }
 
@@ -492,6 +490,12 @@ Result<std::unique_ptr<CachedFile>> Remote::Fetch(const std::string& name, uint6
         "' or name not one the cache holds (16 hex digits; a file name)");
   }
   const std::string final_path = impl_->dir + "/" + name + "." + version;
+  // A cache filled under a larger limit (or none) is brought within this one: its reads are
+  // hits, so no download would ever evict for it. At the first Fetch, not at Open: a limit that
+  // the archive's or the loader's open then refuses as too small must not empty the cache.
+  std::call_once(impl_->trimmed, [&] {
+    if (cache_.limit != 0) TrimCache(cache_.dir, cache_.limit);
+  });
   if (auto held = Hold(final_path)) {
     internal::CountStat(&FetchStats::hits, 1);
     return held;

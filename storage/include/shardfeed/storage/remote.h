@@ -19,8 +19,9 @@
 // A file handed out (CachedFile) is held with a shared flock for as long as it lives; eviction
 // (least recently used first) removes only files it can lock exclusively, so a shard in use is
 // never removed. The cache never holds more than `limit` bytes of shard files: room is reserved
-// (posix_fallocate) before a download starts, so a full disk fails then, cleanly; and Open with a
-// limit first evicts unheld files down to it (a cache filled under a larger limit).
+// (posix_fallocate) before a download starts, so a full disk fails then, cleanly; and the first
+// Fetch of a Remote opened with a limit evicts unheld files down to it (a cache filled under a
+// larger limit).
 //
 // Faults. Connection failures, timeouts, resets, short bodies, HTTP 5xx and 429 are retried with
 // exponential backoff and full jitter: `retries` attempts after the first (default 6), delays
