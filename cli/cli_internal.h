@@ -118,9 +118,13 @@ std::vector<std::pair<std::string, std::string>> LoaderOptionValues(
 // DIR, else a new folder under $TMPDIR or /tmp); Finish uploads it when the build succeeded
 // (shards, then the manifest last) and removes the local copy; on failure it keeps the copy and
 // says where. SIGINT/SIGTERM during the upload stop it (storage::CancelUploads: multipart
-// uploads begun are aborted, no manifest is written), keep the copy, say so, and then end the
-// process by that signal. During the build before it they end the process as usual: the
-// staging folder is then left as it was.
+// uploads begun are aborted, no manifest is written unless it was already on its way: the message
+// then says it may have landed), keep the copy, say so, and then end the process by that signal.
+// During the build before it they end the process as usual: the staging folder is then left as
+// it was. With `overwrite`, the replaced archive's shards that the new one does not overwrite are
+// removed after the upload, each only while it is still the object it was before the upload
+// (storage::RemoteDeleteIfUnchanged; kept with a warning otherwise), and the new manifest is
+// then checked to be still this command's (kChanged otherwise: another job wrote the prefix).
 class StagedOut {
  public:
   static Result<StagedOut> Prepare(const std::string& out, const std::string& staging,
@@ -129,6 +133,10 @@ class StagedOut {
   Status Finish(const Status& built) const;
 
  private:
+  Status RemoveReplaced(const std::vector<std::string>& files,
+                        const std::vector<std::string>& etags,
+                        const std::string& manifest_etag) const;
+
   std::string out_, path_, root_;
   bool overwrite_ = false, made_root_ = false;
 };

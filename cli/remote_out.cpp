@@ -148,50 +148,91 @@ Result<StagedOut> StagedOut::Prepare(const std::string& out, const std::string& 
   return s;
 }
 
+// The replaced archive's shards `files` (their ETags before the upload in `etags`) removed where
+// they are still those objects, then the new manifest (ETag `manifest_etag`) checked to be still
+// this command's: a job that wrote this prefix meanwhile may have had an object removed.
+Status StagedOut::RemoveReplaced(const std::vector<std::string>& files,
+                                 const std::vector<std::string>& etags,
+                                 const std::string& manifest_etag) const {
+  size_t kept = 0, removed = 0;
+  for (size_t i = 0; i < files.size() && i < etags.size(); ++i) {
+    Result<bool> gone = storage::RemoteDeleteIfUnchanged(out_, files[i], etags[i]);
+    if (!gone.ok()) {
+      std::fprintf(stderr, "shardfeed: warning: cannot remove %s/%s of the replaced archive: %s\n",
+                   out_.c_str(), files[i].c_str(), gone.status().message().c_str());
+    }
+    (gone.ok() && *gone ? removed : kept) += 1;
+  }
+  if (kept > 0) {
+    std::fprintf(stderr,
+                 "shardfeed: warning: %zu shard(s) of the replaced archive stay at %s: changed "
+                 "since the upload began, or not readable to compare\n",
+                 kept, out_.c_str());
+  }
+  if (removed == 0) return Status::OK();
+  return storage::RemoteUnchanged(out_, "manifest.json", manifest_etag)
+      .WithContext("after removing the replaced archive's shards");
+}
+
 Status StagedOut::Finish(const Status& built) const {
   if (root_.empty()) return built;  // a local OUT
   Status st = built;
-  std::vector<std::string> old_files;  // the replaced archive's files (--overwrite)
+  // The replaced archive's shards (--overwrite) that the new one will not overwrite, and their
+  // ETags now: removed after the upload only while still those objects (another job may write
+  // the same names meanwhile).
+  std::vector<std::string> old_files, old_etags;
   if (st.ok() && overwrite_) {
     // Only for the cleanup below: an old manifest that cannot be read (403 without
     // s3:ListBucket when there is none) leaves the replaced archive's other shards in place.
-    if (Status old = OldFiles(out_, &old_files); !old.ok()) {
+    Status old = OldFiles(out_, &old_files);
+    std::error_code ec;
+    old_files.erase(
+        std::remove_if(old_files.begin(), old_files.end(),
+                       [&](const std::string& f) { return fs::exists(fs::path(path_) / f, ec); }),
+        old_files.end());
+    if (old.ok()) {
+      Result<std::vector<std::string>> etags = storage::RemoteEtags(out_, old_files);
+      if (etags.ok()) old_etags = std::move(*etags);
+      old = etags.status();
+    }
+    if (!old.ok()) {
       std::fprintf(stderr,
-                   "shardfeed: warning: cannot read the manifest being replaced (%s); shards of "
+                   "shardfeed: warning: cannot read the archive being replaced (%s); shards of "
                    "it that the new archive does not overwrite stay at %s\n",
                    old.message().c_str(), out_.c_str());
       old_files.clear();
     }
   }
-  bool published = false;
+  storage::UploadResult uploaded;
   if (st.ok()) {
     storage::UploadOptions o;
     o.overwrite = overwrite_;
     InterruptUploads interrupt;
-    st = storage::UploadArchive(path_, out_, "manifest.json", o, &published);
+    st = storage::UploadArchive(path_, out_, "manifest.json", o, &uploaded);
   }
   const int sig = g_signal.load();
-  // The replaced archive's shards that the new one has not overwritten: provably its files (its
-  // manifest named them), no longer named by any manifest.
-  for (const std::string& f : st.ok() ? old_files : std::vector<std::string>()) {
-    std::error_code ec;
-    if (fs::exists(fs::path(path_) / f, ec)) continue;
-    if (Status d = storage::RemoteDelete(out_, f); !d.ok()) {
-      std::fprintf(stderr, "shardfeed: warning: cannot remove %s/%s of the replaced archive: %s\n",
-                   out_.c_str(), f.c_str(), d.message().c_str());
-    }
-  }
+  if (st.ok()) st = RemoveReplaced(old_files, old_etags, uploaded.last_etag);
   if (!st.ok()) {
     std::error_code ec;
     if (!fs::exists(path_, ec)) {  // nothing was built: nothing to keep
       if (made_root_) fs::remove_all(root_, ec);
       return st;
     }
-    if (published) {
+    if (uploaded.published && sig != 0) {
+      std::fprintf(stderr,
+                   "shardfeed: %s: interrupted while its manifest was on its way: the store may "
+                   "have written it (run shardfeed verify on it); the local build is kept in %s\n",
+                   out_.c_str(), path_.c_str());
+    } else if (uploaded.published) {
       std::fprintf(stderr,
                    "shardfeed: %s: this command's manifest went up, but the archive there may "
                    "mix its objects with another writer's (run shardfeed verify on it); the local "
                    "build is kept in %s\n",
+                   out_.c_str(), path_.c_str());
+    } else if (st.code() == StatusCode::kChanged) {
+      std::fprintf(stderr,
+                   "shardfeed: %s: this command's manifest was not written; the local build is "
+                   "kept in %s\n",
                    out_.c_str(), path_.c_str());
     } else {
       std::fprintf(stderr,

@@ -1,5 +1,7 @@
 // Uploading an archive folder to s3:// (upload.h): PUT or multipart upload per file, the
 // manifest last; requests signed by libcurl (CURLOPT_AWS_SIGV4), retried as GETs are (http.cpp).
+// long file: one S3 client (signed requests, retries, multipart, ETag checks) and the upload that
+// drives it; the Client class is private to this file.
 #include "shardfeed/storage/upload.h"
 
 #include <curl/curl.h>
@@ -323,6 +325,17 @@ class Client {
     return Multipart(fd.fd, size, name, part_size);
   }
 
+  // The ETag of the object `name` now: "" when there is none (404) or the credentials may not
+  // read it (403).
+  Result<std::string> Etag(const std::string& name) {
+    Body none;
+    Reply r;
+    SF_RETURN_IF_ERROR(Send("HEAD", name, "", &none, &r));
+    if (r.http == 404 || r.http == 403) return std::string();
+    if (r.http / 100 != 2) return Refused("HEAD", name, r);
+    return r.etag;
+  }
+
   // OK when the object `name` still has the ETag `ours` (what our upload of it was given); an
   // error naming it when another writer replaced or deleted it since. Not checked: `ours` "", or
   // credentials that may write but not read (HEAD 403).
@@ -574,9 +587,49 @@ Status RemoteDelete(const std::string& location, const std::string& name) {
 
 void CancelUploads() { g_cancel.Cancel(); }
 
+Result<std::vector<std::string>> RemoteEtags(const std::string& location,
+                                             const std::vector<std::string>& names) {
+  SF_RETURN_IF_ERROR(CheckWritable(location));
+  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
+  SF_ASSIGN_OR_RETURN(const FetchRetry retry, internal::RetryFromEnv());
+  std::vector<std::string> etags(names.size());
+  SF_RETURN_IF_ERROR(OnClients(e, retry, UploadOptions().connections, names.size(),
+                               "reading ETags under " + e.shown, [&](Client& client, size_t i) {
+                                 SF_ASSIGN_OR_RETURN(etags[i], client.Etag(names[i]));
+                                 return Status::OK();
+                               }));
+  return etags;
+}
+
+Result<bool> RemoteDeleteIfUnchanged(const std::string& location, const std::string& name,
+                                     const std::string& etag) {
+  if (etag.empty()) return false;
+  SF_RETURN_IF_ERROR(CheckWritable(location));
+  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
+  SF_ASSIGN_OR_RETURN(const FetchRetry retry, internal::RetryFromEnv());
+  Client client(e, retry);
+  SF_ASSIGN_OR_RETURN(const std::string now, client.Etag(name));
+  if (now.empty() || strcasecmp(now.c_str(), etag.c_str()) != 0) return false;
+  SF_RETURN_IF_ERROR(client.Delete(name));
+  return true;
+}
+
+Status RemoteUnchanged(const std::string& location, const std::string& name,
+                       const std::string& etag) {
+  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
+  SF_ASSIGN_OR_RETURN(const FetchRetry retry, internal::RetryFromEnv());
+  Client client(e, retry);
+  return client.Unchanged(name, etag);
+}
+
 Status UploadArchive(const std::string& dir, const std::string& location, const std::string& last,
-                     const UploadOptions& options, bool* published) {
-  if (published) *published = false;
+                     const UploadOptions& options, UploadResult* result) {
+  UploadResult ignored;
+  if (!result) result = &ignored;
+  *result = UploadResult();
   SF_RETURN_IF_ERROR(CheckWritable(location));
   std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
@@ -636,10 +689,20 @@ Status UploadArchive(const std::string& dir, const std::string& location, const 
   const std::string last_path = dir + "/" + last;
   if (::stat(last_path.c_str(), &st) != 0)
     return Status::IOError(last_path, ": ", std::strerror(errno));
-  SF_ASSIGN_OR_RETURN(const std::string manifest_etag,
+  // Another job's archive finished here during our upload (its manifest is up): not replaced
+  // (it was absent, or --overwrite deleted it, before the upload began). Not checked where the
+  // credentials may not read it (Etag "": 403).
+  SF_ASSIGN_OR_RETURN(const std::string appeared, main.Etag(last));
+  if (!appeared.empty()) {
+    return Status::Changed(main.Shown(last),
+                           ": appeared while this command uploaded: another job wrote an archive "
+                           "to this prefix at the same time (its shards may now be this "
+                           "command's); give each job its own prefix");
+  }
+  result->published = true;  // from here on the manifest may land, even if its reply is lost
+  SF_ASSIGN_OR_RETURN(result->last_etag,
                       main.PutFile(last_path, static_cast<uint64_t>(st.st_size), last, part_size));
-  if (published) *published = true;
-  SF_RETURN_IF_ERROR(main.Unchanged(last, manifest_etag));
+  SF_RETURN_IF_ERROR(main.Unchanged(last, result->last_etag));
   return OnClients(e, retry, options.connections, files.size(), "checking " + e.shown, unchanged);
 }
 

@@ -500,7 +500,7 @@ def test_overwrite_replaces_only_an_archive_and_deletes_only_its_shards(env, buc
     bucket.put_object(Bucket=BUCKET, Key="w-edited/manifest.json", Body=json.dumps(m).encode())
     out = cli("pack", GOOD, dest, "-q", "--shard-size", "60K", "--overwrite")
     assert out.returncode == 0, out.stderr
-    assert "cannot read the manifest being replaced" in out.stderr
+    assert "cannot read the archive being replaced" in out.stderr
     assert "notes.txt" in keys(bucket, "w-edited")
     assert cli("verify", dest).returncode == 0
 
@@ -580,7 +580,7 @@ def test_a_shard_another_writer_replaced_before_the_manifest_fails_the_pack(buck
     assert out.returncode == 3, out.stderr
     assert f"s3://{BUCKET}/w-race/shard-00000.mdb: replaced" in out.stderr, out.stderr
     assert "another writer" in out.stderr and "its own prefix" in out.stderr
-    assert f"s3://{BUCKET}/w-race was not written (no manifest there)" in out.stderr
+    assert f"s3://{BUCKET}/w-race: this command's manifest was not written" in out.stderr
     assert "manifest.json" not in keys(bucket, "w-race")
     assert os.path.exists(staging / "w-race" / "manifest.json")  # the build is kept
 
@@ -617,3 +617,47 @@ def test_an_endless_error_reply_to_an_upload_is_not_read_to_its_end(bucket, uplo
     assert "HTTP 503" in out.stderr and "still failing after 2 attempts" in out.stderr, out.stderr
     assert upload_proxy.flood_sent < 2 * 8 << 20, upload_proxy.flood_sent  # 2 tries, 1 MiB each
     assert "manifest.json" not in keys(bucket, "w-flood")
+
+
+def test_a_manifest_another_job_wrote_during_the_upload_is_not_replaced(bucket, upload_proxy,
+                                                                        tmp_path):
+    # (S3 stranger) "already exists" was checked before the upload only: a slow pack replaced
+    # the archive a faster job finished meanwhile, and both exited 0. It is checked again right
+    # before the manifest goes up.
+    upload_proxy.stall = [("HEAD", "w-appear/shard-00000.mdb")]
+    join = another_writer_meanwhile(upload_proxy, bucket, "w-appear/manifest.json")
+    out = cli("pack", GOOD, f"s3://{BUCKET}/w-appear", "-q", "--staging", str(tmp_path / "s"))
+    join()
+    assert out.returncode == 3, out.stderr
+    assert "manifest.json: appeared while this command uploaded" in out.stderr, out.stderr
+    assert "this command's manifest was not written" in out.stderr
+    body = bucket.get_object(Bucket=BUCKET, Key="w-appear/manifest.json")["Body"].read()
+    assert body == b"another job's shard"  # the other job's object, kept
+
+
+def test_overwrite_removes_only_the_replaced_archives_shards_still_unchanged(bucket, upload_proxy,
+                                                                            tmp_path, env,
+                                                                            moto_url):
+    # (S3 stranger, HIGH) After its manifest, --overwrite deleted every old shard name the new
+    # archive did not use, without looking: another job writing those names at the same time
+    # lost them, and both exited 0 over a broken archive. A name is now deleted only while its
+    # object is the one the old manifest's archive had before the upload.
+    dest = f"s3://{BUCKET}/w-old"
+    env.setenv("AWS_ENDPOINT_URL", moto_url)
+    assert cli("pack", GOOD, dest, "-q", "--shard-size", "20K").returncode == 0
+    old = [k for k in keys(bucket, "w-old") if k.startswith("shard-")]
+    assert len(old) >= 4
+    env.setenv("AWS_ENDPOINT_URL", upload_proxy.url)
+    upload_proxy.stall = [("PUT", "w-old/manifest.json")]
+    join = another_writer_meanwhile(upload_proxy, bucket, "w-old/" + old[-1])
+    out = cli("pack", GOOD, dest, "-q", "--overwrite", "--encoding", "raw", "--size", "16",
+              "--crop", "center")  # one small shard: every other old name is to be removed
+    join()
+    assert out.returncode == 0, out.stderr
+    assert "1 shard(s) of the replaced archive stay" in out.stderr, out.stderr
+    left = keys(bucket, "w-old")
+    assert old[-1] in left and not set(old[1:-1]) & set(left), left
+    body = bucket.get_object(Bucket=BUCKET, Key="w-old/" + old[-1])["Body"].read()
+    assert body == b"another job's shard"
+    env.setenv("AWS_ENDPOINT_URL", moto_url)
+    assert cli("verify", dest).returncode == 0

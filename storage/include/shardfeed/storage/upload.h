@@ -14,11 +14,12 @@
 // (FetchRetry, SHARDFEED_FETCH_RETRIES, SHARDFEED_FETCH_MAX_DELAY); 401/403/404 fail at once with
 // the URL (never a secret). A multipart upload that fails is aborted (AbortMultipartUpload) so the
 // store keeps no orphaned parts. A failed UploadArchive leaves no new manifest at the destination
-// (but see `published` below).
+// (but see UploadResult::published below).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "shardfeed/base/status.h"
 
@@ -68,12 +69,33 @@ void CancelUploads();
 // Concurrent writers. S3 has no lock, so each object's ETag, as the store answered our upload, is
 // compared (HEAD) with the store's before `last` is sent, and again, with `last`'s too, after it:
 // an object another writer replaced or deleted meanwhile fails the upload with kChanged naming
-// it. So a successful return means that at one moment after `last` landed, every object sent was
-// still ours. `*published` (when given) says whether `last` was sent: false for every error but
-// a kChanged (or a failed HEAD) of the check after it, when the prefix may now hold a manifest
-// over another writer's objects. Not checked: objects whose upload reply carried no ETag, and
-// objects the credentials may not read (HEAD 403: write-only credentials).
+// it. Right before `last` is sent, a `last` that appeared since the start (another job's archive
+// finished here) is kChanged too, --overwrite or not. So a successful return means that at one
+// moment after `last` landed, every object sent was still ours. Not checked: objects whose
+// upload reply carried no ETag, and objects the credentials may not read (HEAD 403).
+struct UploadResult {
+  // Whether `last` was sent or being sent: false for every error before it; true for an error
+  // of the check after it, or an interruption while it was in flight (it may have landed).
+  bool published = false;
+  std::string last_etag;  // `last`'s ETag as the store answered its upload ("" if none)
+};
 Status UploadArchive(const std::string& dir, const std::string& location, const std::string& last,
-                     const UploadOptions& options, bool* published = nullptr);
+                     const UploadOptions& options, UploadResult* result = nullptr);
+
+// Replacing an archive (--overwrite) removes the old shards the new archive did not overwrite,
+// and only while they are still the old archive's (another job may have written those names
+// since): their ETags are read before the upload (RemoteEtags: "" for a name that is not there
+// or that the credentials may not read; HEADs on several connections), and each is deleted only
+// if its ETag is still that one (RemoteDeleteIfUnchanged: true when deleted; false when it
+// changed, is gone, or `etag` is "": kept). A HEAD then a DELETE: another writer's object can
+// still land in between, which RemoteUnchanged on the new manifest afterwards reports (kChanged,
+// as UploadArchive's checks): either that writer's own check after its manifest sees its object
+// gone, or this one sees its manifest replaced.
+Result<std::vector<std::string>> RemoteEtags(const std::string& location,
+                                             const std::vector<std::string>& names);
+Result<bool> RemoteDeleteIfUnchanged(const std::string& location, const std::string& name,
+                                     const std::string& etag);
+Status RemoteUnchanged(const std::string& location, const std::string& name,
+                       const std::string& etag);
 
 }  // namespace shardfeed::storage
