@@ -661,3 +661,26 @@ def test_overwrite_removes_only_the_replaced_archives_shards_still_unchanged(buc
     assert body == b"another job's shard"
     env.setenv("AWS_ENDPOINT_URL", moto_url)
     assert cli("verify", dest).returncode == 0
+
+
+def test_ctrl_c_while_the_manifest_is_on_its_way_says_it_may_have_landed(bucket, upload_proxy,
+                                                                        tmp_path):
+    # (S3 stranger) Interrupted while the manifest's PUT waited for the store's answer, the
+    # command said "was not written (no manifest there)"; the store then wrote it, and the
+    # archive was there. The message now says it may have landed.
+    upload_proxy.stall = [("PUT", "w-late/manifest.json")]
+    proc = subprocess.Popen([CLI, "pack", GOOD, f"s3://{BUCKET}/w-late", "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, TMPDIR=str(tmp_path)))
+    try:
+        assert upload_proxy.stalled.wait(120), "the upload never reached the manifest"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=60)
+        upload_proxy.release()
+    assert proc.returncode == -signal.SIGINT, err
+    assert "interrupted while its manifest was on its way: the store may have written it" in err
+    assert "was not written (no manifest there)" not in err, err
