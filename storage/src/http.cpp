@@ -266,6 +266,15 @@ Result<Endpoint> ParseEndpoint(const std::string& location) {
     if (profile.empty()) profile = "default";
     if (!file.empty()) ReadCredentialsFile(file, profile, &e);
   }
+  // Half a key pair signs every request with an empty secret: refused, as the AWS CLI refuses
+  // partial credentials, rather than a 403 "check the credentials" from the store.
+  if (e.key_id.empty() != e.secret.empty()) {
+    return Status::InvalidArgument(
+        location, ": partial credentials: ",
+        e.key_id.empty() ? "a secret key without AWS_ACCESS_KEY_ID"
+                         : "AWS_ACCESS_KEY_ID without AWS_SECRET_ACCESS_KEY",
+        " (set both, or neither for unsigned requests to a public bucket)");
+  }
   if (e.region.empty()) e.region = "us-east-1";
   std::string endpoint = Env("AWS_ENDPOINT_URL_S3");
   if (endpoint.empty()) endpoint = Env("AWS_ENDPOINT_URL");

@@ -124,6 +124,20 @@ def test_a_prefix_with_characters_urls_reserve_is_written_and_read_as_its_keys(e
     assert cli("verify", f"s3://{BUCKET}/{prefix}").returncode == 0
 
 
+def test_half_a_key_pair_is_refused_naming_what_is_missing(env, s3_archive, tmp_path):
+    # (S3 stranger) AWS_ACCESS_KEY_ID without its secret signed every request with an empty
+    # secret, and the store's 403 said "check the credentials". Refused, as the AWS CLI does.
+    env.delenv("AWS_SECRET_ACCESS_KEY")
+    env.setenv("HOME", str(tmp_path))  # no ~/.aws/credentials to complete it
+    out = cli("verify", s3_archive)
+    assert out.returncode == 2, out.stderr
+    assert "partial credentials: AWS_ACCESS_KEY_ID without AWS_SECRET_ACCESS_KEY" in out.stderr
+    with pytest.raises(ValueError, match="partial credentials"):
+        shardfeed.Archive(s3_archive)
+    out = cli("pack", GOOD, f"s3://{BUCKET}/w-half", "-q")
+    assert out.returncode == 2 and "partial credentials" in out.stderr, out.stderr
+
+
 def test_an_http_location_with_a_query_or_fragment_is_refused(env, tmp_path):
     for loc in ("http://127.0.0.1:9/a?token=1", "https://example.com/a#x"):
         out = cli("verify", loc)
