@@ -128,6 +128,10 @@ int CmdStats(int argc, char** argv) {
   }
   if (Status s = validate::ValidateStatsOptions(o); !s.ok()) return Error(s);
   std::error_code ec;
+  if (json_out == "-" && html_out == "-") {
+    return Error(Status::InvalidArgument(
+        "--json - and --html - both write to stdout: give one of them a file"));
+  }
   if (!json_out.empty() && json_out != "-" && !html_out.empty() &&
       std::filesystem::weakly_canonical(json_out, ec) ==
           std::filesystem::weakly_canonical(html_out, ec)) {
@@ -155,7 +159,7 @@ int CmdStats(int argc, char** argv) {
   auto report = validate::Stats(**archive, o, others, progress);
   if (tty) std::fprintf(stderr, "\n");
   if (!report.ok()) return Error(report.status());
-  if (json_out != "-") PrintSummary(*report);
+  if (json_out != "-" && html_out != "-") PrintSummary(*report);  // stdout is the document
   if (!json_out.empty()) {
     if (Status s = WriteText(json_out, report->ToJson()); !s.ok()) return Error(s);
   }

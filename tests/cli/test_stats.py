@@ -172,6 +172,20 @@ def test_fail_on_exit_codes(corpus):
     assert run("stats", corpus / "missing").returncode == 2
     assert run("stats", train, "--against", corpus / "missing").returncode == 2
     assert run("stats").returncode == 2
+    # (stats stranger) The ratio is read strictly, as every number option; an empty item is
+    # refused wherever it is (a trailing one was taken); the same archive twice in --against
+    # (val.sf and ./val.sf) listed each leak twice.
+    for bad in ("imbalance=+1.2", "imbalance=0x1.3", "imbalance= 1.2", "duplicates,",
+                ",duplicates", "duplicates,,leaks"):
+        p = run("stats", train, "-q", "--fail-on", bad)
+        assert p.returncode == 2 and "--fail-on" in p.stderr, (bad, p.stderr)
+    p = run("stats", train, "-q", "--against", val, str(corpus) + "/./val.sf")
+    assert p.returncode == 2 and "an archive given already" in p.stderr, p.stderr
+    # --html - writes the page to stdout, alone; both documents to stdout is refused.
+    p = run("stats", val, "-q", "--json", "-", "--html", "-")
+    assert p.returncode == 2 and p.stdout == "" and "both write to stdout" in p.stderr
+    p = run("stats", val, "-q", "--html", "-")
+    assert p.returncode == 0 and p.stdout.lstrip().startswith("<!DOCTYPE html>"), p.stdout[:80]
 
 
 class _Page(html.parser.HTMLParser):

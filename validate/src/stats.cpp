@@ -4,11 +4,13 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <unordered_map>
@@ -17,8 +19,10 @@
 #include "pixel_measures.h"
 #include "sample_context.h"
 #include "shardfeed/base/cpus.h"
+#include "shardfeed/base/option_text.h"
 #include "shardfeed/codec/codec.h"
 #include "shardfeed/format/stats_record.h"
+#include "shardfeed/storage/remote.h"
 
 namespace shardfeed::validate {
 namespace {
@@ -453,6 +457,18 @@ Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
   }
   // Before the pass, so that a refusal costs none; WriteStatsRecord decides again as it writes.
   if (o.save) SF_RETURN_IF_ERROR(format::CheckStatsRecordReplaceable(archive));
+  // The same archive given twice (tr.sf and ./tr.sf) would list each of its leaks twice.
+  std::set<std::string> seen;
+  for (const auto& a : against) {
+    std::error_code ec;
+    const std::string& p = a.archive->path();
+    const std::string key =
+        storage::IsRemote(p) ? p : std::filesystem::weakly_canonical(p, ec).string();
+    if (!seen.insert(key).second) {
+      return Status::InvalidArgument("against (--against): ", a.name,
+                                     " is an archive given already");
+    }
+  }
   uint64_t total = archive.size();
   for (const auto& a : against) total += a.archive->size();
   StatsReport r;
@@ -618,6 +634,11 @@ Result<FailOn> ParseFailOn(const std::string& text) {
   FailOn f;
   std::stringstream in(text);
   std::string item;
+  // An empty item anywhere (",duplicates", "a,,b", "duplicates,") is refused below, the last too
+  // (getline drops a trailing empty one).
+  if (!text.empty() && text.back() == ',') {
+    return Status::InvalidArgument("--fail-on: an empty item in '", text, "'");
+  }
   while (std::getline(in, item, ',')) {
     if (item == "duplicates") {
       f.duplicates = true;
@@ -628,10 +649,9 @@ Result<FailOn> ParseFailOn(const std::string& text) {
     } else if (item == "flags") {
       f.flags = true;
     } else if (item.rfind("imbalance=", 0) == 0) {
-      char* end = nullptr;
       const std::string v = item.substr(10);
-      f.imbalance = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end != 0 || !(f.imbalance >= 1) || !std::isfinite(f.imbalance)) {
+      // Read strictly, as every number option (no sign, space, hex, inf or nan).
+      if (!ParseNumberText(v, &f.imbalance) || !(f.imbalance >= 1)) {
         return Status::InvalidArgument("--fail-on imbalance=RATIO takes a number >= 1, not '", v,
                                        "'");
       }

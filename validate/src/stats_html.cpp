@@ -1,5 +1,6 @@
 // stats --html: one self-contained page. Thumbnails are PNG data: URIs drawn by the contact
 // sheet's tile code (DrawTile), so the page references nothing outside itself.
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -148,7 +149,8 @@ Result<std::string> StatsHtml(const StatsReport& r, const format::Archive& archi
     o << "</div>\n";
   }
   o << "<h2>Leaks (" << r.leaks.size() << ")</h2>\n";
-  for (size_t k = 0; k < r.leaks.size() && k < max_items; ++k) {
+  // Pairs: two thumbnails each, max_items in all as in every section.
+  for (size_t k = 0; k < r.leaks.size() && 2 * k + 2 <= std::max<size_t>(max_items, 2); ++k) {
     const Leak& l = r.leaks[k];
     const format::Archive* other = nullptr;
     for (const auto& a : against) {
