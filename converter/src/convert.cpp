@@ -16,7 +16,15 @@ namespace {
 // Archive::Field, masks decoded: the writer takes pixels), or alone for a legacy schema.
 class FieldCopier {
  public:
-  explicit FieldCopier(const format::Archive& archive) : archive_(archive) {}
+  explicit FieldCopier(const format::Archive& archive) : archive_(archive) {
+    // Masks are bounded as a decode is: by the packer's max_pixels where the archive records a
+    // larger one (pack --max-pixels), so what was packed converts.
+    const json opts = json::parse(archive.manifest().options_json, nullptr, false);
+    if (opts.is_object() && opts.contains("max_pixels") &&
+        opts["max_pixels"].is_number_unsigned()) {
+      max_pixels_ = std::max(max_pixels_, opts["max_pixels"].get<uint64_t>());
+    }
+  }
 
   Status Append(format::ArchiveWriter& writer, uint64_t i, const format::IndexEntry& entry,
                 const uint8_t* data, size_t size) {
@@ -40,7 +48,7 @@ class FieldCopier {
       if (schema.fields()[f].kind == format::FieldKind::kMask) {
         // Bounded as a decode is (a crafted entry and mask of 65535 x 65535 allocated 4 GiB
         // from a 130 KB frame); the writer checks the mask's dims against the entry's.
-        SF_RETURN_IF_ERROR(format::CheckPixelLimit(entry, imaging::Limits().max_pixels)
+        SF_RETURN_IF_ERROR(format::CheckPixelLimit(entry, max_pixels_)
                                .WithContext(archive_.path() + ": sample " + std::to_string(i)));
         masks_[f].resize(size_t{v.dims[0]} * v.dims[1]);
         SF_RETURN_IF_ERROR(format::DecodeMask(v, masks_[f].data())
@@ -59,6 +67,7 @@ class FieldCopier {
 
  private:
   const format::Archive& archive_;
+  uint64_t max_pixels_ = imaging::Limits().max_pixels;
   format::FieldValues values_;
   std::vector<std::vector<uint8_t>> masks_;
 };

@@ -644,7 +644,6 @@ const char* KindName(Seen s, const Json& v) {
 // JSONL detection manifest's "labels" beside "boxes"), linked to it ("per"), so that a crop
 // that drops a box drops its rows too: only when the box counts vary, so that it cannot be
 // chance (a note says so either way; --schema decides). JSON lists only (not CSV text cells).
-// long: the row pass, then the schema rebuilt with the linked fields after their boxes.
 Status LinkPerBox(const std::vector<Row>& rows, const std::map<std::string, std::string>& column_of,
                   bool text_cells, Schema* schema, std::vector<std::string>* notes) {
   int boxes = -1;
@@ -886,7 +885,6 @@ Status ValueFromText(const FieldSpec& spec, const std::string& text, OwnedValue*
   return ValueOf(spec, Json(text), true, out);
 }
 
-// long: one case per PNG layout, each with its reason to refuse.
 Status MaskFromPngBytes(const std::string& data, OwnedValue* out) {
   const auto* bytes = reinterpret_cast<const uint8_t*>(data.data());
   if (imaging::SniffFormat(bytes, data.size()) != imaging::ImageFormat::kPng) {

@@ -156,6 +156,8 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const format::Arc
           "mean=\"archive\" normalises float outputs: give a float dtype (float32, float16 or "
           "bfloat16)");
     }
+    // The caller's own options first: an error of theirs is not the file's.
+    SF_RETURN_IF_ERROR(ValidateTransform(options.transform));
     SF_ASSIGN_OR_RETURN(const format::StatsRecord stats, format::ReadStatsRecord(*archive));
     for (int c = 0; c < 3; ++c) {
       options.transform.mean[c] = static_cast<float>(stats.mean[c]);

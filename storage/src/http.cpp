@@ -196,6 +196,32 @@ std::string EncodeKey(const std::string& key) {
   return out;
 }
 
+namespace {
+
+// The key pair and token: the environment's, else AWS_PROFILE's section of the credentials file.
+// Half a pair signs every request with an empty secret: refused, as the AWS CLI refuses partial
+// credentials, rather than a 403 "check the credentials" from the store.
+Status ReadCredentials(const std::string& location, Endpoint* e) {
+  e->key_id = Env("AWS_ACCESS_KEY_ID");
+  e->secret = Env("AWS_SECRET_ACCESS_KEY");
+  e->token = Env("AWS_SESSION_TOKEN");
+  if (e->key_id.empty()) {
+    std::string file = Env("AWS_SHARED_CREDENTIALS_FILE");
+    if (file.empty() && !Env("HOME").empty()) file = Env("HOME") + "/.aws/credentials";
+    std::string profile = Env("AWS_PROFILE");
+    if (profile.empty()) profile = "default";
+    if (!file.empty()) ReadCredentialsFile(file, profile, e);
+  }
+  if (e->key_id.empty() == e->secret.empty()) return Status::OK();
+  return Status::InvalidArgument(
+      location, ": partial credentials: ",
+      e->key_id.empty() ? "a secret key without AWS_ACCESS_KEY_ID"
+                        : "AWS_ACCESS_KEY_ID without AWS_SECRET_ACCESS_KEY",
+      " (set both, or neither for unsigned requests to a public bucket)");
+}
+
+}  // namespace
+
 Result<Endpoint> ParseEndpoint(const std::string& location) {
   Endpoint e;
   e.shown = location;
@@ -256,25 +282,7 @@ Result<Endpoint> ParseEndpoint(const std::string& location) {
   e.s3 = true;
   e.region = Env("AWS_REGION");
   if (e.region.empty()) e.region = Env("AWS_DEFAULT_REGION");
-  e.key_id = Env("AWS_ACCESS_KEY_ID");
-  e.secret = Env("AWS_SECRET_ACCESS_KEY");
-  e.token = Env("AWS_SESSION_TOKEN");
-  if (e.key_id.empty()) {
-    std::string file = Env("AWS_SHARED_CREDENTIALS_FILE");
-    if (file.empty() && !Env("HOME").empty()) file = Env("HOME") + "/.aws/credentials";
-    std::string profile = Env("AWS_PROFILE");
-    if (profile.empty()) profile = "default";
-    if (!file.empty()) ReadCredentialsFile(file, profile, &e);
-  }
-  // Half a key pair signs every request with an empty secret: refused, as the AWS CLI refuses
-  // partial credentials, rather than a 403 "check the credentials" from the store.
-  if (e.key_id.empty() != e.secret.empty()) {
-    return Status::InvalidArgument(
-        location, ": partial credentials: ",
-        e.key_id.empty() ? "a secret key without AWS_ACCESS_KEY_ID"
-                         : "AWS_ACCESS_KEY_ID without AWS_SECRET_ACCESS_KEY",
-        " (set both, or neither for unsigned requests to a public bucket)");
-  }
+  SF_RETURN_IF_ERROR(ReadCredentials(location, &e));
   if (e.region.empty()) e.region = "us-east-1";
   std::string endpoint = Env("AWS_ENDPOINT_URL_S3");
   if (endpoint.empty()) endpoint = Env("AWS_ENDPOINT_URL");

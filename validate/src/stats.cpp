@@ -1,3 +1,6 @@
+// The stats pass (validate/stats.h): one decoding pass with every measure, the near-duplicate
+// search, and the report (JSON, fail-on).
+// long file: the pass and its report share the per-sample records; split, each would need them.
 #include "shardfeed/validate/stats.h"
 
 #include <algorithm>
@@ -449,15 +452,10 @@ json HistogramJson(const Histogram& h) {
 
 }  // namespace
 
-Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
-                          const std::vector<OtherArchive>& against, const StatsProgress& progress) {
-  SF_RETURN_IF_ERROR(ValidateStatsOptions(o));
-  if (archive.size() > std::numeric_limits<uint32_t>::max()) {
-    return Status::InvalidArgument(archive.path(), ": stats handles up to 2^32 samples");
-  }
-  // Before the pass, so that a refusal costs none; WriteStatsRecord decides again as it writes.
-  if (o.save) SF_RETURN_IF_ERROR(format::CheckStatsRecordReplaceable(archive));
-  // The same archive given twice (tr.sf and ./tr.sf) would list each of its leaks twice.
+namespace {
+
+// The same archive given twice (tr.sf and ./tr.sf) would list each of its leaks twice.
+Status CheckDistinct(const std::vector<OtherArchive>& against) {
   std::set<std::string> seen;
   for (const auto& a : against) {
     std::error_code ec;
@@ -469,6 +467,20 @@ Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
                                      " is an archive given already");
     }
   }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<StatsReport> Stats(const format::Archive& archive, const StatsOptions& o,
+                          const std::vector<OtherArchive>& against, const StatsProgress& progress) {
+  SF_RETURN_IF_ERROR(ValidateStatsOptions(o));
+  if (archive.size() > std::numeric_limits<uint32_t>::max()) {
+    return Status::InvalidArgument(archive.path(), ": stats handles up to 2^32 samples");
+  }
+  // Before the pass, so that a refusal costs none; WriteStatsRecord decides again as it writes.
+  if (o.save) SF_RETURN_IF_ERROR(format::CheckStatsRecordReplaceable(archive));
+  SF_RETURN_IF_ERROR(CheckDistinct(against));
   uint64_t total = archive.size();
   for (const auto& a : against) total += a.archive->size();
   StatsReport r;
