@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -601,6 +602,32 @@ def test_a_cache_over_a_lowered_limit_is_trimmed_at_open(env, many_shards, tmp_p
     lowered = shardfeed.Archive(url, cache_dir=cache, cache_limit=total // 2)
     assert np.array_equal(lowered[3199][0], shardfeed.Archive(local)[3199][0])
     assert 0 < cache_bytes(cache) <= total // 2  # trimmed at the first read
+
+
+def test_verify_names_a_bad_shard_object_once_as_a_local_verify_does(env, moto_url,
+                                                                     local_archive, tmp_path):
+    # (S3 stranger) A truncated shard object: a remote verify reported every sample of it as
+    # bad, and "manifest disagrees" (the manifest was intact), where a local verify of the same
+    # damage names the shard once. A shard whose download does not match is now named once.
+    from conftest import BUCKET, s3_client
+    url = upload(moto_url, local_archive, "cut-shard")
+    shards = sorted(f for f in os.listdir(local_archive) if f.startswith("shard-"))
+    body = open(os.path.join(local_archive, shards[1]), "rb").read()
+    s3_client(moto_url).put_object(Bucket=BUCKET, Key=f"cut-shard/{shards[1]}",
+                                   Body=body[:len(body) // 2])
+    local = tmp_path / "local"
+    shutil.copytree(local_archive, local)
+    with open(local / shards[1], "r+b") as f:
+        f.truncate(len(body) // 2)
+    reports = []
+    for where in (url, str(local)):
+        out = subprocess.run([CLI, "verify", where, "--json"], capture_output=True, text=True)
+        assert out.returncode == 1, out.stderr
+        r = json.loads(out.stdout)
+        reports.append((len(r["bad_shards"]), len(r["bad_samples"]), r["bad_manifest"],
+                        r["checked"]))
+        assert shards[1] in r["bad_shards"][0], r
+    assert reports[0] == reports[1] and reports[0][:3] == (1, 0, []), reports
 
 
 def test_cache_options_in_python(env, s3_archive, local_archive, tmp_path):

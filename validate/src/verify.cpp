@@ -105,7 +105,11 @@ VerifyReport Verify(const format::Archive& archive, const VerifyOptions& options
   for (size_t s = 0; s < shards.size() && !Cancelled(options.cancel); ++s) {
     Status st = archive.VerifyShard(s);
     if (!st.ok()) report.bad_shards.push_back(st.message());
-    unopened[s] = !st.ok() && st.code() != StatusCode::kChecksumMismatch;
+    // A shard whose hash does not match but that is open (mapped: a local file) has its
+    // samples checked one by one, to name the damaged records; one that did not open (a remote
+    // shard whose download does not match its manifest entry) is named once.
+    unopened[s] =
+        !st.ok() && (st.code() != StatusCode::kChecksumMismatch || !archive.ShardOpen(s));
   }
   // Derived manifest fields (payload bytes, file bytes, chunk bytes, class counts) against
   // the shards they describe (format/'s cross-check): every shard must open for it.
