@@ -127,6 +127,12 @@ TEST_CASE("S3 credentials from AWS_PROFILE's section of the shared credentials f
   CHECK(internal::ParseEndpoint("s3://b/p")->key_id == "DEF");
   Env none{{"AWS_SHARED_CREDENTIALS_FILE", (dir / "absent").c_str()}};
   CHECK(internal::ParseEndpoint("s3://b/p")->key_id.empty());  // unsigned: a public bucket
+  // Half a pair signed with an empty secret (a 403 "check the credentials"): refused.
+  Env half{{"AWS_ACCESS_KEY_ID", "AKID"}};
+  auto partial = internal::ParseEndpoint("s3://b/p");
+  REQUIRE_FALSE(partial.ok());
+  CHECK(partial.status().code() == StatusCode::kInvalidArgument);
+  CHECK(partial.status().message().find("partial credentials") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
 
@@ -296,6 +302,7 @@ TEST_CASE("a cancel ends a request's back-off, a wait for another download and a
   testing::TempDir dir;
   Env env{{"AWS_ENDPOINT_URL", "http://127.0.0.1:1"},  // nothing listens: refused, retried
           {"AWS_ACCESS_KEY_ID", "AKID"},
+          {"AWS_SECRET_ACCESS_KEY", "SECRET"},
           {"SHARDFEED_FETCH_RETRIES", "100"},
           {"SHARDFEED_FETCH_MAX_DELAY", "3600"},
           {"SHARDFEED_FETCH_WAIT", "600"},
