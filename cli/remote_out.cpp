@@ -154,22 +154,24 @@ Result<StagedOut> StagedOut::Prepare(const std::string& out, const std::string& 
 Status StagedOut::RemoveReplaced(const std::vector<std::string>& files,
                                  const std::vector<std::string>& etags,
                                  const std::string& manifest_etag) const {
-  size_t kept = 0, removed = 0;
+  size_t kept = 0;
   for (size_t i = 0; i < files.size() && i < etags.size(); ++i) {
     Result<bool> gone = storage::RemoteDeleteIfUnchanged(out_, files[i], etags[i]);
     if (!gone.ok()) {
       std::fprintf(stderr, "shardfeed: warning: cannot remove %s/%s of the replaced archive: %s\n",
                    out_.c_str(), files[i].c_str(), gone.status().message().c_str());
     }
-    (gone.ok() && *gone ? removed : kept) += 1;
+    kept += !(gone.ok() && *gone);
   }
   if (kept > 0) {
     std::fprintf(stderr,
-                 "shardfeed: warning: %zu shard(s) of the replaced archive stay at %s: changed "
-                 "since the upload began, or not readable to compare\n",
+                 "shardfeed: warning: %zu name(s) of the replaced archive not removed from %s: "
+                 "changed since the upload began, gone, or not readable to compare\n",
                  kept, out_.c_str());
   }
-  if (removed == 0) return Status::OK();
+  // Whenever a DELETE may have been sent (one that failed after its retries may still have been
+  // carried out), the manifest is checked once more.
+  if (files.empty()) return Status::OK();
   return storage::RemoteUnchanged(out_, "manifest.json", manifest_etag)
       .WithContext("after removing the replaced archive's shards");
 }
@@ -211,18 +213,25 @@ Status StagedOut::Finish(const Status& built) const {
     st = storage::UploadArchive(path_, out_, "manifest.json", o, &uploaded);
   }
   const int sig = g_signal.load();
-  if (st.ok()) st = RemoveReplaced(old_files, old_etags, uploaded.last_etag);
+  if (st.ok() && sig != 0 && !old_files.empty()) {  // interrupted as the upload ended
+    std::fprintf(stderr,
+                 "shardfeed: warning: interrupted: shards of the replaced archive that the new "
+                 "one does not overwrite stay at %s\n",
+                 out_.c_str());
+  } else if (st.ok()) {
+    st = RemoveReplaced(old_files, old_etags, uploaded.last_etag);
+  }
   if (!st.ok()) {
     std::error_code ec;
     if (!fs::exists(path_, ec)) {  // nothing was built: nothing to keep
       if (made_root_) fs::remove_all(root_, ec);
       return st;
     }
-    if (uploaded.published && sig != 0) {
+    if (uploaded.published && !uploaded.landed) {
       std::fprintf(stderr,
-                   "shardfeed: %s: interrupted while its manifest was on its way: the store may "
-                   "have written it (run shardfeed verify on it); the local build is kept in %s\n",
-                   out_.c_str(), path_.c_str());
+                   "shardfeed: %s: %s while its manifest was on its way: the store may have "
+                   "written it (run shardfeed verify on it); the local build is kept in %s\n",
+                   out_.c_str(), sig != 0 ? "interrupted" : "failed", path_.c_str());
     } else if (uploaded.published) {
       std::fprintf(stderr,
                    "shardfeed: %s: this command's manifest went up, but the archive there may "

@@ -205,14 +205,20 @@ Status ReadCredentials(const std::string& location, Endpoint* e) {
   e->key_id = Env("AWS_ACCESS_KEY_ID");
   e->secret = Env("AWS_SECRET_ACCESS_KEY");
   e->token = Env("AWS_SESSION_TOKEN");
+  std::string from;  // the credentials file's profile, when the pair came from there
   if (e->key_id.empty()) {
     std::string file = Env("AWS_SHARED_CREDENTIALS_FILE");
     if (file.empty() && !Env("HOME").empty()) file = Env("HOME") + "/.aws/credentials";
     std::string profile = Env("AWS_PROFILE");
     if (profile.empty()) profile = "default";
     if (!file.empty()) ReadCredentialsFile(file, profile, e);
+    if (!e->key_id.empty() || !e->secret.empty()) from = " in [" + profile + "] of " + file;
   }
   if (e->key_id.empty() == e->secret.empty()) return Status::OK();
+  if (!from.empty()) {
+    return Status::InvalidArgument(location, ": partial credentials", from,
+                                   ": aws_access_key_id and aws_secret_access_key go together");
+  }
   return Status::InvalidArgument(
       location, ": partial credentials: ",
       e->key_id.empty() ? "a secret key without AWS_ACCESS_KEY_ID"

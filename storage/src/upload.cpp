@@ -325,6 +325,16 @@ class Client {
     return Multipart(fd.fd, size, name, part_size);
   }
 
+  // Whether the object `name` is there now (HEAD 2xx); false for 404, and for 403 (cannot tell).
+  Result<bool> Present(const std::string& name) {
+    Body none;
+    Reply r;
+    SF_RETURN_IF_ERROR(Send("HEAD", name, "", &none, &r));
+    if (r.http == 404 || r.http == 403) return false;
+    if (r.http / 100 != 2) return Refused("HEAD", name, r);
+    return true;
+  }
+
   // The ETag of the object `name` now: "" when there is none (404) or the credentials may not
   // read it (403).
   Result<std::string> Etag(const std::string& name) {
@@ -691,9 +701,9 @@ Status UploadArchive(const std::string& dir, const std::string& location, const 
     return Status::IOError(last_path, ": ", std::strerror(errno));
   // Another job's archive finished here during our upload (its manifest is up): not replaced
   // (it was absent, or --overwrite deleted it, before the upload began). Not checked where the
-  // credentials may not read it (Etag "": 403).
-  SF_ASSIGN_OR_RETURN(const std::string appeared, main.Etag(last));
-  if (!appeared.empty()) {
+  // credentials may not read it (403).
+  SF_ASSIGN_OR_RETURN(const bool appeared, main.Present(last));
+  if (appeared) {
     return Status::Changed(main.Shown(last),
                            ": appeared while this command uploaded: another job wrote an archive "
                            "to this prefix at the same time (its shards may now be this "
@@ -702,6 +712,7 @@ Status UploadArchive(const std::string& dir, const std::string& location, const 
   result->published = true;  // from here on the manifest may land, even if its reply is lost
   SF_ASSIGN_OR_RETURN(result->last_etag,
                       main.PutFile(last_path, static_cast<uint64_t>(st.st_size), last, part_size));
+  result->landed = true;
   SF_RETURN_IF_ERROR(main.Unchanged(last, result->last_etag));
   return OnClients(e, retry, options.connections, files.size(), "checking " + e.shown, unchanged);
 }

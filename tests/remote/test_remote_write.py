@@ -668,7 +668,7 @@ def test_overwrite_removes_only_the_replaced_archives_shards_still_unchanged(buc
               "--crop", "center")  # one small shard: every other old name is to be removed
     join()
     assert out.returncode == 0, out.stderr
-    assert "1 shard(s) of the replaced archive stay" in out.stderr, out.stderr
+    assert "1 name(s) of the replaced archive not removed" in out.stderr, out.stderr
     left = keys(bucket, "w-old")
     assert old[-1] in left and not set(old[1:-1]) & set(left), left
     body = bucket.get_object(Bucket=BUCKET, Key="w-old/" + old[-1])["Body"].read()
@@ -698,3 +698,14 @@ def test_ctrl_c_while_the_manifest_is_on_its_way_says_it_may_have_landed(bucket,
     assert proc.returncode == -signal.SIGINT, err
     assert "interrupted while its manifest was on its way: the store may have written it" in err
     assert "was not written (no manifest there)" not in err, err
+
+
+def test_a_refused_manifest_put_does_not_say_it_went_up(bucket, upload_proxy, tmp_path):
+    # (review) The manifest's PUT answered 403 was reported as "this command's manifest went up,
+    # but the archive there may mix...": nothing went up. It now says the PUT failed on its way.
+    upload_proxy.deny = [("PUT", "w-deny/manifest.json", "AccessDenied")]
+    out = cli("pack", GOOD, f"s3://{BUCKET}/w-deny", "-q", "--staging", str(tmp_path / "s"))
+    assert out.returncode == 3, out.stderr
+    assert "failed while its manifest was on its way" in out.stderr, out.stderr
+    assert "manifest went up" not in out.stderr
+    assert "manifest.json" not in keys(bucket, "w-deny")

@@ -56,7 +56,8 @@ Status RemoteDelete(const std::string& location, const std::string& name);
 // (within about a second, even while it waits for the store), a retry's wait ends, no further
 // file is begun, each multipart upload begun is aborted (AbortMultipartUpload, so no orphaned
 // parts stay), and UploadArchive returns kCancelled naming the file it was sending; the manifest
-// is then never written. Sticky for the rest of the process (a command
+// is then not written, unless its own PUT was already on its way (UploadResult::published: the
+// store may carry it out). Sticky for the rest of the process (a command
 // ends after it). Async-signal-safe (one atomic store): for a SIGINT/SIGTERM handler.
 void CancelUploads();
 
@@ -77,6 +78,7 @@ struct UploadResult {
   // Whether `last` was sent or being sent: false for every error before it; true for an error
   // of the check after it, or an interruption while it was in flight (it may have landed).
   bool published = false;
+  bool landed = false;    // the store answered `last`'s upload with success
   std::string last_etag;  // `last`'s ETag as the store answered its upload ("" if none)
 };
 Status UploadArchive(const std::string& dir, const std::string& location, const std::string& last,
