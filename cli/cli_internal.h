@@ -133,6 +133,7 @@ class StagedOut {
   Status Finish(const Status& built) const;
 
  private:
+  void ReplacedShards(std::vector<std::string>* files, std::vector<std::string>* etags) const;
   Status RemoveReplaced(const std::vector<std::string>& files,
                         const std::vector<std::string>& etags,
                         const std::string& manifest_etag) const;

@@ -148,6 +148,43 @@ Result<StagedOut> StagedOut::Prepare(const std::string& out, const std::string& 
   return s;
 }
 
+// The replaced archive's shards (--overwrite) that the new build does not overwrite, and their
+// ETags now. An old manifest that cannot be read (403 without s3:ListBucket when there is none),
+// or that changed while its shards' ETags were read (another job writing the prefix may have
+// written under a listed name, an object then taken for the old), leaves them all in place,
+// with a warning: `files` empty.
+void StagedOut::ReplacedShards(std::vector<std::string>* files,
+                               std::vector<std::string>* etags) const {
+  const std::vector<std::string> manifest = {"manifest.json"};
+  Result<std::vector<std::string>> before = storage::RemoteEtags(out_, manifest);
+  Status old = before.status();
+  if (old.ok()) old = OldFiles(out_, files);
+  std::error_code ec;
+  files->erase(
+      std::remove_if(files->begin(), files->end(),
+                     [&](const std::string& f) { return fs::exists(fs::path(path_) / f, ec); }),
+      files->end());
+  if (old.ok()) {
+    Result<std::vector<std::string>> got = storage::RemoteEtags(out_, *files);
+    if (got.ok()) *etags = std::move(*got);
+    old = got.status();
+  }
+  if (old.ok()) {
+    Result<std::vector<std::string>> after = storage::RemoteEtags(out_, manifest);
+    old = after.status();
+    if (old.ok() && *after != *before) {
+      old = Status::Changed(out_, "/manifest.json changed while its shards were read");
+    }
+  }
+  if (!old.ok()) {
+    std::fprintf(stderr,
+                 "shardfeed: warning: cannot read the archive being replaced (%s); shards of it "
+                 "that the new archive does not overwrite stay at %s\n",
+                 old.message().c_str(), out_.c_str());
+    files->clear();
+  }
+}
+
 // The replaced archive's shards `files` (their ETags before the upload in `etags`) removed where
 // they are still those objects, then the new manifest (ETag `manifest_etag`) checked to be still
 // this command's: a job that wrote this prefix meanwhile may have had an object removed.
@@ -183,28 +220,7 @@ Status StagedOut::Finish(const Status& built) const {
   // ETags now: removed after the upload only while still those objects (another job may write
   // the same names meanwhile).
   std::vector<std::string> old_files, old_etags;
-  if (st.ok() && overwrite_) {
-    // Only for the cleanup below: an old manifest that cannot be read (403 without
-    // s3:ListBucket when there is none) leaves the replaced archive's other shards in place.
-    Status old = OldFiles(out_, &old_files);
-    std::error_code ec;
-    old_files.erase(
-        std::remove_if(old_files.begin(), old_files.end(),
-                       [&](const std::string& f) { return fs::exists(fs::path(path_) / f, ec); }),
-        old_files.end());
-    if (old.ok()) {
-      Result<std::vector<std::string>> etags = storage::RemoteEtags(out_, old_files);
-      if (etags.ok()) old_etags = std::move(*etags);
-      old = etags.status();
-    }
-    if (!old.ok()) {
-      std::fprintf(stderr,
-                   "shardfeed: warning: cannot read the archive being replaced (%s); shards of "
-                   "it that the new archive does not overwrite stay at %s\n",
-                   old.message().c_str(), out_.c_str());
-      old_files.clear();
-    }
-  }
+  if (st.ok() && overwrite_) ReplacedShards(&old_files, &old_etags);
   storage::UploadResult uploaded;
   if (st.ok()) {
     storage::UploadOptions o;

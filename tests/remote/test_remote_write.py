@@ -709,3 +709,24 @@ def test_a_refused_manifest_put_does_not_say_it_went_up(bucket, upload_proxy, tm
     assert "failed while its manifest was on its way" in out.stderr, out.stderr
     assert "manifest went up" not in out.stderr
     assert "manifest.json" not in keys(bucket, "w-deny")
+
+
+def test_overwrite_removes_nothing_when_the_old_manifest_changed_while_read(bucket, upload_proxy,
+                                                                           tmp_path, env,
+                                                                           moto_url):
+    # (review) The old manifest is read, then its shards' ETags: another job writing the prefix
+    # in between may write under a listed name, and its object would be taken for the old
+    # archive's. The manifest's ETag is read before and after; changed, nothing is removed.
+    dest = f"s3://{BUCKET}/w-moved"
+    env.setenv("AWS_ENDPOINT_URL", moto_url)
+    assert cli("pack", GOOD, dest, "-q", "--shard-size", "20K").returncode == 0
+    old = [k for k in keys(bucket, "w-moved") if k.startswith("shard-")]
+    env.setenv("AWS_ENDPOINT_URL", upload_proxy.url)
+    upload_proxy.stall = [("HEAD", "w-moved/" + old[-1])]  # while the old ETags are read
+    join = another_writer_meanwhile(upload_proxy, bucket, "w-moved/manifest.json")
+    out = cli("pack", GOOD, dest, "-q", "--overwrite", "--encoding", "raw", "--size", "16",
+              "--crop", "center")
+    join()
+    assert out.returncode == 0, out.stderr
+    assert "manifest.json changed while its shards were read" in out.stderr, out.stderr
+    assert set(old) <= set(keys(bucket, "w-moved"))  # nothing of the old names removed
