@@ -540,6 +540,19 @@ Status OnClients(const internal::Endpoint& e, const FetchRetry& retry, int conne
   return thrown;
 }
 
+// What every request to `location` needs: curl set up once, the endpoint, the retry settings.
+struct Session {
+  internal::Endpoint endpoint;
+  FetchRetry retry;
+};
+Result<Session> OpenSession(const std::string& location) {
+  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  Session s;
+  SF_ASSIGN_OR_RETURN(s.endpoint, internal::ParseEndpoint(location));
+  SF_ASSIGN_OR_RETURN(s.retry, internal::RetryFromEnv());
+  return s;
+}
+
 Result<uint64_t> PartSize(const UploadOptions& o) {
   uint64_t size = o.part_size;
   if (size == 0) {
@@ -569,28 +582,27 @@ Status CheckWritable(const std::string& location) {
 
 Result<bool> RemoteHas(const std::string& location, const std::string& name,
                        bool denied_means_maybe) {
-  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
-  SF_ASSIGN_OR_RETURN(const FetchRetry retry, internal::RetryFromEnv());
+  SF_ASSIGN_OR_RETURN(const Session session, OpenSession(location));
+  const internal::Endpoint& e = session.endpoint;
+  const FetchRetry& retry = session.retry;
   Client client(e, retry);
   return client.Has(name, denied_means_maybe);
 }
 
 Result<std::string> RemoteFirstObject(const std::string& location) {
-  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
+  SF_ASSIGN_OR_RETURN(const Session session, OpenSession(location));
+  const internal::Endpoint& e = session.endpoint;
   internal::Endpoint bucket = e;
   bucket.base = e.bucket_base;
-  SF_ASSIGN_OR_RETURN(const FetchRetry retry, internal::RetryFromEnv());
-  Client client(bucket, retry);
+  Client client(bucket, session.retry);
   return client.FirstKey(e.prefix.empty() ? "" : e.prefix + "/", location);
 }
 
 Status RemoteDelete(const std::string& location, const std::string& name) {
   SF_RETURN_IF_ERROR(CheckWritable(location));
-  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
-  SF_ASSIGN_OR_RETURN(const FetchRetry retry, internal::RetryFromEnv());
+  SF_ASSIGN_OR_RETURN(const Session session, OpenSession(location));
+  const internal::Endpoint& e = session.endpoint;
+  const FetchRetry& retry = session.retry;
   Client client(e, retry);
   return client.Delete(name);
 }
@@ -600,9 +612,9 @@ void CancelUploads() { g_cancel.Cancel(); }
 Result<std::vector<std::string>> RemoteEtags(const std::string& location,
                                              const std::vector<std::string>& names) {
   SF_RETURN_IF_ERROR(CheckWritable(location));
-  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
-  SF_ASSIGN_OR_RETURN(const FetchRetry retry, internal::RetryFromEnv());
+  SF_ASSIGN_OR_RETURN(const Session session, OpenSession(location));
+  const internal::Endpoint& e = session.endpoint;
+  const FetchRetry& retry = session.retry;
   std::vector<std::string> etags(names.size());
   SF_RETURN_IF_ERROR(OnClients(e, retry, UploadOptions().connections, names.size(),
                                "reading ETags under " + e.shown, [&](Client& client, size_t i) {
@@ -616,9 +628,9 @@ Result<bool> RemoteDeleteIfUnchanged(const std::string& location, const std::str
                                      const std::string& etag) {
   if (etag.empty()) return false;
   SF_RETURN_IF_ERROR(CheckWritable(location));
-  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
-  SF_ASSIGN_OR_RETURN(const FetchRetry retry, internal::RetryFromEnv());
+  SF_ASSIGN_OR_RETURN(const Session session, OpenSession(location));
+  const internal::Endpoint& e = session.endpoint;
+  const FetchRetry& retry = session.retry;
   Client client(e, retry);
   SF_ASSIGN_OR_RETURN(const std::string now, client.Etag(name));
   if (now.empty() || strcasecmp(now.c_str(), etag.c_str()) != 0) return false;
@@ -628,9 +640,9 @@ Result<bool> RemoteDeleteIfUnchanged(const std::string& location, const std::str
 
 Status RemoteUnchanged(const std::string& location, const std::string& name,
                        const std::string& etag) {
-  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
-  SF_ASSIGN_OR_RETURN(const FetchRetry retry, internal::RetryFromEnv());
+  SF_ASSIGN_OR_RETURN(const Session session, OpenSession(location));
+  const internal::Endpoint& e = session.endpoint;
+  const FetchRetry& retry = session.retry;
   Client client(e, retry);
   return client.Unchanged(name, etag);
 }
@@ -641,10 +653,10 @@ Status UploadArchive(const std::string& dir, const std::string& location, const 
   if (!result) result = &ignored;
   *result = UploadResult();
   SF_RETURN_IF_ERROR(CheckWritable(location));
-  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  SF_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(location));
+  SF_ASSIGN_OR_RETURN(const Session session, OpenSession(location));
+  const internal::Endpoint& e = session.endpoint;
+  const FetchRetry& retry = session.retry;
   SF_ASSIGN_OR_RETURN(uint64_t part_size, PartSize(options));
-  SF_ASSIGN_OR_RETURN(const FetchRetry retry, internal::RetryFromEnv());
 
   struct File {
     std::string name;

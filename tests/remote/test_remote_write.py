@@ -581,16 +581,36 @@ def another_writer_meanwhile(upload_proxy, bucket, key):
     return join
 
 
+def archive_to_replace(env, moto_url, upload_proxy, bucket, prefix):
+    """An archive of several shards packed at `prefix` (straight to moto), then the proxy in
+    front again: (its s3:// location, its shard keys)."""
+    dest = f"s3://{BUCKET}/{prefix}"
+    env.setenv("AWS_ENDPOINT_URL", moto_url)
+    assert cli("pack", GOOD, dest, "-q", "--shard-size", "20K").returncode == 0
+    env.setenv("AWS_ENDPOINT_URL", upload_proxy.url)
+    return dest, [k for k in keys(bucket, prefix) if k.startswith("shard-")]
+
+
+def pack_racing(upload_proxy, bucket, stall, key, *args):
+    """`pack GOOD *args` through the proxy, holding the request `stall` (method, fragment) while
+    another job writes `key` (another_writer_meanwhile); its CompletedProcess."""
+    upload_proxy.stall = [stall]
+    join = another_writer_meanwhile(upload_proxy, bucket, key)
+    try:
+        return cli("pack", GOOD, *args)
+    finally:
+        join()
+
+
 def test_a_shard_another_writer_replaced_before_the_manifest_fails_the_pack(bucket, upload_proxy,
                                                                            tmp_path):
     # REGRESSION: two jobs packing to one prefix at once both exited 0, and the manifest that
     # landed last named shards the other had written. Each shard's ETag is now checked before
     # the manifest goes up: here another job replaced shard-00000 after ours was sent.
-    upload_proxy.stall = [("HEAD", "w-race/shard-00000.mdb")]
-    join = another_writer_meanwhile(upload_proxy, bucket, "w-race/shard-00000.mdb")
     staging = tmp_path / "staging"
-    out = cli("pack", GOOD, f"s3://{BUCKET}/w-race", "-q", "--staging", str(staging), *RAW)
-    join()
+    out = pack_racing(upload_proxy, bucket, ("HEAD", "w-race/shard-00000.mdb"),
+                      "w-race/shard-00000.mdb", f"s3://{BUCKET}/w-race", "-q", "--staging",
+                      str(staging), *RAW)
     assert out.returncode == 3, out.stderr
     assert f"s3://{BUCKET}/w-race/shard-00000.mdb: replaced" in out.stderr, out.stderr
     assert "another writer" in out.stderr and "its own prefix" in out.stderr
@@ -606,11 +626,10 @@ def test_a_shard_another_writer_replaced_as_the_manifest_went_up_fails_the_pack(
     # The same after the check: another job replaced shard-00001 while our manifest was on its
     # way. The check after the manifest finds it; the pack fails and says the archive there may
     # be a mix, and readers refuse it.
-    upload_proxy.stall = [("PUT", "w-race2/manifest.json")]
-    join = another_writer_meanwhile(upload_proxy, bucket, "w-race2/shard-00001.mdb")
     staging = tmp_path / "staging"
-    out = cli("pack", GOOD, f"s3://{BUCKET}/w-race2", "-q", "--staging", str(staging), *RAW)
-    join()
+    out = pack_racing(upload_proxy, bucket, ("PUT", "w-race2/manifest.json"),
+                      "w-race2/shard-00001.mdb", f"s3://{BUCKET}/w-race2", "-q", "--staging",
+                      str(staging), *RAW)
     assert out.returncode == 3, out.stderr
     assert f"s3://{BUCKET}/w-race2/shard-00001.mdb: replaced" in out.stderr, out.stderr
     assert "manifest went up, but the archive there may mix" in out.stderr
@@ -638,10 +657,9 @@ def test_a_manifest_another_job_wrote_during_the_upload_is_not_replaced(bucket, 
     # (S3 stranger) "already exists" was checked before the upload only: a slow pack replaced
     # the archive a faster job finished meanwhile, and both exited 0. It is checked again right
     # before the manifest goes up.
-    upload_proxy.stall = [("HEAD", "w-appear/shard-00000.mdb")]
-    join = another_writer_meanwhile(upload_proxy, bucket, "w-appear/manifest.json")
-    out = cli("pack", GOOD, f"s3://{BUCKET}/w-appear", "-q", "--staging", str(tmp_path / "s"))
-    join()
+    out = pack_racing(upload_proxy, bucket, ("HEAD", "w-appear/shard-00000.mdb"),
+                      "w-appear/manifest.json", f"s3://{BUCKET}/w-appear", "-q", "--staging",
+                      str(tmp_path / "s"))
     assert out.returncode == 3, out.stderr
     assert "manifest.json: appeared while this command uploaded" in out.stderr, out.stderr
     assert "this command's manifest was not written" in out.stderr
@@ -656,17 +674,11 @@ def test_overwrite_removes_only_the_replaced_archives_shards_still_unchanged(buc
     # archive did not use, without looking: another job writing those names at the same time
     # lost them, and both exited 0 over a broken archive. A name is now deleted only while its
     # object is the one the old manifest's archive had before the upload.
-    dest = f"s3://{BUCKET}/w-old"
-    env.setenv("AWS_ENDPOINT_URL", moto_url)
-    assert cli("pack", GOOD, dest, "-q", "--shard-size", "20K").returncode == 0
-    old = [k for k in keys(bucket, "w-old") if k.startswith("shard-")]
+    dest, old = archive_to_replace(env, moto_url, upload_proxy, bucket, "w-old")
     assert len(old) >= 4
-    env.setenv("AWS_ENDPOINT_URL", upload_proxy.url)
-    upload_proxy.stall = [("PUT", "w-old/manifest.json")]
-    join = another_writer_meanwhile(upload_proxy, bucket, "w-old/" + old[-1])
-    out = cli("pack", GOOD, dest, "-q", "--overwrite", "--encoding", "raw", "--size", "16",
-              "--crop", "center")  # one small shard: every other old name is to be removed
-    join()
+    out = pack_racing(upload_proxy, bucket, ("PUT", "w-old/manifest.json"), "w-old/" + old[-1],
+                      dest, "-q", "--overwrite", "--encoding", "raw", "--size", "16", "--crop",
+                      "center")  # one small shard: every other old name is to be removed
     assert out.returncode == 0, out.stderr
     assert "1 name(s) of the replaced archive not removed" in out.stderr, out.stderr
     left = keys(bucket, "w-old")
@@ -717,16 +729,10 @@ def test_overwrite_removes_nothing_when_the_old_manifest_changed_while_read(buck
     # (review) The old manifest is read, then its shards' ETags: another job writing the prefix
     # in between may write under a listed name, and its object would be taken for the old
     # archive's. The manifest's ETag is read before and after; changed, nothing is removed.
-    dest = f"s3://{BUCKET}/w-moved"
-    env.setenv("AWS_ENDPOINT_URL", moto_url)
-    assert cli("pack", GOOD, dest, "-q", "--shard-size", "20K").returncode == 0
-    old = [k for k in keys(bucket, "w-moved") if k.startswith("shard-")]
-    env.setenv("AWS_ENDPOINT_URL", upload_proxy.url)
-    upload_proxy.stall = [("HEAD", "w-moved/" + old[-1])]  # while the old ETags are read
-    join = another_writer_meanwhile(upload_proxy, bucket, "w-moved/manifest.json")
-    out = cli("pack", GOOD, dest, "-q", "--overwrite", "--encoding", "raw", "--size", "16",
-              "--crop", "center")
-    join()
+    dest, old = archive_to_replace(env, moto_url, upload_proxy, bucket, "w-moved")
+    out = pack_racing(upload_proxy, bucket, ("HEAD", "w-moved/" + old[-1]),  # old ETags read
+                      "w-moved/manifest.json", dest, "-q", "--overwrite", "--encoding", "raw",
+                      "--size", "16", "--crop", "center")
     assert out.returncode == 0, out.stderr
     assert "manifest.json changed while its shards were read" in out.stderr, out.stderr
     assert set(old) <= set(keys(bucket, "w-moved"))  # nothing of the old names removed
